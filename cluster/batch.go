@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// hitReq is one hit as it enters the cluster: what the caller asked for.
+// The leader resolves the policy into a limit and window.
+type hitReq struct {
+	Policy string
+	Client string
+	Cost   int64
+}
+
+// outcome is the fate of one hit: a result or an error wrapping
+// ErrNotCounted or ErrOutcomeUnknown.
+type outcome struct {
+	res CheckResult
+	err error
+}
+
+// waiter is a queued hit. state moves queued -> taken (the batch owns it) or
+// queued -> cancelled (the caller gave up before it was taken, so it is
+// certainly not counted).
+type waiter struct {
+	req   hitReq
+	state atomic.Int32
+	done  chan outcome
+}
+
+const (
+	waiterQueued int32 = iota
+	waiterTaken
+	waiterCancelled
+)
+
+// flushFunc starts one batch and returns a function that waits for its
+// outcomes (one per request, in order). The start half runs on the
+// committer's loop, so batches start in queue order.
+type flushFunc func(reqs []hitReq) (wait func() []outcome)
+
+// groupCommit turns concurrent hits into few batches: while maxInflight
+// batches are running, new hits queue up and leave together in the next one.
+type groupCommit struct {
+	maxBatch int
+	flush    flushFunc
+	sem      chan struct{}
+
+	mu     sync.Mutex
+	queue  []*waiter
+	closed bool
+	wake   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newGroupCommit(maxBatch, maxInflight int, flush flushFunc) *groupCommit {
+	g := &groupCommit{
+		maxBatch: maxBatch, flush: flush,
+		sem:  make(chan struct{}, maxInflight),
+		wake: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+	}
+	g.wg.Add(1)
+	go g.loop()
+	return g
+}
+
+// submit queues reqs together and waits for their outcomes. If ctx ends
+// first, hits not yet taken are withdrawn (not counted) and the rest are
+// reported as unknown.
+func (g *groupCommit) submit(ctx context.Context, reqs ...hitReq) []outcome {
+	ws := make([]*waiter, len(reqs))
+	for i, r := range reqs {
+		ws[i] = &waiter{req: r, done: make(chan outcome, 1)}
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
+	}
+	g.queue = append(g.queue, ws...)
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	out := make([]outcome, len(ws))
+	for i, w := range ws {
+		select {
+		case out[i] = <-w.done:
+		case <-ctx.Done():
+			if w.state.CompareAndSwap(waiterQueued, waiterCancelled) {
+				out[i] = outcome{err: errors.Join(ErrNotCounted, fmt.Errorf("gave up before the hit was sent: %w", ctx.Err()))}
+			} else {
+				select {
+				case out[i] = <-w.done:
+				default:
+					out[i] = outcome{err: errors.Join(ErrOutcomeUnknown, fmt.Errorf("gave up waiting for the log: %w", ctx.Err()))}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func failAll(n int, err error) []outcome {
+	out := make([]outcome, n)
+	for i := range out {
+		out[i].err = err
+	}
+	return out
+}
+
+func (g *groupCommit) loop() {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.wake:
+		}
+		for {
+			// Wait for a free slot first: the hits that arrive meanwhile
+			// are exactly what group commit packs together.
+			select {
+			case g.sem <- struct{}{}:
+			case <-g.stop:
+				return
+			}
+			batch := g.take()
+			if len(batch) == 0 {
+				<-g.sem
+				break
+			}
+			reqs := make([]hitReq, len(batch))
+			for i, w := range batch {
+				reqs[i] = w.req
+			}
+			wait := g.flush(reqs)
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				defer func() { <-g.sem }()
+				outs := wait()
+				for i, w := range batch {
+					w.done <- outs[i]
+				}
+			}()
+		}
+	}
+}
+
+// take removes up to maxBatch live waiters from the queue.
+func (g *groupCommit) take() []*waiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var batch []*waiter
+	i := 0
+	for ; i < len(g.queue) && len(batch) < g.maxBatch; i++ {
+		if w := g.queue[i]; w.state.CompareAndSwap(waiterQueued, waiterTaken) {
+			batch = append(batch, w)
+		}
+	}
+	n := copy(g.queue, g.queue[i:])
+	clear(g.queue[n:])
+	g.queue = g.queue[:n]
+	return batch
+}
+
+// close stops the loop, waits for running batches and fails what is still
+// queued as not counted.
+func (g *groupCommit) close() {
+	g.mu.Lock()
+	g.closed = true
+	rest := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	close(g.stop)
+	for _, w := range rest {
+		if w.state.CompareAndSwap(waiterQueued, waiterTaken) {
+			w.done <- outcome{err: errors.Join(ErrNotCounted, ErrClosed)}
+		}
+	}
+	g.wg.Wait()
+}

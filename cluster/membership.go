@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/fsm"
+)
+
+// Admin paths, served by the HTTP layer and used here to forward admin
+// operations to the leader.
+const (
+	JoinPath     = "/v1/cluster/join"
+	RemovePath   = "/v1/cluster/remove"
+	TransferPath = "/v1/cluster/transfer-leadership"
+)
+
+// JoinRequest asks the cluster to add (or re-add) a server.
+type JoinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	HTTPAddr string `json:"httpAddr"`
+	// Voter defaults to true when omitted.
+	Voter *bool `json:"voter,omitempty"`
+}
+
+// Validate checks a join request.
+func (j JoinRequest) Validate() error {
+	var errs []error
+	if j.ID == "" || len(j.ID) > 256 {
+		errs = append(errs, errors.New("id must be 1 to 256 bytes"))
+	}
+	if j.RaftAddr == "" {
+		errs = append(errs, errors.New("raftAddr is required"))
+	}
+	if j.HTTPAddr == "" {
+		errs = append(errs, errors.New("httpAddr is required"))
+	}
+	return errors.Join(errs...)
+}
+
+func (j JoinRequest) voter() bool { return j.Voter == nil || *j.Voter }
+
+// RemoveRequest asks the cluster to remove a server.
+type RemoveRequest struct {
+	ID string `json:"id"`
+}
+
+// TransferRequest asks the leader to hand leadership over (to ID if set).
+type TransferRequest struct {
+	ID string `json:"id,omitempty"`
+}
+
+// TransferResult names the new leader.
+type TransferResult struct {
+	LeaderID string `json:"leaderId"`
+}
+
+// leaderURL returns the leader's base URL, or an error when it is unknown.
+func (n *Node) leaderURL() (string, error) {
+	id, addr := n.Leader()
+	if id == "" || addr == "" {
+		return "", ErrNoLeader
+	}
+	return BaseURL(addr), nil
+}
+
+// forwardAdmin sends an admin request on to the leader, unless it already is
+// a forwarded one (then the sender's view of the leader was stale).
+func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in, out any) error {
+	if forwarded {
+		return ErrNotLeader
+	}
+	url, err := n.leaderURL()
+	if err != nil {
+		return err
+	}
+	if err := n.peers.postJSON(ctx, url+path, in, out); err != nil {
+		return fmt.Errorf("forward to leader: %w", err)
+	}
+	return nil
+}
+
+// Join adds a server. A server with the same id and address is a no-op; one
+// that shares only the id or only the address is removed first. On a
+// follower the request goes to the leader.
+func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
+	if err := j.Validate(); err != nil {
+		return fmt.Errorf("join %s: %w", j.ID, err)
+	}
+	if !n.IsLeader() {
+		return n.forwardAdmin(ctx, forwarded, JoinPath, j, nil)
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("join %s: read configuration: %w", j.ID, err)
+	}
+	present := false
+	for _, s := range cf.Configuration().Servers {
+		sameID, sameAddr := s.ID == raft.ServerID(j.ID), s.Address == raft.ServerAddress(j.RaftAddr)
+		switch {
+		case sameID && sameAddr && (s.Suffrage == raft.Voter) == j.voter():
+			present = true
+		case sameID || sameAddr:
+			n.log.Info("replacing member that shares id or address", "old_id", s.ID, "old_addr", s.Address, "id", j.ID, "addr", j.RaftAddr)
+			if err := n.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
+				return fmt.Errorf("join %s: remove old member %s: %w", j.ID, s.ID, translate(err))
+			}
+		}
+	}
+	if !present {
+		var f raft.IndexFuture
+		if j.voter() {
+			f = n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
+		} else {
+			f = n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
+		}
+		if err := f.Error(); err != nil {
+			return fmt.Errorf("join %s: %w", j.ID, translate(err))
+		}
+		n.log.Info("server joined", "id", j.ID, "raft_addr", j.RaftAddr, "http_addr", j.HTTPAddr, "voter", j.voter())
+	}
+	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
+	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
+		if err := n.raft.Apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
+		}
+	}
+	return nil
+}
+
+// Remove removes a server from the cluster (on the leader, or forwarded).
+func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
+	if id == "" {
+		return errors.New("remove: id is required")
+	}
+	if !n.IsLeader() {
+		return n.forwardAdmin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	found := false
+	for _, s := range cf.Configuration().Servers {
+		found = found || s.ID == raft.ServerID(id)
+	}
+	if _, ok := n.fsm.Node(id); ok {
+		if err := n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("remove %s: forget metadata: %w", id, translate(err))
+		}
+	}
+	if !found {
+		return fmt.Errorf("remove %s: %w", id, ErrUnknownServer)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, translate(err))
+	}
+	n.log.Info("server removed", "id", id)
+	return nil
+}
+
+// TransferLeadership hands leadership to id, or to the most up-to-date
+// follower when id is empty, and waits until a new leader is known.
+func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool) (TransferResult, error) {
+	var res TransferResult
+	if !n.IsLeader() {
+		err := n.forwardAdmin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
+		return res, err
+	}
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return res, err
+		}
+		var addr raft.ServerAddress
+		for _, s := range cf.Configuration().Servers {
+			if s.ID == raft.ServerID(id) {
+				addr = s.Address
+			}
+		}
+		if addr == "" {
+			return res, fmt.Errorf("transfer leadership to %s: %w", id, ErrUnknownServer)
+		}
+		if id == n.cfg.ID {
+			return TransferResult{LeaderID: id}, nil
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+	}
+	if err := f.Error(); err != nil {
+		return res, fmt.Errorf("transfer leadership: %w", translate(err))
+	}
+	for {
+		if lid, _ := n.Leader(); lid != "" && lid != n.cfg.ID {
+			return TransferResult{LeaderID: lid}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("transfer leadership: waiting for the new leader: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Leave removes this node from the cluster, handing leadership over first if
+// it leads. Used on graceful shutdown.
+func (n *Node) Leave(ctx context.Context) error {
+	if n.IsLeader() {
+		peers, err := n.Peers()
+		if err == nil && len(peers) == 1 {
+			return errors.New("leave: this is the only member; nothing to leave")
+		}
+		if _, err := n.TransferLeadership(ctx, "", false); err != nil {
+			return fmt.Errorf("leave: %w", err)
+		}
+	}
+	for {
+		err := n.Remove(ctx, n.cfg.ID, false)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("leave: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// JoinCluster asks the members at addrs (HTTP base URLs) to add self, trying
+// each in turn with backoff until one accepts or ctx ends.
+func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, log func(msg string, args ...any)) error {
+	pc := newPeerClient(token)
+	defer pc.close()
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		var errs []error
+		for _, a := range addrs {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			req := self
+			// The first hop may be a follower: it forwards to the leader.
+			err := pc.postJSON(actx, BaseURL(a)+JoinPath, req, nil)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			var he *HTTPError
+			if errors.As(err, &he) && (he.Status == 400 || he.Status == 401) {
+				return fmt.Errorf("join via %s refused: %w", a, err)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+		}
+		log("join attempt failed; retrying", "attempt", attempt, "error", errors.Join(errs...), "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("join %v: %w (last: %v)", addrs, ctx.Err(), errors.Join(errs...))
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// translate maps raft's errors to this package's.
+func translate(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return errors.Join(ErrNotLeader, err)
+	}
+	return err
+}

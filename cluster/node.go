@@ -1,0 +1,451 @@
+// Package cluster runs one rlnode Raft node: stores, transport, bootstrap,
+// membership, the hit path (group commit on the leader, batched forwarding
+// from followers) and linearizable reads.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/rlnode/rlnode/fsm"
+)
+
+// Node is one member of an rlnode cluster.
+type Node struct {
+	cfg       Config
+	log       hclog.Logger
+	raft      *raft.Raft
+	fsm       *fsm.FSM
+	store     *raftboltdb.BoltStore
+	snaps     *raft.FileSnapshotStore
+	transport *raft.NetworkTransport
+	policies  map[string]Policy
+	clock     leaderClock
+	peers     *peerClient
+
+	leaderBatch *groupCommit
+	fwdBatch    *groupCommit
+
+	// readyTerm is the term in which this node, as leader, has applied
+	// everything committed before it took over (via a barrier); reads are
+	// served only then.
+	readyTerm atomic.Uint64
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+	notifyCh chan bool
+}
+
+const (
+	logFile     = "raft.db"
+	snapshotDir = "snapshots"
+	identity    = "node.json"
+)
+
+// Open starts a node: it opens (or creates) the data dir, restores from the
+// latest snapshot and log, and bootstraps a one-node cluster when asked and
+// the node has no Raft state yet.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid node config: %w", err)
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, policies: map[string]Policy{}, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
+	for _, p := range cfg.Policies {
+		n.policies[p.Name] = p
+	}
+	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
+	n.peers = newPeerClient(cfg.ClusterToken)
+	if err := n.open(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
+	n.fwdBatch = newGroupCommit(cfg.MaxBatch, 4, n.forwardBatch)
+	n.wg.Add(1)
+	go n.watchLeadership()
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	if err := checkIdentity(cfg.DataDir, cfg.ID); err != nil {
+		return err
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.DataDir, logFile),
+		// A second process on the same data dir gets a clear error
+		// instead of blocking forever on Bolt's file lock.
+		BoltOptions: &bbolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("open raft log in %s: it is locked by another process (is another rlnode using this data dir?)", cfg.DataDir)
+		}
+		return fmt.Errorf("open raft log %s (corrupt or not a Bolt file?): %w", filepath.Join(cfg.DataDir, logFile), err)
+	}
+	n.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotDir), 2, n.log.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	n.snaps = snaps
+
+	stream := cfg.Stream
+	if stream == nil {
+		if stream, err = ListenTCP(cfg.RaftBind, cfg.RaftAdvertise); err != nil {
+			return err
+		}
+	}
+	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
+		MaxPool: 8,
+		Timeout: 5 * time.Second,
+		Logger:  n.log.Named("transport"),
+	})
+
+	n.fsm = fsm.New(fsm.Config{OnFatal: func(err error) {
+		n.log.Error("state machine halted; this node must be stopped and upgraded or its data dir restored", "error", err)
+		if cfg.OnFatal != nil {
+			cfg.OnFatal(err)
+		}
+	}})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = n.log.Named("raft")
+	rc.HeartbeatTimeout = cfg.Timing.Heartbeat
+	rc.ElectionTimeout = cfg.Timing.Election
+	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLease
+	rc.CommitTimeout = cfg.Timing.Commit
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = n.notifyCh
+	// Group commit already packs many hits per entry; raft's own batching
+	// then packs entries per disk write and per AppendEntries.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raft config: %w", err)
+	}
+
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return fmt.Errorf("read raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, (*raftFSM)(n), store, store, snaps, n.transport)
+	if err != nil {
+		return fmt.Errorf("start raft (is the data dir corrupt?): %w", err)
+	}
+	n.raft = r
+	switch {
+	case existing:
+		n.log.Info("found existing raft state; not bootstrapping", "data_dir", cfg.DataDir)
+	case cfg.Bootstrap:
+		n.log.Info("bootstrapping a new one-node cluster", "id", cfg.ID)
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.transport.LocalAddr(), Suffrage: raft.Voter}}}
+		if err := r.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	default:
+		n.log.Info("no raft state and no bootstrap: waiting to be added to a cluster", "id", cfg.ID)
+	}
+	return nil
+}
+
+// raftFSM keeps Apply/Snapshot/Restore off Node's public API.
+type raftFSM Node
+
+func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
+func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
+
+// checkIdentity pins a data dir to one node id: a restart with another --id
+// would otherwise silently run as a stranger to its own log.
+func checkIdentity(dir, id string) error {
+	path := filepath.Join(dir, identity)
+	var rec struct {
+		ID string `json:"id"`
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		rec.ID = id
+		b, _ = json.Marshal(rec)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.ID == "" {
+		return fmt.Errorf("%s is corrupt (want {\"id\":...}); restore it or remove the data dir", path)
+	}
+	if rec.ID != id {
+		return fmt.Errorf("data dir %s belongs to node %q, not %q: use --id %s or another --data-dir", dir, rec.ID, id, rec.ID)
+	}
+	return nil
+}
+
+// watchLeadership reacts to gaining leadership: it waits until everything
+// committed by earlier leaders is applied (so reads and the clock start from
+// the full state) and publishes this node's HTTP address if it changed.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case isLeader := <-n.notifyCh:
+			if !isLeader {
+				continue
+			}
+			term := n.raft.CurrentTerm()
+			if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+				n.log.Warn("barrier after gaining leadership failed", "error", err)
+				continue
+			}
+			n.readyTerm.Store(term)
+			n.log.Info("leader ready", "term", term)
+			n.publishSelf()
+		}
+	}
+}
+
+func (n *Node) publishSelf() {
+	want := fsm.Node{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
+	if have, ok := n.fsm.Node(n.cfg.ID); ok && have == want {
+		return
+	}
+	if err := n.raft.Apply(fsm.EncodeSetNode(want), n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("publish own node metadata", "error", err)
+	}
+}
+
+// Close shuts the node down in order: stop taking hits, shut Raft down, then
+// close the transport and the stores. It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	close(n.stop)
+	n.leaderBatch.close()
+	n.fwdBatch.close()
+	var errs []error
+	if err := n.raft.Shutdown().Error(); err != nil {
+		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+	}
+	n.wg.Wait()
+	n.peers.close()
+	if err := n.transport.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close transport: %w", err))
+	}
+	if err := n.closeStores(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) closeStores() error {
+	if n.store == nil {
+		return nil
+	}
+	err := n.store.Close()
+	n.store = nil
+	if err != nil {
+		return fmt.Errorf("close raft log: %w", err)
+	}
+	return nil
+}
+
+// ID is this node's server id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// IsLeader reports whether this node is the leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's id and HTTP address ("" when unknown).
+func (n *Node) Leader() (id, httpAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	meta, _ := n.fsm.Node(string(lid))
+	return string(lid), meta.HTTPAddr
+}
+
+// Policy returns a configured policy.
+func (n *Node) Policy(name string) (Policy, bool) {
+	p, ok := n.policies[name]
+	return p, ok
+}
+
+// SetClockOffset skews this node's leader clock; testing only.
+func (n *Node) SetClockOffset(d time.Duration) { n.clock.debugOffset.Store(d.Milliseconds()) }
+
+// ClockOffset returns the current debug clock skew.
+func (n *Node) ClockOffset() time.Duration {
+	return time.Duration(n.clock.debugOffset.Load()) * time.Millisecond
+}
+
+// Ready reports whether the node can serve: it knows a leader and has
+// applied what it knows to be committed (waiting up to wait for the apply to
+// catch up, so a busy node does not flap).
+func (n *Node) Ready(wait time.Duration) error {
+	if id, _ := n.raft.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	if err := n.fsm.Stats().Halted; err != nil {
+		return err
+	}
+	commit := n.raft.CommitIndex()
+	deadline := time.Now().Add(wait)
+	for n.raft.AppliedIndex() < commit {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("applied index %d is behind commit index %d", n.raft.AppliedIndex(), commit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// Status is what `rlnode status` shows.
+type Status struct {
+	ID                string `json:"id"`
+	State             string `json:"state"`
+	Term              uint64 `json:"term"`
+	LeaderID          string `json:"leaderId"`
+	LeaderHTTPAddr    string `json:"leaderHttpAddr"`
+	LastLogIndex      uint64 `json:"lastLogIndex"`
+	CommitIndex       uint64 `json:"commitIndex"`
+	AppliedIndex      uint64 `json:"appliedIndex"`
+	LastSnapshotIndex uint64 `json:"lastSnapshotIndex"`
+	LastSnapshotTerm  uint64 `json:"lastSnapshotTerm"`
+	LastContact       string `json:"lastContact"`
+	LiveWindows       int    `json:"liveWindows"`
+	Digest            string `json:"digest"`
+	DigestIndex       uint64 `json:"digestIndex"`
+	AppliedNow        int64  `json:"appliedNow"`
+	ClockOffsetMs     int64  `json:"clockOffsetMs,omitempty"`
+	Halted            string `json:"halted,omitempty"`
+}
+
+// Status reports this node's view of itself and the cluster.
+func (n *Node) Status() Status {
+	stats := n.raft.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	lid, lhttp := n.Leader()
+	fs := n.fsm.Stats()
+	digest, at := n.fsm.Digest()
+	s := Status{
+		ID: n.cfg.ID, State: n.raft.State().String(), Term: n.raft.CurrentTerm(),
+		LeaderID: lid, LeaderHTTPAddr: lhttp,
+		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: fs.AppliedIndex,
+		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),
+		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows,
+		Digest: fmt.Sprintf("%016x", digest), DigestIndex: at, AppliedNow: fs.AppliedNow,
+		ClockOffsetMs: n.clock.debugOffset.Load(),
+	}
+	if fs.Halted != nil {
+		s.Halted = fs.Halted.Error()
+	}
+	return s
+}
+
+// Gauges are the cheap numbers a metrics scrape reads.
+type Gauges struct {
+	IsLeader     bool
+	Term         uint64
+	AppliedIndex uint64
+	CommitIndex  uint64
+	Windows      int
+}
+
+// Gauges returns the node's gauges without computing a digest.
+func (n *Node) Gauges() Gauges {
+	fs := n.fsm.Stats()
+	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: fs.AppliedIndex,
+		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows}
+}
+
+// Peer is one server of the Raft configuration.
+type Peer struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	HTTPAddr string `json:"httpAddr"`
+	Leader   bool   `json:"leader"`
+	Voter    bool   `json:"voter"`
+	Suffrage string `json:"suffrage"`
+}
+
+// Peers lists the servers of the latest Raft configuration.
+func (n *Node) Peers() ([]Peer, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("read raft configuration: %w", err)
+	}
+	_, leader := n.raft.LeaderWithID()
+	meta := n.fsm.Nodes()
+	var out []Peer
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Peer{
+			ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: meta[string(s.ID)].HTTPAddr,
+			Leader: s.ID == leader, Voter: s.Suffrage == raft.Voter, Suffrage: s.Suffrage.String(),
+		})
+	}
+	return out, nil
+}
+
+// Snapshot takes a snapshot now and returns its id.
+func (n *Node) Snapshot() (string, error) {
+	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			return "", fmt.Errorf("nothing new to snapshot since the last one: %w", err)
+		}
+		return "", fmt.Errorf("snapshot: %w", err)
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return "", fmt.Errorf("open new snapshot: %w", err)
+	}
+	rc.Close()
+	return meta.ID, nil
+}
+
+// waitApplied waits until the state machine has applied index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	for n.raft.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for apply of index %d: %w", index, ctx.Err())
+		case <-n.stop:
+			return ErrClosed
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}

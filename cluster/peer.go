@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Headers shared with the HTTP layer.
+const (
+	// HeaderForwarded marks a request one node sent to another, so a node
+	// that is no longer leader answers instead of forwarding again.
+	HeaderForwarded = "X-Rlnode-Forwarded"
+	// HeaderServedBy names the node that decided a hit.
+	HeaderServedBy = "X-Rlnode-Served-By"
+)
+
+// peerClient talks to other nodes' HTTP APIs over pooled keep-alive
+// connections.
+type peerClient struct {
+	token  string
+	client *http.Client
+}
+
+func newPeerClient(token string) *peerClient {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   false,
+	}
+	return &peerClient{token: token, client: &http.Client{Transport: tr}}
+}
+
+func (p *peerClient) close() { p.client.CloseIdleConnections() }
+
+// BaseURL turns an advertised host:port (or a URL) into a base URL.
+func BaseURL(addr string) string {
+	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+		return strings.TrimRight(addr, "/")
+	}
+	return "http://" + addr
+}
+
+// HTTPError is a non-2xx answer from a peer, with the problem detail it sent.
+type HTTPError struct {
+	Status int
+	Code   string
+	Detail string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Detail)
+}
+
+func (p *peerClient) do(ctx context.Context, method, url, contentType string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set(HeaderForwarded, "1")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	return p.client.Do(req)
+}
+
+// postJSON posts in as JSON and decodes a 2xx answer into out (if non-nil).
+func (p *peerClient) postJSON(ctx context.Context, url string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := p.do(ctx, http.MethodPost, url, "application/json", body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read answer from %s: %w", url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeHTTPError(resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decode answer from %s: %w", url, err)
+		}
+	}
+	return nil
+}
+
+func decodeHTTPError(status int, body []byte) error {
+	var prob struct {
+		Detail string `json:"detail"`
+		Title  string `json:"title"`
+		Code   string `json:"code"`
+	}
+	e := &HTTPError{Status: status}
+	if json.Unmarshal(body, &prob) == nil && (prob.Detail != "" || prob.Title != "") {
+		e.Code, e.Detail = prob.Code, prob.Detail
+		if e.Detail == "" {
+			e.Detail = prob.Title
+		}
+	} else {
+		e.Detail = strings.TrimSpace(string(body))
+	}
+	return e
+}
+
+// isDialError reports whether a request failed before anything was sent.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func decodeJSON(r io.Reader, v any) error {
+	return json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(v)
+}

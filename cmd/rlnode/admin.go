@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// adminFlags are shared by every command that talks to a running node.
+type adminFlags struct {
+	addr    string
+	token   string
+	json    bool
+	timeout time.Duration
+}
+
+func newAdminFlags(name string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+	a := &adminFlags{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node")
+	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
+	fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
+	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long to wait for the node")
+	return fs, a
+}
+
+// parseAdmin parses flags; flags may come before or after positional args.
+func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageErr("%v", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// call sends one request to a node and decodes a 2xx JSON answer into out.
+func (a *adminFlags) call(ctx context.Context, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	url := cluster.BaseURL(a.addr) + path
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return usageErr("bad --addr %q: %v", a.addr, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(b, &p) == nil && p.Detail != "" {
+			return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, p.Detail)
+		}
+		return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s: decode answer: %w", url, err)
+		}
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// peerRow is one line of `rlnode peers`: the configuration plus what each
+// server says about itself, when it answers.
+type peerRow struct {
+	cluster.Peer
+	Reachable    bool   `json:"reachable"`
+	State        string `json:"state,omitempty"`
+	Term         uint64 `json:"term,omitempty"`
+	AppliedIndex uint64 `json:"appliedIndex,omitempty"`
+	CommitIndex  uint64 `json:"commitIndex,omitempty"`
+	LastContact  string `json:"lastContact,omitempty"`
+	LiveWindows  int    `json:"liveWindows,omitempty"`
+}
+
+func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("peers", stderr)
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("peers takes no arguments")
+	}
+	var peers []cluster.Peer
+	if err := a.call(ctx, http.MethodGet, "/v1/cluster/peers", nil, &peers); err != nil {
+		return err
+	}
+	rows := make([]peerRow, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		rows[i].Peer = p
+		if p.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pa := *a
+			pa.addr, pa.timeout = p.HTTPAddr, 2*time.Second
+			var st cluster.Status
+			if pa.call(ctx, http.MethodGet, "/v1/status", nil, &st) == nil {
+				r := &rows[i]
+				r.Reachable, r.State, r.Term, r.AppliedIndex, r.CommitIndex = true, st.State, st.Term, st.AppliedIndex, st.CommitIndex
+				r.LastContact, r.LiveWindows = st.LastContact, st.LiveWindows
+			}
+		}()
+	}
+	wg.Wait()
+	if a.json {
+		return printJSON(stdout, rows)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tLEADER\tVOTER\tSTATE\tTERM\tAPPLIED\tLAST CONTACT")
+	for _, r := range rows {
+		state, term, applied := "unreachable", "-", "-"
+		if r.Reachable {
+			state, term, applied = r.State, fmt.Sprint(r.Term), fmt.Sprint(r.AppliedIndex)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\n", r.ID, r.RaftAddr, orDash(r.HTTPAddr), r.Leader, r.Voter, state, term, applied, orDash(r.LastContact))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("status", stderr)
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("status takes no arguments")
+	}
+	var st cluster.Status
+	if err := a.call(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, st)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"id", st.ID}, {"state", st.State}, {"term", fmt.Sprint(st.Term)},
+		{"leader", fmt.Sprintf("%s (%s)", orDash(st.LeaderID), orDash(st.LeaderHTTPAddr))},
+		{"last log index", fmt.Sprint(st.LastLogIndex)}, {"commit index", fmt.Sprint(st.CommitIndex)},
+		{"applied index", fmt.Sprint(st.AppliedIndex)},
+		{"last snapshot", fmt.Sprintf("index %d, term %d", st.LastSnapshotIndex, st.LastSnapshotTerm)},
+		{"last contact", orDash(st.LastContact)}, {"live windows", fmt.Sprint(st.LiveWindows)},
+		{"state digest", fmt.Sprintf("%s at index %d", st.Digest, st.DigestIndex)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+	}
+	if st.Halted != "" {
+		fmt.Fprintf(tw, "HALTED:\t%s\n", st.Halted)
+	}
+	return tw.Flush()
+}
+
+func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("join", stderr)
+	var j cluster.JoinRequest
+	var nonVoter bool
+	fs.StringVar(&j.ID, "id", "", "id of the server to add (required)")
+	fs.StringVar(&j.RaftAddr, "raft-addr", "", "its Raft address (required)")
+	fs.StringVar(&j.HTTPAddr, "http-addr", "", "its HTTP address (required)")
+	fs.BoolVar(&nonVoter, "non-voter", false, "add it as a non-voter (receives the log, does not vote)")
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("join takes flags only")
+	}
+	voter := !nonVoter
+	j.Voter = &voter
+	if err := j.Validate(); err != nil {
+		return usageErr("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if err := a.call(ctx, http.MethodPost, cluster.JoinPath, j, nil); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, map[string]any{"joined": j.ID, "voter": voter})
+	}
+	fmt.Fprintf(stdout, "joined %s (raft %s, http %s, voter %v)\n", j.ID, j.RaftAddr, j.HTTPAddr, voter)
+	return nil
+}
+
+func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("remove", stderr)
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("usage: rlnode remove [--addr URL] ID")
+	}
+	if err := a.call(ctx, http.MethodPost, cluster.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, map[string]string{"removed": pos[0]})
+	}
+	fmt.Fprintf(stdout, "removed %s\n", pos[0])
+	return nil
+}
+
+func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("transfer-leadership", stderr)
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usageErr("usage: rlnode transfer-leadership [--addr URL] [ID]")
+	}
+	var req cluster.TransferRequest
+	if len(pos) == 1 {
+		req.ID = pos[0]
+	}
+	var res cluster.TransferResult
+	if err := a.call(ctx, http.MethodPost, cluster.TransferPath, req, &res); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, res)
+	}
+	fmt.Fprintf(stdout, "leader is now %s\n", res.LeaderID)
+	return nil
+}
+
+func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("snapshot", stderr)
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("snapshot takes no arguments")
+	}
+	var res struct {
+		Snapshot string `json:"snapshot"`
+	}
+	if err := a.call(ctx, http.MethodPost, "/v1/cluster/snapshot", nil, &res); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, res)
+	}
+	fmt.Fprintf(stdout, "snapshot %s taken\n", res.Snapshot)
+	return nil
+}
+
+func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("health", stderr)
+	live := fs.Bool("live", false, "check liveness (/livez) instead of readiness (/readyz)")
+	a.timeout = 3 * time.Second
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("health takes no arguments")
+	}
+	path := "/readyz"
+	if *live {
+		path = "/livez"
+	}
+	if err := a.call(ctx, http.MethodGet, path, nil, nil); err != nil {
+		return err
+	}
+	if !a.json {
+		fmt.Fprintln(stdout, "ok")
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, jsonOut, err := bench.ParseArgs(args, stderr)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		cfg.Progress = stderr
+	}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		return res.WriteJSON(stdout)
+	}
+	return res.WriteTable(stdout)
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

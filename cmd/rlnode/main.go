@@ -1,0 +1,89 @@
+// Command rlnode runs a node of the rlnode rate limiter (`rlnode serve`, the
+// default) and talks to running nodes (peers, status, join, remove,
+// transfer-leadership, snapshot, health, bench).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// errUsage marks a command-line mistake: exit status 2, no stack of context.
+var errUsage = errors.New("usage")
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run a node (the default when no command is given)", runServe},
+		{"peers", "list the servers of the cluster", runPeers},
+		{"status", "show one node's state, term, leader, indexes and windows", runStatus},
+		{"join", "add a server to the cluster by hand", runJoin},
+		{"remove", "remove a server from the cluster: rlnode remove ID", runRemove},
+		{"transfer-leadership", "hand leadership to another server: rlnode transfer-leadership [ID]", runTransfer},
+		{"snapshot", "make a node take a Raft snapshot now", runSnapshot},
+		{"health", "exit 0 if a node is ready (for container health checks)", runHealth},
+		{"bench", "load-test nodes and report throughput and latency", runBench},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	name := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		name, args = args[0], args[1:]
+	}
+	if name == "help" || name == "--help" || name == "-h" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		err := c.run(ctx, args, stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "rlnode %s: %v\n", name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "rlnode %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "rlnode: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: rlnode [command] [flags]   (rlnode COMMAND -h for a command's flags)")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.summary)
+	}
+}
+
+// usageErr wraps a flag or argument problem so it exits with status 2.
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}

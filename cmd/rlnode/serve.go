@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
+)
+
+type serveConfig struct {
+	id, httpAddr, raftAddr, httpAdvertise, raftAdvertise string
+	dataDir                                              string
+	limit                                                int64
+	window                                               time.Duration
+	join                                                 string
+	logLevel                                             string
+	logJSON                                              bool
+	token                                                string
+	leaveOnShutdown                                      bool
+	snapshotThreshold                                    uint64
+	snapshotInterval                                     time.Duration
+	trailingLogs                                         uint64
+	debugEndpoints                                       bool
+	debugClockOffset                                     time.Duration
+	maxBatch, maxInflight                                int
+	shutdownTimeout                                      time.Duration
+}
+
+func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
+	c := &serveConfig{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.id, "id", "", "node id (default: the raft advertise address)")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API listens on")
+	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:8300", "address Raft listens on")
+	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes use to reach this one (default: --http-addr)")
+	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
+	fs.StringVar(&c.dataDir, "data-dir", "rlnode-data", "directory for the Raft log, stable store and snapshots")
+	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
+	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
+	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
+	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
+	fs.Uint64Var(&c.trailingLogs, "trailing-logs", 2048, "log entries kept behind a snapshot for slow followers")
+	fs.BoolVar(&c.debugEndpoints, "debug-endpoints", false, "TESTING ONLY: enable /debug/clock-offset")
+	fs.DurationVar(&c.debugClockOffset, "debug-clock-offset", 0, "TESTING ONLY: skew this node's leader clock by this much")
+	fs.IntVar(&c.maxBatch, "max-batch", 512, "most hits in one log entry")
+	fs.IntVar(&c.maxInflight, "max-inflight", 2, "log entries in flight at once on the leader")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	return fs, c
+}
+
+// validate reports every problem at once, in words that say how to fix it.
+func (c *serveConfig) validate() error {
+	var errs []error
+	if c.limit < 1 {
+		errs = append(errs, fmt.Errorf("--limit %d: must be at least 1", c.limit))
+	}
+	if c.window <= 0 {
+		errs = append(errs, fmt.Errorf("--window %s: must be a positive duration such as 60s", c.window))
+	} else if c.window < time.Millisecond {
+		errs = append(errs, fmt.Errorf("--window %s: must be at least 1ms", c.window))
+	}
+	if c.dataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if c.httpAdvertise == "" {
+		c.httpAdvertise = c.httpAddr
+	}
+	if c.raftAdvertise == "" {
+		c.raftAdvertise = c.raftAddr
+	}
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port", a.flag, a.v))
+		}
+	}
+	for _, a := range []struct{ flag, v string }{{"--http-advertise", c.httpAdvertise}, {"--raft-advertise", c.raftAdvertise}} {
+		host, _, err := net.SplitHostPort(a.v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port", a.flag, a.v))
+			continue
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			errs = append(errs, fmt.Errorf("%s %q: other nodes cannot dial an unspecified address; set %s to this node's reachable address", a.flag, a.v, a.flag))
+		}
+	}
+	if c.id == "" {
+		c.id = c.raftAdvertise
+	}
+	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
+		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *serveConfig) joinAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.join, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, c := serveFlags(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments %q", fs.Args())
+	}
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
+	}).With("node", c.id)
+
+	// Bind HTTP first: a busy port should fail before any Raft state is touched.
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+	}
+	defer ln.Close()
+
+	reg := prometheus.NewRegistry()
+	metrics := httpapi.NewMetrics(reg)
+	if err := exportRaftMetrics(reg); err != nil {
+		logger.Warn("raft metrics unavailable", "error", err)
+	}
+
+	fatal := make(chan error, 1)
+	node, err := cluster.Open(cluster.Config{
+		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
+		DataDir: c.dataDir, Bootstrap: c.join == "",
+		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
+		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
+		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight,
+		ClusterToken: c.token, ClockOffset: c.debugClockOffset,
+		Logger: logger, Observer: metrics,
+		OnFatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	metrics.WatchNode(node)
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics})
+	srv := httpapi.NewServer(api.Handler(), logger)
+
+	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
+		"limit", c.limit, "window", c.window.String())
+	if c.token == "" && !isLoopback(c.httpAddr) {
+		logger.Warn("no --cluster-token: join, remove, transfer-leadership, snapshot and forwarding endpoints are open to anyone who can reach " + c.httpAddr)
+	}
+	if c.debugEndpoints || c.debugClockOffset != 0 {
+		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	joinCtx, cancelJoin := context.WithCancel(ctx)
+	joinDone := make(chan error, 1)
+	if addrs := c.joinAddrs(); len(addrs) > 0 {
+		go func() {
+			if node.Status().LastLogIndex > 0 {
+				logger.Info("node has Raft state; ignoring --join", "join", c.join)
+				joinDone <- nil
+				return
+			}
+			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}
+			err := cluster.JoinCluster(joinCtx, addrs, self, c.token, logger.Info)
+			if err == nil {
+				logger.Info("joined the cluster", "via", c.join)
+			}
+			joinDone <- err
+		}()
+	} else {
+		joinDone <- nil
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-fatal:
+		runErr = fmt.Errorf("stopping: %w", err)
+	case err := <-serveErr:
+		runErr = fmt.Errorf("http server: %w", err)
+	case err := <-joinDone:
+		if err != nil {
+			runErr = err
+			break
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down")
+		case err := <-fatal:
+			runErr = fmt.Errorf("stopping: %w", err)
+		case err := <-serveErr:
+			runErr = fmt.Errorf("http server: %w", err)
+		}
+	}
+	cancelJoin()
+
+	// Shutdown order: fail readiness, leave if asked, stop accepting and
+	// drain HTTP, then Raft, then the stores.
+	api.SetDraining()
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if c.leaveOnShutdown && runErr == nil {
+		if err := node.Leave(sctx); err != nil {
+			logger.Warn("leave on shutdown failed", "error", err)
+		} else {
+			logger.Info("left the cluster")
+		}
+	}
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Warn("http shutdown", "error", err)
+	}
+	if err := node.Close(); err != nil {
+		logger.Error("close node", "error", err)
+		if runErr == nil {
+			runErr = err
+		}
+	}
+	if runErr == nil {
+		logger.Info("stopped cleanly")
+	}
+	return runErr
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// exportRaftMetrics routes hashicorp/raft's go-metrics (a process-wide sink
+// by raft's design) into our registry.
+func exportRaftMetrics(reg prometheus.Registerer) error {
+	opts := gmprom.DefaultPrometheusOpts
+	opts.Registerer = reg
+	sink, err := gmprom.NewPrometheusSinkFrom(opts)
+	if err != nil {
+		return err
+	}
+	cfg := gometrics.DefaultConfig("rlnode")
+	cfg.EnableHostname = false
+	cfg.EnableRuntimeMetrics = false
+	_, err = gometrics.NewGlobal(cfg, sink)
+	return err
+}

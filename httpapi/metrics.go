@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rlnode/rlnode/cluster"
+)
+
+// GaugeSource is the cheap, lock-light view of a node that scrapes read.
+type GaugeSource interface {
+	Gauges() cluster.Gauges
+}
+
+// Metrics holds rlnode's Prometheus collectors in a registry of its own (no
+// global registry), and implements cluster.Observer. Client ids are never
+// labels: cardinality would follow traffic.
+type Metrics struct {
+	reg       *prometheus.Registry
+	checks    *prometheus.CounterVec
+	duration  prometheus.Histogram
+	batchHits prometheus.Histogram
+	forwarded prometheus.Counter
+	served    prometheus.Counter
+}
+
+// NewMetrics registers rlnode's collectors on reg.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rlnode_checks_total", Help: "Checks answered, by policy and result (allowed, refused, cost_exceeds_limit, not_counted, outcome_unknown).",
+		}, []string{"policy", "result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rlnode_check_duration_seconds", Help: "Time to answer a check, including forwarding and consensus.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		batchHits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rlnode_batch_hits", Help: "Hits per log entry written by this node as leader (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlnode_forwarded_total", Help: "Hits this node forwarded to the leader.",
+		}),
+		served: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rlnode_forward_requests_served_total", Help: "Forwarding requests (batches) this node served as leader.",
+		}),
+	}
+	reg.MustRegister(m.checks, m.duration, m.batchHits, m.forwarded, m.served,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// WatchNode exports the node's gauges, read at scrape time.
+func (m *Metrics) WatchNode(src GaugeSource) {
+	gauge := func(name, help string, f func(cluster.Gauges) float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(src.Gauges()) })
+	}
+	m.reg.MustRegister(
+		gauge("rlnode_live_windows", "Windows stored in the state machine.", func(g cluster.Gauges) float64 { return float64(g.Windows) }),
+		gauge("rlnode_raft_is_leader", "1 if this node is the Raft leader.", func(g cluster.Gauges) float64 {
+			if g.IsLeader {
+				return 1
+			}
+			return 0
+		}),
+		gauge("rlnode_raft_term", "Current Raft term.", func(g cluster.Gauges) float64 { return float64(g.Term) }),
+		gauge("rlnode_raft_applied_index", "Last log index applied to the state machine.", func(g cluster.Gauges) float64 { return float64(g.AppliedIndex) }),
+		gauge("rlnode_raft_commit_index", "Last committed log index known to this node.", func(g cluster.Gauges) float64 { return float64(g.CommitIndex) }),
+	)
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// BatchApplied implements cluster.Observer.
+func (m *Metrics) BatchApplied(hits int) { m.batchHits.Observe(float64(hits)) }
+
+// Forwarded implements cluster.Observer.
+func (m *Metrics) Forwarded(hits int) { m.forwarded.Add(float64(hits)) }
+
+func (m *Metrics) observeCheck(policy, result string, start time.Time) {
+	if m == nil {
+		return
+	}
+	m.checks.WithLabelValues(policy, result).Inc()
+	m.duration.Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) forwardedIn() {
+	if m != nil {
+		m.served.Inc()
+	}
+}

@@ -1,0 +1,43 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Every error rlnode answers is an RFC 9457 problem document, so clients
+// parse one shape whatever went wrong.
+const problemJSON = "application/problem+json"
+
+// Problem codes: stable, machine-readable reasons in the "code" member.
+const (
+	CodeInvalidClient    = "invalid_client"
+	CodeInvalidRequest   = "invalid_request"
+	CodeCostExceedsLimit = "cost_exceeds_limit"
+	CodeQuotaExceeded    = "quota_exceeded"
+	CodeOutcomeUnknown   = "outcome_unknown"
+	CodeNotCounted       = "not_counted"
+	CodeNoLeader         = "no_leader"
+	CodeNotLeader        = "not_leader"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeNotReady         = "not_ready"
+	CodeInternal         = "internal"
+)
+
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+}
+
+func writeProblem(c *gin.Context, status int, code, detail string) {
+	c.Header("Cache-Control", "no-store")
+	c.Render(status, jsonRender{contentType: problemJSON, v: problem{
+		Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
+	}})
+	c.Abort()
+}
