@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -80,6 +81,9 @@ type Config struct {
 	// Stream replaces the TCP stream layer (a test harness wraps it to cut
 	// links). Nil means ListenTCP(RaftBind, RaftAdvertise).
 	Stream raft.StreamLayer
+	// PeerTransport replaces the HTTP transport used to reach other nodes
+	// (a test harness wraps it to cut links). Nil means a pooled default.
+	PeerTransport http.RoundTripper
 	// Observer receives hit-path events (metrics); nil means none.
 	Observer Observer
 	// OnFatal is called when the node can no longer run safely (its state

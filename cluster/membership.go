@@ -77,6 +77,15 @@ func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in
 		return ErrNotLeader
 	}
 	url, err := n.leaderURL()
+	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = n.leaderURL() {
+		// Right after an election the leader is briefly unknown; an admin
+		// call is rare enough to wait for it.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -238,7 +247,7 @@ func (n *Node) Leave(ctx context.Context) error {
 // JoinCluster asks the members at addrs (HTTP base URLs) to add self, trying
 // each in turn with backoff until one accepts or ctx ends.
 func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, log func(msg string, args ...any)) error {
-	pc := newPeerClient(token)
+	pc := newPeerClient(token, nil)
 	defer pc.close()
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {

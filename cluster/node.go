@@ -70,7 +70,7 @@ func Open(cfg Config) (*Node, error) {
 		n.policies[p.Name] = p
 	}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken)
+	n.peers = newPeerClient(cfg.ClusterToken, cfg.PeerTransport)
 	if err := n.open(); err != nil {
 		n.closeStores()
 		return nil, err
@@ -315,8 +315,12 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
-	if id, _ := n.raft.LeaderWithID(); id == "" {
+	id, addr := n.Leader()
+	if id == "" {
 		return ErrNoLeader
+	}
+	if addr == "" {
+		return fmt.Errorf("leader %s is known but its HTTP address is not replicated here yet", id)
 	}
 	if err := n.fsm.Stats().Halted; err != nil {
 		return err

@@ -29,7 +29,10 @@ type peerClient struct {
 	client *http.Client
 }
 
-func newPeerClient(token string) *peerClient {
+func newPeerClient(token string, rt http.RoundTripper) *peerClient {
+	if rt != nil {
+		return &peerClient{token: token, client: &http.Client{Transport: rt}}
+	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        1024,

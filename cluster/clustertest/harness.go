@@ -1,0 +1,353 @@
+// Package clustertest runs real rlnode nodes in one test process: real TCP on
+// 127.0.0.1:0, real Bolt files in t.TempDir(), the real HTTP API, fast Raft
+// timeouts, raft logs routed to t.Log, and a fault layer that can cut every
+// link of a node (Raft and HTTP) and heal it.
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
+)
+
+// FastTiming keeps elections well under a second.
+var FastTiming = cluster.Timing{Heartbeat: 50 * time.Millisecond, Election: 50 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+
+// Options shape every node of a harness cluster.
+type Options struct {
+	Limit             int64
+	Window            time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotInterval  time.Duration
+	Token             string
+}
+
+func (o *Options) defaults() {
+	if o.Limit == 0 {
+		o.Limit = 5
+	}
+	if o.Window == 0 {
+		o.Window = time.Minute
+	}
+}
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     *testing.T
+	opts  Options
+	mu    sync.Mutex
+	Nodes []*Node
+	// cut holds the ids of isolated nodes; links to or from them fail.
+	cut map[string]bool
+	// byAddr maps Raft and HTTP addresses to node ids for the fault layer.
+	byAddr map[string]string
+	// conns are the open connections touching each node.
+	conns map[string]map[net.Conn]struct{}
+}
+
+// Node is one in-process node with its HTTP API served on real TCP.
+type Node struct {
+	*cluster.Node
+	ID       string
+	Dir      string
+	RaftAddr string
+	HTTPAddr string
+	// ClockOffset is applied when the node (re)starts.
+	ClockOffset time.Duration
+
+	c      *Cluster
+	stream *faultStream
+	srv    *http.Server
+	httpLn net.Listener
+	up     bool
+}
+
+// New makes an empty cluster; Start or AddNode add members.
+func New(t *testing.T, opts Options) *Cluster {
+	opts.defaults()
+	c := &Cluster{t: t, opts: opts, cut: map[string]bool{}, byAddr: map[string]string{}}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Start makes an n-node cluster: the first node bootstraps, the others join
+// through it, and it waits until every node is ready.
+func Start(t *testing.T, n int, opts Options) *Cluster {
+	c := New(t, opts)
+	c.AddNode(true)
+	for i := 1; i < n; i++ {
+		c.AddNode(false)
+	}
+	c.WaitReady(10 * time.Second)
+	return c
+}
+
+// AddNode starts a new node with a fresh data dir. Unless bootstrap is set it
+// joins the cluster through the first live node.
+func (c *Cluster) AddNode(bootstrap bool) *Node {
+	c.t.Helper()
+	c.mu.Lock()
+	id := fmt.Sprintf("n%d", len(c.Nodes)+1)
+	c.mu.Unlock()
+	n := &Node{ID: id, Dir: filepath.Join(c.t.TempDir(), id), c: c}
+	n.start(bootstrap)
+	c.mu.Lock()
+	c.Nodes = append(c.Nodes, n)
+	c.mu.Unlock()
+	if !bootstrap {
+		c.Join(n)
+	}
+	return n
+}
+
+// Join asks the cluster (through any live node) to add n.
+func (c *Cluster) Join(n *Node) {
+	c.t.Helper()
+	var via []string
+	for _, o := range c.Live() {
+		if o != n {
+			via = append(via, "http://"+o.HTTPAddr)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, func(string, ...any) {})
+	if err != nil {
+		c.t.Fatalf("join %s: %v", n.ID, err)
+	}
+}
+
+func (n *Node) start(bootstrap bool) {
+	c := n.c
+	c.t.Helper()
+	raftAddr, httpAddr := n.RaftAddr, n.HTTPAddr
+	if raftAddr == "" {
+		raftAddr = "127.0.0.1:0"
+	}
+	if httpAddr == "" {
+		httpAddr = "127.0.0.1:0"
+	}
+	inner, err := cluster.ListenTCP(raftAddr, raftAddr)
+	if err != nil {
+		c.t.Fatalf("%s: %v", n.ID, err)
+	}
+	n.stream = &faultStream{StreamLayer: inner, c: c, id: n.ID}
+	n.RaftAddr = inner.Addr().String()
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		c.t.Fatalf("%s: listen http: %v", n.ID, err)
+	}
+	n.httpLn = &faultListener{Listener: ln, c: c, id: n.ID}
+	n.HTTPAddr = ln.Addr().String()
+	c.mu.Lock()
+	c.byAddr[n.RaftAddr], c.byAddr[n.HTTPAddr] = n.ID, n.ID
+	c.mu.Unlock()
+
+	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
+	node, err := cluster.Open(cluster.Config{
+		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, Bootstrap: bootstrap,
+		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
+		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
+		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
+		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
+	})
+	if err != nil {
+		c.t.Fatalf("open %s: %v", n.ID, err)
+	}
+	n.Node = node
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.opts.Token, DebugEndpoints: true, Logger: logger})
+	n.srv = httpapi.NewServer(api.Handler(), logger)
+	go n.srv.Serve(n.httpLn)
+	n.up = true
+}
+
+// Stop shuts the node down (HTTP, then Raft, then Bolt), keeping its data.
+func (n *Node) Stop() {
+	n.c.t.Helper()
+	if !n.up {
+		return
+	}
+	n.up = false
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.srv.Shutdown(ctx)
+	if err := n.Node.Close(); err != nil {
+		n.c.t.Logf("close %s: %v", n.ID, err)
+	}
+}
+
+// Restart starts a stopped node again on the same data dir and addresses.
+func (n *Node) Restart() {
+	n.c.t.Helper()
+	n.start(false)
+}
+
+// Up reports whether the node is running.
+func (n *Node) Up() bool { return n.up }
+
+// URL is the node's HTTP base URL.
+func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Stop()
+	}
+}
+
+// Live returns the running nodes.
+func (c *Cluster) Live() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.up {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Isolate cuts every Raft and HTTP link of n, as a network partition would.
+func (c *Cluster) Isolate(n *Node) {
+	c.mu.Lock()
+	c.cut[n.ID] = true
+	c.mu.Unlock()
+	c.dropConns(n.ID)
+}
+
+// Heal restores every link.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	c.cut = map[string]bool{}
+	c.mu.Unlock()
+}
+
+func (c *Cluster) isCut(a, b string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut[a] || c.cut[b]
+}
+
+func (c *Cluster) idOf(addr string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byAddr[addr]
+}
+
+// Poll calls cond until it returns nil or timeout passes, then fails the test
+// with cond's last error.
+func Poll(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitReady waits until every live node is ready and they agree on a leader.
+func (c *Cluster) WaitReady(timeout time.Duration) *Node {
+	c.t.Helper()
+	var leader *Node
+	Poll(c.t, timeout, func() error {
+		leader = nil
+		var lid string
+		for _, n := range c.Live() {
+			if err := n.Ready(0); err != nil {
+				return fmt.Errorf("%s not ready: %w", n.ID, err)
+			}
+			id, _ := n.Leader()
+			if lid != "" && id != lid {
+				return fmt.Errorf("nodes disagree on the leader: %s vs %s", lid, id)
+			}
+			lid = id
+			if n.ID == id {
+				leader = n
+			}
+		}
+		if leader == nil {
+			return fmt.Errorf("leader %q is not among the live nodes", lid)
+		}
+		return nil
+	})
+	return leader
+}
+
+// Leader waits for a leader among the live, connected nodes.
+func (c *Cluster) Leader(timeout time.Duration) *Node {
+	c.t.Helper()
+	var leader *Node
+	Poll(c.t, timeout, func() error {
+		for _, n := range c.Live() {
+			if n.IsLeader() && !c.isCut(n.ID, "") {
+				if _, err := n.Peek(context.Background(), "default", "leader-probe", false, false); err == nil {
+					leader = n
+					return nil
+				}
+			}
+		}
+		return errors.New("no leader ready for reads")
+	})
+	return leader
+}
+
+// Followers returns the live nodes other than the leader.
+func (c *Cluster) Followers(leader *Node) []*Node {
+	var out []*Node
+	for _, n := range c.Live() {
+		if n != leader {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitConverged waits until every live node has applied the same index with
+// the same state digest.
+func (c *Cluster) WaitConverged(timeout time.Duration) {
+	c.t.Helper()
+	Poll(c.t, timeout, func() error {
+		var want cluster.Status
+		for i, n := range c.Live() {
+			s := n.Status()
+			if i == 0 {
+				want = s
+				continue
+			}
+			if s.DigestIndex != want.DigestIndex || s.Digest != want.Digest {
+				return fmt.Errorf("%s at index %d digest %s; %s at index %d digest %s", n.ID, s.DigestIndex, s.Digest, c.Live()[0].ID, want.DigestIndex, want.Digest)
+			}
+		}
+		return nil
+	})
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+var _ io.Writer = testWriter{}
