@@ -1,0 +1,337 @@
+// Package proctest runs real rlnode processes for tests: it builds the
+// binary, picks free ports, starts, signals and restarts processes, and
+// speaks their HTTP API. Tests share it instead of copying setup.
+package proctest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Build compiles ./cmd/rlnode into dir and returns the binary's path.
+func Build(dir string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "rlnode")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/rlnode")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port nothing listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Proc is one running rlnode process.
+type Proc struct {
+	t    testing.TB
+	Bin  string
+	Args []string
+	Name string
+	Log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start runs `bin args...`, logging to a file in the test's temp dir. The
+// process is killed when the test ends.
+func Start(t testing.TB, bin, name string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, Bin: bin, Args: args, Name: name, Log: filepath.Join(t.TempDir(), name+".log")}
+	p.start()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.Log)
+			t.Logf("---- log of %s ----\n%s", p.Name, tail(string(b), 60))
+		}
+	})
+	return p
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+func (p *Proc) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(p.Bin, p.Args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		p.t.Fatalf("start %s: %v", p.Name, err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.err = cmd, done, nil
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+// Restart starts the process again with the same arguments.
+func (p *Proc) Restart() {
+	p.t.Helper()
+	p.start()
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Kill sends SIGKILL (a crash) and waits for the process to exit.
+func (p *Proc) Kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return
+	default:
+	}
+	cmd.Process.Kill()
+	<-done
+}
+
+// Signal sends sig and waits up to timeout for the exit; it returns the
+// exit code (-1 if it did not exit).
+func (p *Proc) Signal(sig syscall.Signal, timeout time.Duration) int {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		return -1
+	}
+}
+
+// Wait waits for the process to exit by itself and returns its exit code.
+func (p *Proc) Wait(timeout time.Duration) int {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		return -1
+	}
+}
+
+// Output returns what the process has logged so far.
+func (p *Proc) Output() string {
+	b, _ := os.ReadFile(p.Log)
+	return string(b)
+}
+
+// Node is an rlnode serve process with its addresses.
+type Node struct {
+	*Proc
+	ID, HTTPAddr, RaftAddr, DataDir string
+}
+
+// URL is the node's HTTP base URL.
+func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+
+// StartNode starts `rlnode serve` on free ports with a data dir in the test's
+// temp dir; extra flags are appended.
+func StartNode(t testing.TB, bin, id string, extra ...string) *Node {
+	t.Helper()
+	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+	args := append([]string{"serve", "--id", id, "--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr, "--data-dir", n.DataDir}, extra...)
+	n.Proc = Start(t, bin, id, args...)
+	return n
+}
+
+// StartCluster starts n nodes: the first bootstraps, the rest --join it. It
+// waits until all are ready.
+func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
+	t.Helper()
+	nodes := []*Node{StartNode(t, bin, "n1", extra...)}
+	WaitReady(t, nodes[0], 15*time.Second)
+	for i := 2; i <= n; i++ {
+		nodes = append(nodes, StartNode(t, bin, fmt.Sprintf("n%d", i), append([]string{"--join", nodes[0].URL()}, extra...)...))
+	}
+	for _, nd := range nodes {
+		WaitReady(t, nd, 15*time.Second)
+	}
+	return nodes
+}
+
+// Response is an HTTP answer with its JSON body decoded.
+type Response struct {
+	Status int
+	Header http.Header
+	JSON   map[string]any
+	Raw    []byte
+}
+
+// Num returns a numeric JSON field.
+func (r Response) Num(k string) int64 {
+	f, _ := r.JSON[k].(float64)
+	return int64(f)
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// Get performs GET url; a transport error is returned, not fatal, so tests
+// can poll through failovers.
+func Get(url string) (Response, error) {
+	return Do("GET", url, "", nil)
+}
+
+// Do performs a request with an optional bearer token and JSON body.
+func Do(method, url, token string, body any) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return Response{}, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	r := Response{Status: resp.StatusCode, Header: resp.Header}
+	r.Raw, _ = io.ReadAll(resp.Body)
+	if len(r.Raw) > 0 && (r.Raw[0] == '{') {
+		json.Unmarshal(r.Raw, &r.JSON)
+	}
+	return r, nil
+}
+
+// MustGet is Get that fails the test on a transport error.
+func MustGet(t testing.TB, url string) Response {
+	t.Helper()
+	r, err := Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return r
+}
+
+// Poll retries cond until it returns nil or timeout passes.
+func Poll(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitReady waits for GET /readyz to answer 200.
+func WaitReady(t testing.TB, n *Node, timeout time.Duration) {
+	t.Helper()
+	Poll(t, timeout, func() error {
+		r, err := Get(n.URL() + "/readyz")
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.ID, err)
+		}
+		if r.Status != 200 {
+			return fmt.Errorf("%s not ready: %s", n.ID, r.Raw)
+		}
+		return nil
+	})
+}
+
+// Status reads GET /v1/status.
+func Status(n *Node) (map[string]any, error) {
+	r, err := Get(n.URL() + "/v1/status")
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != 200 {
+		return nil, fmt.Errorf("status %d: %s", r.Status, r.Raw)
+	}
+	return r.JSON, nil
+}
+
+// Run runs the binary as a command (e.g. an admin command) and returns its
+// stdout, stderr and exit code.
+func Run(t testing.TB, bin string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(os.Environ(), env...)
+	err := cmd.Run()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return out.String(), errb.String(), ee.ExitCode()
+		}
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return out.String(), errb.String(), 0
+}

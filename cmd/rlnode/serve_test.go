@@ -1,0 +1,134 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+)
+
+// The issue's single-node acceptance test: 10 allowed with remaining 9..0 and
+// one resetAt, an 11th refused with Retry-After, a bad id rejected, and the
+// spent window still spent after a clean restart on the same data dir.
+func TestSingleNodeServeAndRestart(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "solo")
+	proctest.WaitReady(t, n, 15*time.Second)
+	var resetAt int64
+	for i := int64(9); i >= 0; i-- {
+		r := proctest.MustGet(t, n.URL()+"/check/alice")
+		if r.Status != 200 || r.JSON["allowed"] != true || r.Num("remaining") != i || r.Num("limit") != 10 || r.Num("windowMs") != 60000 {
+			t.Fatalf("hit %d: %d %s", 10-i, r.Status, r.Raw)
+		}
+		if resetAt == 0 {
+			resetAt = r.Num("resetAt")
+		} else if r.Num("resetAt") != resetAt {
+			t.Fatalf("resetAt moved within the window: %d then %d", resetAt, r.Num("resetAt"))
+		}
+	}
+	r := proctest.MustGet(t, n.URL()+"/check/alice")
+	if r.Status != 429 || r.JSON["allowed"] != false || r.Num("resetAt") != resetAt {
+		t.Fatalf("11th hit: %d %s", r.Status, r.Raw)
+	}
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	if r := proctest.MustGet(t, n.URL()+"/check/"+strings.Repeat("z", 300)); r.Status != 400 {
+		t.Fatalf("oversized id: %d %s", r.Status, r.Raw)
+	}
+	if code := n.Signal(syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Fatalf("SIGTERM exit code %d, want 0\n%s", code, n.Output())
+	}
+	if !strings.Contains(n.Output(), "stopped cleanly") {
+		t.Fatalf("no clean shutdown in the log:\n%s", n.Output())
+	}
+	n.Restart()
+	proctest.WaitReady(t, n, 15*time.Second)
+	r = proctest.MustGet(t, n.URL()+"/check/alice")
+	if r.Status != 429 || r.Num("resetAt") != resetAt {
+		t.Fatalf("after restart: %d %s; want the same spent window (resetAt %d)", r.Status, r.Raw, resetAt)
+	}
+	if !strings.Contains(n.Output(), "not bootstrapping") {
+		t.Fatalf("restart bootstrapped again:\n%s", n.Output())
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "0"}, "--limit 0: must be at least 1"},
+		{[]string{"--limit", "-5"}, "--limit -5"},
+		{[]string{"--window", "-1s"}, "--window -1s: must be a positive duration"},
+		{[]string{"--window", "banana"}, "invalid value"},
+		{[]string{"--http-addr", "nope"}, "--http-addr"},
+		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+	}
+	for _, c := range cases {
+		args := append([]string{"serve", "--data-dir", t.TempDir()}, c.args...)
+		_, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("rlnode %v: exit %d, stderr %q; want exit 2 mentioning %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+func TestServeRefusesCorruptOrBusyDataDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "raft.db"), []byte("this is not a bolt database, just junk bytes................"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"serve", "--data-dir", dir, "--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t)}
+	_, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
+	if code != 1 || !strings.Contains(stderr, "open raft log") {
+		t.Fatalf("corrupt raft.db: exit %d, stderr %q", code, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "raft.db")); !strings.HasPrefix(string(b), "this is not a bolt") {
+		t.Fatal("the corrupt file was modified")
+	}
+
+	n := proctest.StartNode(t, rlnodeBin, "busy")
+	proctest.WaitReady(t, n, 15*time.Second)
+	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--id", "busy", "--data-dir", n.DataDir,
+		"--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t))
+	if code != 1 || !strings.Contains(stderr, "locked by another process") {
+		t.Fatalf("second process on a busy data dir: exit %d, stderr %q", code, stderr)
+	}
+	n.Kill()
+	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--id", "other", "--data-dir", n.DataDir,
+		"--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t))
+	if code != 1 || !strings.Contains(stderr, `belongs to node "busy"`) {
+		t.Fatalf("wrong --id for a data dir: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestGarbageOnRaftPortChangesNothing(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "g")
+	proctest.WaitReady(t, n, 15*time.Second)
+	proctest.MustGet(t, n.URL()+"/check/x")
+	for _, junk := range [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n"), {0, 1, 2, 3, 255, 254}, []byte(strings.Repeat("\xff", 70000))} {
+		conn, err := net.Dial("tcp", n.RaftAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(junk)
+		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 64)
+		conn.Read(buf)
+		conn.Close()
+	}
+	r := proctest.MustGet(t, n.URL()+"/check/x")
+	if r.Status != 200 || r.Num("remaining") != 8 {
+		t.Fatalf("after garbage on the raft port: %d %s", r.Status, r.Raw)
+	}
+	if code := n.Wait(100 * time.Millisecond); code != -1 {
+		t.Fatalf("process exited with %d after garbage on the raft port", code)
+	}
+}
