@@ -44,13 +44,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+		usage(stdout)
+		return 0
+	}
 	name := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
-	}
-	if name == "help" || name == "--help" || name == "-h" {
-		usage(stdout)
-		return 0
 	}
 	for _, c := range commands() {
 		if c.name != name {
