@@ -197,3 +197,49 @@ func TestLeaveOnShutdownAndClusterToken(t *testing.T) {
 		t.Fatalf("after leave: %d %s", r.Status, r.Raw)
 	}
 }
+
+// A leader whose clock is 30 s behind (--debug-clock-offset) takes over a
+// spent window: it must keep refusing until a full window of real time has
+// passed, and must let the window roll over after that.
+func TestLaggingLeaderProcessNeverReopensEarly(t *testing.T) {
+	window := 3 * time.Second
+	n1 := proctest.StartNode(t, rlnodeBin, "n1", "--limit", "2", "--window", window.String())
+	proctest.WaitReady(t, n1, 15*time.Second)
+	n2 := proctest.StartNode(t, rlnodeBin, "n2", "--limit", "2", "--window", window.String(), "--join", n1.URL())
+	lag := proctest.StartNode(t, rlnodeBin, "lag", "--limit", "2", "--window", window.String(), "--join", n1.URL(), "--debug-clock-offset", "-30s")
+	for _, n := range []*proctest.Node{n2, lag} {
+		proctest.WaitReady(t, n, 15*time.Second)
+	}
+	if leaderOf(t, []*proctest.Node{n1, n2, lag}) == lag {
+		if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "n1", "--addr", n1.URL()); code != 0 {
+			t.Fatalf("move leadership off the laggard: %s", stderr)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if r := proctest.MustGet(t, n1.URL()+"/check/gina"); r.Status != 200 {
+			t.Fatalf("spend: %d %s", r.Status, r.Raw)
+		}
+	}
+	spent := time.Now()
+	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "lag", "--addr", n2.URL())
+	if code != 0 || !strings.Contains(out, "leader is now lag") {
+		t.Fatalf("transfer to the laggard: %d %s %s", code, out, stderr)
+	}
+	for time.Since(spent) < window-500*time.Millisecond {
+		r, err := proctest.Get(lag.URL() + "/check/gina")
+		if err == nil && r.Status == 200 {
+			t.Fatalf("the lagging leader reopened gina's window %s after it was spent: %s", time.Since(spent), r.Raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	proctest.Poll(t, 3*window, func() error {
+		r, err := proctest.Get(lag.URL() + "/check/gina")
+		if err != nil {
+			return err
+		}
+		if r.Status != 200 || r.Header.Get("X-Rlnode-Served-By") != "lag" {
+			return fmt.Errorf("window never rolled over under the lagging leader: %d %s", r.Status, r.Raw)
+		}
+		return nil
+	})
+}

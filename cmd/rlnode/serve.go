@@ -38,6 +38,7 @@ type serveConfig struct {
 	debugClockOffset                                     time.Duration
 	maxBatch, maxInflight                                int
 	shutdownTimeout                                      time.Duration
+	pprofAddr                                            string
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -65,6 +66,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxBatch, "max-batch", 512, "most hits in one log entry")
 	fs.IntVar(&c.maxInflight, "max-inflight", 2, "log entries in flight at once on the leader")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	return fs, c
 }
 
@@ -183,6 +185,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
+	}
+
+	if c.pprofAddr != "" {
+		stopPprof, err := servePprof(c.pprofAddr, logger)
+		if err != nil {
+			node.Close()
+			return err
+		}
+		defer stopPprof()
 	}
 
 	serveErr := make(chan error, 1)
