@@ -248,6 +248,7 @@ func (n *Node) Leave(ctx context.Context) error {
 // each in turn with backoff until one accepts or ctx ends.
 func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, log func(msg string, args ...any)) error {
 	pc := newPeerClient(token, nil)
+	pc.forwarding = false
 	defer pc.close()
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {

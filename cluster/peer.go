@@ -27,11 +27,15 @@ const (
 type peerClient struct {
 	token  string
 	client *http.Client
+	// forwarding marks requests with HeaderForwarded: set for a node passing
+	// a request on to the leader, not for a joining node's first request
+	// (which a follower must pass on).
+	forwarding bool
 }
 
 func newPeerClient(token string, rt http.RoundTripper) *peerClient {
 	if rt != nil {
-		return &peerClient{token: token, client: &http.Client{Transport: rt}}
+		return &peerClient{token: token, client: &http.Client{Transport: rt}, forwarding: true}
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -40,7 +44,7 @@ func newPeerClient(token string, rt http.RoundTripper) *peerClient {
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   false,
 	}
-	return &peerClient{token: token, client: &http.Client{Transport: tr}}
+	return &peerClient{token: token, client: &http.Client{Transport: tr}, forwarding: true}
 }
 
 func (p *peerClient) close() { p.client.CloseIdleConnections() }
@@ -72,7 +76,9 @@ func (p *peerClient) do(ctx context.Context, method, url, contentType string, bo
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	req.Header.Set(HeaderForwarded, "1")
+	if p.forwarding {
+		req.Header.Set(HeaderForwarded, "1")
+	}
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}

@@ -12,8 +12,16 @@ import (
 // NewTCPTransport builds, made here so a test harness can wrap it.
 type tcpStream struct {
 	net.Listener
-	advertise net.Addr
+	advertise advertiseAddr
 }
+
+// advertiseAddr keeps the advertise address as configured: a DNS name
+// (e.g. a compose service) must stay a name in the Raft configuration, not
+// be frozen to the IP it resolved to at start.
+type advertiseAddr string
+
+func (a advertiseAddr) Network() string { return "tcp" }
+func (a advertiseAddr) String() string  { return string(a) }
 
 // ListenTCP opens the Raft listener. advertise is the address peers dial; it
 // must be a concrete address (not 0.0.0.0).
@@ -29,10 +37,13 @@ func ListenTCP(bind, advertise string) (raft.StreamLayer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for raft on %s: %w", bind, err)
 	}
+	addr := advertise
 	if adv.Port == 0 {
-		adv.Port = l.Addr().(*net.TCPAddr).Port
+		// Tests bind port 0: advertise the port actually bound.
+		host, _, _ := net.SplitHostPort(advertise)
+		addr = net.JoinHostPort(host, fmt.Sprint(l.Addr().(*net.TCPAddr).Port))
 	}
-	return &tcpStream{Listener: l, advertise: adv}, nil
+	return &tcpStream{Listener: l, advertise: advertiseAddr(addr)}, nil
 }
 
 func (s *tcpStream) Addr() net.Addr { return s.advertise }

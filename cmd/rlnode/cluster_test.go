@@ -243,3 +243,19 @@ func TestLaggingLeaderProcessNeverReopensEarly(t *testing.T) {
 		return nil
 	})
 }
+
+// Joining through a follower only: the follower passes the join on to the
+// leader.
+func TestJoinThroughFollower(t *testing.T) {
+	nodes := proctest.StartCluster(t, rlnodeBin, 2)
+	leader := leaderOf(t, nodes)
+	follower := nodes[0]
+	if follower == leader {
+		follower = nodes[1]
+	}
+	n3 := proctest.StartNode(t, rlnodeBin, "n3", "--join", follower.URL())
+	proctest.WaitReady(t, n3, 15*time.Second)
+	if ps := peers(t, n3.URL()); len(ps) != 3 {
+		t.Fatalf("after joining via follower %s: %+v", follower.ID, ps)
+	}
+}
