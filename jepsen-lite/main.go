@@ -1,0 +1,182 @@
+// Command jepsen-lite is rlnode's fault-injection test. It builds the
+// rlnode binary, runs a real cluster (each node in its own network
+// namespace when it can), drives it with concurrent clients while a nemesis
+// partitions, kills, pauses, skews clocks and changes membership, then
+// checks the history for linearizability and never-more-than-N, checks that
+// the nodes converged, and writes a report. It treats rlnode as a black
+// box: only the binary and its HTTP API. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit codes.
+const (
+	exitValid   = 0
+	exitInvalid = 1
+	exitUsage   = 2
+	exitAborted = 3 // setup failed or interrupted: nothing was judged
+)
+
+// Serve flags every node runs with beyond the limiter settings: debug
+// endpoints for the clock nemesis, and snapshots so frequent (with a short
+// log tail kept behind them) that a wiped node rejoining after the
+// membership fault has to be caught up with InstallSnapshot, not by log
+// replay.
+var nodeFixedFlags = []string{
+	"--debug-endpoints",
+	"--snapshot-threshold", "200",
+	"--snapshot-interval", "1s",
+	"--trailing-logs", "50",
+}
+
+type options struct {
+	nodes         int
+	clients       int
+	keys          int
+	limit         int64
+	window        time.Duration
+	duration      time.Duration
+	faultDuration time.Duration
+	quiet         time.Duration
+	final         time.Duration
+	nemesis       string
+	out           string
+	rate          float64
+	peekRatio     float64
+	timeout       time.Duration
+	skew          time.Duration
+	seed          uint64
+	name          string
+	loopback      bool
+	binary        string
+	checkTimeout  time.Duration
+	serveArgs     string
+	cleanup       bool
+
+	nemeses []string // parsed --nemesis
+	skipped []string // dropped from an alias because they need 5 nodes
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("jepsen-lite", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.nodes, "nodes", 3, "cluster size: 3 or 5")
+	fs.IntVar(&o.clients, "clients", 8, "concurrent client workers")
+	fs.IntVar(&o.keys, "keys", 5, "number of rate-limited keys the clients share")
+	fs.Int64Var(&o.limit, "limit", 5, "rlnode --limit: hits per key per window")
+	fs.DurationVar(&o.window, "window", 2*time.Second, "rlnode --window")
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "length of the faulted phase (extended if too short for one round of every nemesis)")
+	fs.DurationVar(&o.faultDuration, "fault-duration", 4*time.Second, "how long each fault is held before it is healed")
+	fs.DurationVar(&o.quiet, "quiet", 3*time.Second, "quiet gap after each heal (and warm-up before the first fault)")
+	fs.DurationVar(&o.final, "final", 5*time.Second, "final quiet phase of ops once everything is healed and settled")
+	fs.StringVar(&o.nemesis, "nemesis", "all", "comma list of faults: "+strings.Join(allNemeses, ", ")+"; or partition, clock-skew, all, none")
+	fs.StringVar(&o.out, "out", "", "report directory (default ./jepsen-out/<timestamp>)")
+	fs.Float64Var(&o.rate, "rate", 200, "target ops per second over all clients (0 = as fast as possible)")
+	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks (GET /v1/status/<key>)")
+	fs.DurationVar(&o.timeout, "timeout", 1500*time.Millisecond, "client per-request timeout")
+	fs.DurationVar(&o.skew, "skew", 5*time.Second, "clock offset the clock-skew nemeses apply")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the schedule, targets and workload (0 = from the clock)")
+	fs.StringVar(&o.name, "name", "", "run name (1-8 of [a-z0-9]) used in namespace/bridge names; leftovers of the same name are deleted first (default random)")
+	fs.BoolVar(&o.loopback, "loopback", false, "do not use network namespaces: run on 127.0.0.1 without partitions")
+	fs.StringVar(&o.binary, "binary", "", "use this rlnode binary instead of building ./cmd/rlnode")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 60*time.Second, "linearizability checker budget per key")
+	fs.StringVar(&o.serveArgs, "serve-args", "", "extra flags for every `rlnode serve`, space separated (e.g. \"--log-level debug\")")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "only remove namespaces/bridges left by runs whose runner died, then exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./jepsen-lite [flags]\n\nFault-injection test for rlnode (see jepsen-lite/README.md).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	if o.nodes != 3 && o.nodes != 5 {
+		errs = append(errs, fmt.Errorf("--nodes %d: want 3 or 5", o.nodes))
+	}
+	if o.clients < 1 || o.keys < 1 || o.limit < 1 {
+		errs = append(errs, errors.New("--clients, --keys and --limit must be at least 1"))
+	}
+	if o.window < time.Millisecond || o.duration < 0 || o.faultDuration <= 0 || o.quiet < 0 || o.final <= 0 || o.timeout <= 0 {
+		errs = append(errs, errors.New("--window, --fault-duration, --final and --timeout must be positive; --duration and --quiet not negative"))
+	}
+	if o.peekRatio < 0 || o.peekRatio > 1 || o.rate < 0 {
+		errs = append(errs, errors.New("--peek-ratio must be in [0,1] and --rate not negative"))
+	}
+	if o.name != "" && !runNameRE.MatchString(o.name) {
+		errs = append(errs, fmt.Errorf("--name %q: want 1-8 characters of [a-z0-9]", o.name))
+	}
+	var err error
+	if o.nemeses, o.skipped, err = parseNemeses(o.nemesis, o.nodes); err != nil {
+		errs = append(errs, err)
+	}
+	return o, errors.Join(errs...)
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitValid
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "jepsen-lite: %v\n", err)
+		return exitUsage
+	}
+	t0 := time.Now()
+	log := newLogger(stdout, t0)
+	if o.cleanup {
+		reaped := reapStaleRuns(5, log)
+		log.Printf("cleanup: reaped %d stale run(s) %v", len(reaped), reaped)
+		return exitValid
+	}
+	if o.seed == 0 {
+		o.seed = uint64(t0.UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(o.seed, 0x6a657073656e))
+	if o.name == "" {
+		const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+		b := make([]byte, 6)
+		for i := range b {
+			b[i] = alnum[rng.IntN(len(alnum))]
+		}
+		o.name = string(b)
+	}
+	if o.out == "" {
+		o.out = filepath.Join("jepsen-out", t0.Format("20060102-150405"))
+	}
+	if abs, err := filepath.Abs(o.out); err == nil {
+		o.out = abs
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first Ctrl-C the run cleans up; restoring the default
+	// handler lets a second one end it at once.
+	defer context.AfterFunc(ctx, func() {
+		log.Loudf("interrupted: cleaning up (Ctrl-C again to exit at once)")
+		stop()
+	})()
+
+	r := &runner{o: o, t0: t0, log: log, rng: rng, stdout: stdout}
+	return r.run(ctx)
+}

@@ -1,0 +1,601 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Nemesis names, as --nemesis takes them.
+const (
+	nemPartitionLeader = "partition-leader"
+	nemPartitionHalf   = "partition-half"
+	nemPartitionRing   = "partition-ring"
+	nemPartitionBridge = "partition-bridge"
+	nemKill            = "kill"
+	nemKillLeader      = "kill-leader"
+	nemPause           = "pause"
+	nemPauseLeader     = "pause-leader"
+	nemClockForward    = "clock-skew-forward"
+	nemClockBackward   = "clock-skew-backward"
+	nemMembership      = "membership"
+)
+
+// allNemeses is every fault, in a stable order for docs and errors.
+var allNemeses = []string{
+	nemPartitionLeader, nemPartitionHalf, nemPartitionRing, nemPartitionBridge,
+	nemKill, nemKillLeader, nemPause, nemPauseLeader,
+	nemClockForward, nemClockBackward, nemMembership,
+}
+
+// aliases expand to several nemeses; "all" is every one that applies.
+var aliases = map[string][]string{
+	"partition":  {nemPartitionLeader, nemPartitionHalf, nemPartitionRing, nemPartitionBridge},
+	"clock-skew": {nemClockForward, nemClockBackward},
+	"all":        allNemeses,
+}
+
+func isPartition(name string) bool { return strings.HasPrefix(name, "partition-") }
+
+// needsFive reports faults that only mean something with at least 5 nodes.
+func needsFive(name string) bool { return name == nemPartitionRing || name == nemPartitionBridge }
+
+// parseNemeses expands --nemesis into a de-duplicated list. Faults that
+// need 5 nodes are dropped quietly from an alias (noted in skipped) but are
+// an error when named explicitly with fewer nodes: the user asked for a
+// test that cannot run.
+func parseNemeses(spec string, nodes int) (list []string, skipped []string, err error) {
+	seen := map[string]bool{}
+	for _, raw := range strings.Split(spec, ",") {
+		name := strings.TrimSpace(raw)
+		if name == "" || name == "none" {
+			continue
+		}
+		expanded, alias := aliases[name]
+		if !alias {
+			if !slices.Contains(allNemeses, name) {
+				return nil, nil, fmt.Errorf("unknown nemesis %q (want a comma list of %s, or partition, clock-skew, all, none)",
+					name, strings.Join(allNemeses, ", "))
+			}
+			if needsFive(name) && nodes < 5 {
+				return nil, nil, fmt.Errorf("nemesis %s needs --nodes 5", name)
+			}
+			expanded = []string{name}
+		}
+		for _, n := range expanded {
+			if needsFive(n) && nodes < 5 {
+				if !slices.Contains(skipped, n) {
+					skipped = append(skipped, n)
+				}
+				continue
+			}
+			if !seen[n] {
+				seen[n] = true
+				list = append(list, n)
+			}
+		}
+	}
+	return list, skipped, nil
+}
+
+// healAllowance is the time a heal is expected to take beyond the fault
+// itself: a restart has to come back up, and a wiped member has to rejoin
+// and install a snapshot.
+func healAllowance(name string) time.Duration {
+	switch name {
+	case nemKill, nemKillLeader:
+		return 2 * time.Second
+	case nemMembership:
+		return 6 * time.Second
+	default:
+		return 500 * time.Millisecond
+	}
+}
+
+// roundTime estimates one pass over list: each fault held for fault, its
+// heal, then the quiet gap.
+func roundTime(list []string, fault, quiet time.Duration) time.Duration {
+	var d time.Duration
+	for _, n := range list {
+		d += fault + healAllowance(n) + quiet
+	}
+	return d
+}
+
+// effectiveDuration is --duration, extended (rounded up to a second) when
+// it is too short for every listed nemesis to run once.
+func effectiveDuration(list []string, duration, fault, quiet time.Duration) (time.Duration, bool) {
+	need := roundTime(list, fault, quiet).Round(time.Second)
+	if need > duration {
+		return need, true
+	}
+	return duration, false
+}
+
+// buildPlan orders the faults: rounds of shuffled permutations of list, so
+// the first round runs every nemesis once and later rounds repeat them in
+// a new order; enough rounds to fill duration with some to spare (the run
+// stops taking faults from the plan once duration has passed). A round
+// never starts with the fault the previous one ended with.
+func buildPlan(list []string, duration, fault, quiet time.Duration, rng *rand.Rand) []string {
+	if len(list) == 0 {
+		return nil
+	}
+	rt := roundTime(list, fault, quiet)
+	rounds := 2
+	if rt > 0 {
+		rounds = int(duration/rt) + 2
+	}
+	var plan []string
+	for range rounds {
+		round := slices.Clone(list)
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		if len(plan) > 0 && len(round) > 1 && round[0] == plan[len(plan)-1] {
+			round[0], round[len(round)-1] = round[len(round)-1], round[0]
+		}
+		plan = append(plan, round...)
+	}
+	return plan
+}
+
+// faultRecord is one fault as it happened, for the log, summary.json and
+// the picture. Times are seconds since the run started.
+type faultRecord struct {
+	Name    string         `json:"name"`
+	Targets []string       `json:"targets,omitempty"`
+	Detail  string         `json:"detail,omitempty"`
+	Start   float64        `json:"start"`
+	End     float64        `json:"end"`
+	Began   string         `json:"began"` // wall clock, RFC 3339
+	Ended   string         `json:"ended"`
+	Error   string         `json:"error,omitempty"` // the fault could not be (fully) applied or healed
+	Extra   map[string]any `json:"extra,omitempty"`
+}
+
+// nemesis injects faults into the cluster. It runs in the orchestrating
+// goroutine: one fault at a time, each healed before the next.
+type nemesis struct {
+	cl    *cluster
+	net   *network // nil on loopback: no partitions
+	adm   *admin
+	rng   *rand.Rand
+	log   *logger
+	t0    time.Time
+	fault time.Duration
+	quiet time.Duration
+	skew  time.Duration
+}
+
+func (nm *nemesis) since() float64 { return time.Since(nm.t0).Seconds() }
+
+// run executes plan until duration has passed since phaseStart, but always
+// at least the first mustRun faults (one full round). It returns every
+// fault it ran, including failed attempts.
+func (nm *nemesis) run(ctx context.Context, plan []string, mustRun int, phaseStart time.Time, duration time.Duration) ([]faultRecord, error) {
+	var out []faultRecord
+	for i, name := range plan {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		if i >= mustRun && time.Since(phaseStart)+nm.fault+nm.quiet > duration {
+			break
+		}
+		rec := nm.runOne(ctx, name)
+		out = append(out, rec)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		if err := sleepCtx(ctx, nm.quiet); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// healFunc undoes one fault.
+type healFunc func(ctx context.Context) error
+
+// runOne applies a fault, holds it, heals it and records all of it.
+func (nm *nemesis) runOne(ctx context.Context, name string) faultRecord {
+	rec := faultRecord{Name: name, Start: nm.since(), Began: time.Now().Format(time.RFC3339Nano), Extra: map[string]any{}}
+	heal, err := nm.apply(ctx, name, &rec)
+	if err != nil {
+		rec.Error = "apply: " + err.Error()
+		nm.log.Loudf("fault %s could not be applied: %v", name, err)
+	} else {
+		nm.log.Printf("FAULT START %-19s %s", name, rec.Detail)
+		_ = sleepCtx(ctx, nm.fault)
+	}
+	if heal != nil {
+		// Heal even when the run is being cancelled: the teardown that
+		// follows works better on a cluster without stopped processes.
+		hctx := context.WithoutCancel(ctx)
+		if herr := heal(hctx); herr != nil {
+			rec.Error = strings.TrimPrefix(rec.Error+"; heal: "+herr.Error(), "; ")
+			nm.log.Loudf("fault %s: heal failed: %v", name, herr)
+		}
+	}
+	rec.End, rec.Ended = nm.since(), time.Now().Format(time.RFC3339Nano)
+	if len(rec.Extra) == 0 {
+		rec.Extra = nil
+	}
+	nm.log.Printf("FAULT END   %-19s after %.1fs%s", name, rec.End-rec.Start, errSuffix(rec.Error))
+	return rec
+}
+
+func errSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (error: " + s + ")"
+}
+
+// apply starts fault name and returns how to heal it. A non-nil heal with
+// an error means the fault is partly applied and must still be healed.
+func (nm *nemesis) apply(ctx context.Context, name string, rec *faultRecord) (healFunc, error) {
+	names := nm.cl.names()
+	n := len(names)
+	switch name {
+	case nemPartitionLeader, nemPartitionHalf, nemPartitionRing, nemPartitionBridge:
+		if nm.net == nil {
+			return nil, errors.New("partitions need network namespaces")
+		}
+		var g grudge
+		switch name {
+		case nemPartitionLeader:
+			l, err := nm.leader(ctx)
+			if err != nil {
+				return nil, err
+			}
+			g = isolate(n, l)
+			rec.Targets = []string{names[l]}
+			rec.Detail = "isolate leader " + names[l]
+		case nemPartitionHalf:
+			minority, majority := halves(nm.rng.Perm(n))
+			g = splitGroups(minority, majority)
+			rec.Targets = pick(names, minority)
+			rec.Detail = "minority|majority " + groupNames(names, minority, majority)
+		case nemPartitionRing:
+			perm := nm.rng.Perm(n)
+			var err error
+			if g, err = majoritiesRing(perm); err != nil {
+				return nil, err
+			}
+			rec.Targets = pick(names, perm)
+			rec.Detail = "ring " + strings.Join(pick(names, perm), "-") + " (each node sees only its ring neighbours)"
+		case nemPartitionBridge:
+			perm := nm.rng.Perm(n)
+			var b int
+			var err error
+			if g, b, err = bridgeSplit(perm); err != nil {
+				return nil, err
+			}
+			rec.Targets = []string{names[b]}
+			k := (n - 1) / 2
+			rec.Detail = fmt.Sprintf("bridge %s between %s", names[b], groupNames(names, perm[:k], perm[k+1:]))
+		}
+		rec.Detail += "; " + g.describe(names)
+		heal := func(context.Context) error { return nm.net.heal() }
+		if err := nm.net.partition(ctx, g); err != nil {
+			return heal, err
+		}
+		return heal, nil
+
+	case nemKill, nemKillLeader:
+		i, err := nm.target(ctx, name == nemKillLeader)
+		if err != nil {
+			return nil, err
+		}
+		rec.Targets = []string{names[i]}
+		rec.Detail = "kill -9 " + names[i]
+		if err := nm.cl.kill(i); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			t := time.Now()
+			if err := nm.cl.start(i); err != nil {
+				return err
+			}
+			err := nm.cl.waitLive(ctx, nm.adm, i, 15*time.Second)
+			rec.Extra["restartSeconds"] = time.Since(t).Seconds()
+			return err
+		}, nil
+
+	case nemPause, nemPauseLeader:
+		i, err := nm.target(ctx, name == nemPauseLeader)
+		if err != nil {
+			return nil, err
+		}
+		rec.Targets = []string{names[i]}
+		rec.Detail = "SIGSTOP " + names[i]
+		if err := nm.cl.pause(i); err != nil {
+			return nil, err
+		}
+		return func(context.Context) error { return nm.cl.resume(i) }, nil
+
+	case nemClockForward:
+		// Skew the leader itself: its clock jumps ahead mid-term, and
+		// jumps back at heal, which the FSM's clamp has to absorb.
+		i, err := nm.leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rec.Targets = []string{names[i]}
+		rec.Detail = fmt.Sprintf("leader %s clock +%s", names[i], nm.skew)
+		return nm.skewClock(ctx, i, nm.skew)
+
+	case nemClockBackward:
+		// Skew a follower back, then hand it the leadership: a failover to
+		// a lagging clock, which may stretch windows but must never
+		// reopen one early.
+		l, err := nm.leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var followers []int
+		for _, i := range nm.cl.runningNodes() {
+			if i != l {
+				followers = append(followers, i)
+			}
+		}
+		if len(followers) == 0 {
+			return nil, errors.New("no running follower to skew")
+		}
+		i := followers[nm.rng.IntN(len(followers))]
+		rec.Targets = []string{names[i]}
+		rec.Detail = fmt.Sprintf("follower %s clock -%s, then leadership transferred to it", names[i], nm.skew)
+		heal, err := nm.skewClock(ctx, i, -nm.skew)
+		if err != nil {
+			return heal, err
+		}
+		if err := nm.adm.transferLeadership(ctx, nm.cl.specs[l].url(), names[i]); err != nil {
+			// The skew is in place; a failed transfer is worth knowing
+			// but the fault still ran.
+			rec.Extra["transferError"] = err.Error()
+			nm.log.Printf("clock-skew-backward: leadership transfer to %s failed: %v", names[i], err)
+		} else {
+			rec.Extra["leaderAfterTransfer"] = names[i]
+		}
+		return heal, nil
+
+	case nemMembership:
+		return nm.membership(ctx, rec)
+	}
+	return nil, fmt.Errorf("unknown nemesis %q", name)
+}
+
+func pick(names []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		out[i] = names[x]
+	}
+	return out
+}
+
+// skewClock sets node i's clock offset and returns the heal that sets it
+// back to zero.
+func (nm *nemesis) skewClock(ctx context.Context, i int, off time.Duration) (healFunc, error) {
+	url := nm.cl.specs[i].url()
+	heal := func(ctx context.Context) error {
+		if !nm.cl.running(i) {
+			return nil // a restarted node starts at offset 0 anyway
+		}
+		return retry(ctx, 5*time.Second, func() error { return nm.adm.setClockOffset(ctx, url, 0) })
+	}
+	if err := nm.adm.setClockOffset(ctx, url, off); err != nil {
+		return heal, err
+	}
+	return heal, nil
+}
+
+// membership removes a random member through the API, kills it, wipes its
+// data dir and, at heal, starts it empty with --join so it has to be added
+// again and catch up (from a snapshot, given the low snapshot threshold
+// and trailing logs the nodes run with).
+func (nm *nemesis) membership(ctx context.Context, rec *faultRecord) (healFunc, error) {
+	names := nm.cl.names()
+	running := nm.cl.runningNodes()
+	if len(running) < len(names) {
+		return nil, fmt.Errorf("only %d of %d nodes running", len(running), len(names))
+	}
+	i := running[nm.rng.IntN(len(running))]
+	id := names[i]
+	rec.Targets = []string{id}
+	rec.Detail = fmt.Sprintf("remove %s, kill it, wipe its data, rejoin it empty at heal", id)
+	var others []string
+	for j, s := range nm.cl.specs {
+		if j != i {
+			others = append(others, s.url())
+		}
+	}
+	// Any member forwards the removal to the leader; ask the others in
+	// turn until one accepts (the leader may be moving).
+	err := retry(ctx, 15*time.Second, func() error {
+		var errs []error
+		for _, u := range others {
+			err := nm.adm.remove(ctx, u, id)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remove %s: %w", id, err)
+	}
+	if err := nm.cl.kill(i); err != nil {
+		return nil, err
+	}
+	if err := nm.cl.wipe(i); err != nil {
+		return nil, err
+	}
+	nm.cl.setJoin(i, others)
+	return func(ctx context.Context) error {
+		t := time.Now()
+		if err := nm.cl.start(i); err != nil {
+			return err
+		}
+		// Wait until the new incarnation is a member that caught up, and
+		// record whether it got there through a snapshot.
+		var st nodeStatus
+		err := retry(ctx, 30*time.Second, func() error {
+			if !nm.cl.running(i) {
+				return retryStop(fmt.Errorf("%s exited while rejoining", id))
+			}
+			if err := nm.adm.ready(ctx, nm.cl.specs[i].url()); err != nil {
+				return err
+			}
+			var err error
+			st, err = nm.adm.status(ctx, nm.cl.specs[i].url())
+			return err
+		})
+		rec.Extra["rejoinSeconds"] = time.Since(t).Seconds()
+		if err != nil {
+			return fmt.Errorf("%s did not rejoin: %w", id, err)
+		}
+		rec.Extra["rejoinAppliedIndex"] = st.AppliedIndex
+		rec.Extra["rejoinSnapshotIndex"] = st.LastSnapshotIndex
+		// A node that starts empty and reports a snapshot index has
+		// installed one (or taken one after catching up, which the low
+		// threshold makes likely too); the log shows which.
+		rec.Extra["snapshotAfterRejoin"] = st.LastSnapshotIndex > 0
+		return nil
+	}, nil
+}
+
+// target picks the leader (leader=true) or any running node.
+func (nm *nemesis) target(ctx context.Context, leader bool) (int, error) {
+	if leader {
+		return nm.leader(ctx)
+	}
+	running := nm.cl.runningNodes()
+	if len(running) == 0 {
+		return 0, errors.New("no node running")
+	}
+	return running[nm.rng.IntN(len(running))], nil
+}
+
+// leader finds the current leader: among the running, unpaused nodes that
+// call themselves leader, the one with the highest term (a deposed leader
+// on the minority side may not know yet). It retries for a few seconds,
+// since a leader may be being elected right now.
+func (nm *nemesis) leader(ctx context.Context) (int, error) {
+	var found int
+	err := retry(ctx, 10*time.Second, func() error {
+		i, err := findLeader(ctx, nm.cl, nm.adm)
+		found = i
+		return err
+	})
+	return found, err
+}
+
+func findLeader(ctx context.Context, cl *cluster, adm *admin) (int, error) {
+	type answer struct {
+		i  int
+		st nodeStatus
+		ok bool
+	}
+	running := cl.runningNodes()
+	answers := make([]answer, len(running))
+	var wg sync.WaitGroup
+	for k, i := range running {
+		if cl.isPaused(i) {
+			continue
+		}
+		wg.Go(func() {
+			st, err := adm.status(ctx, cl.specs[i].url())
+			answers[k] = answer{i: i, st: st, ok: err == nil}
+		})
+	}
+	wg.Wait()
+	best, bestTerm := -1, uint64(0)
+	for _, a := range answers {
+		if a.ok && a.st.State == "Leader" && (best < 0 || a.st.Term > bestTerm) {
+			best, bestTerm = a.i, a.st.Term
+		}
+	}
+	if best < 0 {
+		return 0, errors.New("no node reports itself leader")
+	}
+	return best, nil
+}
+
+// healAll is the safety net after the schedule: no partition, no paused
+// process, no skewed clock, every node running.
+func (nm *nemesis) healAll(ctx context.Context) error {
+	var errs []error
+	if nm.net != nil {
+		if err := nm.net.heal(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, s := range nm.cl.specs {
+		if !nm.cl.running(i) {
+			nm.log.Printf("heal-all: restarting %s", s.id)
+			if err := nm.cl.start(i); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if nm.cl.isPaused(i) {
+			if err := nm.cl.resume(i); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for i, s := range nm.cl.specs {
+		if nm.cl.running(i) {
+			if err := retry(ctx, 10*time.Second, func() error { return nm.adm.setClockOffset(ctx, s.url(), 0) }); err != nil {
+				errs = append(errs, fmt.Errorf("reset clock of %s: %w", s.id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// retryStopErr ends retry early.
+type retryStopErr struct{ error }
+
+func retryStop(err error) error { return retryStopErr{err} }
+
+// retry calls f until it succeeds, returns retryStop, ctx ends or timeout
+// passes, and returns f's last error.
+func retry(ctx context.Context, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	backoff := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var stop retryStopErr
+		if errors.As(err, &stop) {
+			return stop.error
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		if serr := sleepCtx(ctx, backoff); serr != nil {
+			return errors.Join(err, serr)
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

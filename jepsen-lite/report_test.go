@@ -1,0 +1,125 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/jepsen-lite/checker"
+)
+
+// hit builds a hit record from seconds and an outcome.
+func hit(inv, ret float64, out checker.Outcome) opRecord {
+	var r opRecord
+	r.Kind, r.Outcome = checker.KindHit, out
+	r.Invoke, r.Return = int64(inv*1e9), int64(ret*1e9)
+	if out == checker.OutcomeOK {
+		r.ResetAt = 10_000
+	}
+	return r
+}
+
+func share(t *testing.T, a availStat) float64 {
+	t.Helper()
+	if a.Share == nil {
+		t.Fatalf("share is nil for %+v", a)
+	}
+	return *a.Share
+}
+
+func TestAvailability(t *testing.T) {
+	faults := []faultRecord{{Name: "kill", Start: 10, End: 14}, {Name: "pause", Start: 20, End: 24}}
+	peek := hit(1, 1.1, checker.OutcomeUnknown)
+	peek.Kind = checker.KindPeek
+	resent := hit(11, 12, checker.OutcomeUnknown)
+	resent.Resent = true
+	recs := []opRecord{
+		hit(1, 1.01, checker.OutcomeOK),        // no fault
+		hit(2, 2.01, outcomeFail),              // no fault
+		hit(9.5, 10.5, checker.OutcomeUnknown), // overlaps the kill's start
+		hit(12, 12.01, outcomeFail),            // inside the kill
+		hit(13.9, 14.2, checker.OutcomeOK),     // overlaps the kill's end
+		hit(16, 16.01, checker.OutcomeOK),      // between faults
+		hit(30, 30.01, checker.OutcomeOK),      // final phase
+		hit(31, 31.01, checker.OutcomeUnknown), // final phase
+		peek,                                   // peeks never count
+		resent,                                 // synthetic re-sends never count
+	}
+	a := computeAvailability(recs, faults, 29, 35)
+	if a.Overall.Total != 8 || a.Overall.Definite != 4 {
+		t.Errorf("overall = %+v", a.Overall)
+	}
+	if a.DuringFaults.Total != 3 || a.DuringFaults.Definite != 1 {
+		t.Errorf("during faults = %+v", a.DuringFaults)
+	}
+	if a.NoFault.Total != 5 || a.NoFault.Definite != 3 {
+		t.Errorf("no fault = %+v", a.NoFault)
+	}
+	if a.FinalPhase.Total != 2 || share(t, a.FinalPhase) != 0.5 {
+		t.Errorf("final = %+v", a.FinalPhase)
+	}
+	if math.Abs(share(t, a.Overall)-0.5) > 1e-9 {
+		t.Errorf("overall share = %v", share(t, a.Overall))
+	}
+	if empty := computeAvailability(nil, faults, 0, 1); empty.Overall.Share != nil || empty.Overall.String() != "n/a" {
+		t.Errorf("no hits: %+v", empty.Overall)
+	}
+}
+
+func TestCountOps(t *testing.T) {
+	allowed := hit(1, 2, checker.OutcomeOK)
+	allowed.Allowed = true
+	refused := hit(1, 2, checker.OutcomeOK)
+	failed := hit(1, 2, outcomeFail)
+	failed.Code, failed.Status = "not_counted", 503
+	unknown := hit(1, 2, checker.OutcomeUnknown)
+	unknown.Error = `Get "http://x/check/k0": context deadline exceeded`
+	resent := hit(1, 2, checker.OutcomeUnknown)
+	resent.Resent = true
+	peek := hit(1, 2, checker.OutcomeOK)
+	peek.Kind = checker.KindPeek
+	c := countOps([]opRecord{allowed, refused, failed, unknown, resent, peek})
+	if c.Ops != 5 || c.Hits != 4 || c.Peeks != 1 || c.Allowed != 1 || c.Refused != 1 ||
+		c.FailedHits != 1 || c.UnknownHits != 1 || c.Resent != 1 {
+		t.Errorf("counts = %+v", c)
+	}
+	if c.Reasons["hit fail: HTTP 503 not_counted"] != 1 || c.Reasons["hit unknown: timeout"] != 1 {
+		t.Errorf("reasons = %v", c.Reasons)
+	}
+}
+
+func TestCheckerHistoryDropsFailed(t *testing.T) {
+	recs := []opRecord{hit(1, 2, checker.OutcomeOK), hit(1, 2, outcomeFail), hit(1, 2, checker.OutcomeUnknown)}
+	h := checkerHistory(recs)
+	if len(h) != 2 {
+		t.Fatalf("got %d ops", len(h))
+	}
+	for _, op := range h {
+		if op.Outcome == outcomeFail {
+			t.Errorf("failed op given to the checker: %+v", op)
+		}
+	}
+}
+
+func TestWritePicture(t *testing.T) {
+	// The picture is for people, but it must at least render without error
+	// for a small history with every outcome and fault family.
+	var recs []opRecord
+	for i := range 200 {
+		s := float64(i) / 10
+		r := hit(s, s+0.003, []checker.Outcome{checker.OutcomeOK, checker.OutcomeUnknown, outcomeFail}[i%3])
+		r.Allowed = i%6 == 0
+		recs = append(recs, r)
+	}
+	faults := []faultRecord{{Name: nemKill, Start: 2, End: 4, Targets: []string{"n1"}}, {Name: nemPartitionHalf, Start: 6, End: 8},
+		{Name: nemPause, Start: 9, End: 10}, {Name: nemClockForward, Start: 11, End: 12}, {Name: nemMembership, Start: 13, End: 14}}
+	path := filepath.Join(t.TempDir(), "run.png")
+	if err := writePicture(path, recs, faults, 15, 20, 1500*time.Millisecond, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() < 1000 {
+		t.Fatalf("picture: %v %v", fi, err)
+	}
+}
