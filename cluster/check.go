@@ -83,55 +83,72 @@ func (n *Node) applyBatch(reqs []hitReq) func() []outcome {
 }
 
 // forwardBatch is the follower's flush: one request to the leader carries
-// the whole batch. Attempts that certainly did not count (no leader, the
-// leader refused with not-leader, the connection could not be opened) are
-// retried until ApplyTimeout, following leadership as it moves.
+// the whole batch.
 func (n *Node) forwardBatch(reqs []hitReq) func() []outcome {
 	return func() []outcome {
-		deadline := time.Now().Add(n.cfg.ApplyTimeout)
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		defer cancel()
-		backoff := 10 * time.Millisecond
-		var last error = ErrNoLeader
-		for {
-			select {
-			case <-n.stop:
-				return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
-			default:
-			}
-			if n.IsLeader() {
-				outs := n.leaderBatch.submit(ctx, reqs...)
-				if !anyNotLeader(outs) {
-					return outs
-				}
-				last = ErrNotLeader
-			} else if id, addr := n.Leader(); id != "" && addr != "" {
-				outs, err := n.forwardOnce(ctx, addr, reqs)
-				switch {
-				case err == nil && !anyNotCounted(outs):
-					return outs
-				case err == nil:
-					// The leader moved on; only the not-counted ones are
-					// retried, the others have their answer.
-					return n.retryNotCounted(ctx, reqs, outs)
-				case !isDialError(err):
-					return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, fmt.Errorf("forward to leader %s: %w", id, err)))
-				}
-				last = fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err)
-			}
-			if time.Now().Add(backoff).After(deadline) {
-				return failAll(len(reqs), errors.Join(ErrNotCounted, last))
-			}
-			select {
-			case <-time.After(backoff):
-			case <-n.stop:
-			}
-			backoff = min(backoff*2, 200*time.Millisecond)
-		}
+		return n.forwardUntil(reqs, time.Now().Add(n.cfg.ApplyTimeout))
 	}
 }
 
-func (n *Node) retryNotCounted(ctx context.Context, reqs []hitReq, outs []outcome) []outcome {
+// forwardUntil sends reqs to whoever leads. Attempts that certainly did not
+// count (the leader refused with not-leader, the connection could not be
+// opened) are retried until deadline, following leadership as it moves.
+// With no leader known at all it gives up after NoLeaderWait, so a node cut
+// off from the majority fails fast instead of holding callers.
+func (n *Node) forwardUntil(reqs []hitReq, deadline time.Time) []outcome {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	var last error = ErrNoLeader
+	var leaderless time.Time
+	for {
+		select {
+		case <-n.stop:
+			return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
+		default:
+		}
+		id, addr := n.Leader()
+		switch {
+		case n.IsLeader():
+			leaderless = time.Time{}
+			outs := n.leaderBatch.submit(ctx, reqs...)
+			if !anyNotLeader(outs) {
+				return outs
+			}
+			last = ErrNotLeader
+		case id != "" && addr != "":
+			leaderless = time.Time{}
+			outs, err := n.forwardOnce(ctx, addr, reqs)
+			switch {
+			case err == nil && !anyNotCounted(outs):
+				return outs
+			case err == nil:
+				// The leader moved on: keep the answers we have and retry
+				// only the hits that certainly did not count.
+				return n.retryNotCounted(reqs, outs, deadline)
+			case !isDialError(err):
+				return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, fmt.Errorf("forward to leader %s: %w", id, err)))
+			}
+			last = fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err)
+		default:
+			if leaderless.IsZero() {
+				leaderless = time.Now()
+			} else if time.Since(leaderless) > n.cfg.NoLeaderWait {
+				return failAll(len(reqs), errors.Join(ErrNotCounted, ErrNoLeader))
+			}
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return failAll(len(reqs), errors.Join(ErrNotCounted, last))
+		}
+		select {
+		case <-time.After(backoff):
+		case <-n.stop:
+		}
+		backoff = min(backoff*2, 100*time.Millisecond)
+	}
+}
+
+func (n *Node) retryNotCounted(reqs []hitReq, outs []outcome, deadline time.Time) []outcome {
 	var again []hitReq
 	var at []int
 	for i, o := range outs {
@@ -140,11 +157,11 @@ func (n *Node) retryNotCounted(ctx context.Context, reqs []hitReq, outs []outcom
 			at = append(at, i)
 		}
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 20*time.Millisecond {
+	if time.Until(deadline) < 20*time.Millisecond {
 		return outs
 	}
 	time.Sleep(20 * time.Millisecond)
-	retried := n.forwardBatch(again)()
+	retried := n.forwardUntil(again, deadline)
 	for j, i := range at {
 		outs[i] = retried[j]
 	}

@@ -68,6 +68,10 @@ type Config struct {
 	// ApplyTimeout bounds how long a hit waits to be queued into raft and,
 	// for a forwarded hit, the whole forward including retries.
 	ApplyTimeout time.Duration
+	// NoLeaderWait is how long a hit waits for a leader to be known before
+	// it is answered not-counted. An election normally settles well within
+	// it; a node cut off from the majority stops holding callers.
+	NoLeaderWait time.Duration
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
 	// in flight at once (pipelining behind group commit).
 	MaxBatch, MaxInflight int
@@ -112,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 3 * time.Second
+	}
+	if c.NoLeaderWait == 0 {
+		c.NoLeaderWait = time.Second
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 512
