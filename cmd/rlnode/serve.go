@@ -39,6 +39,7 @@ type serveConfig struct {
 	maxBatch, maxInflight                                int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
+	raftTiming                                           cluster.Timing
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -66,6 +67,10 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxBatch, "max-batch", 512, "most hits in one log entry")
 	fs.IntVar(&c.maxInflight, "max-inflight", 2, "log entries in flight at once on the leader")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.DurationVar(&c.raftTiming.Heartbeat, "raft-heartbeat-timeout", cluster.DefaultTiming.Heartbeat, "Raft heartbeat timeout: how long a follower waits for the leader before calling an election")
+	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
+	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
+	c.raftTiming.Commit = cluster.DefaultTiming.Commit
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	return fs, c
 }
@@ -107,6 +112,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.id == "" {
 		c.id = c.raftAdvertise
+	}
+	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
+		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
 	}
 	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
@@ -161,7 +169,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DataDir: c.dataDir, Bootstrap: c.join == "",
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
-		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight,
+		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, Timing: c.raftTiming,
 		ClusterToken: c.token, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: metrics,
 		OnFatal: func(err error) {

@@ -70,6 +70,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--http-addr", "nope"}, "--http-addr"},
 		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--raft-lease-timeout", "5s"}, "need 0 < lease <= heartbeat <= election"},
 	}
 	for _, c := range cases {
 		args := append([]string{"serve", "--data-dir", t.TempDir()}, c.args...)
