@@ -84,6 +84,16 @@ func validID(what string, b []byte, max int) error {
 	if len(b) > max {
 		return fmt.Errorf("%s is %d bytes, longer than %d", what, len(b), max)
 	}
+	printable := true // the common case: printable ASCII, nothing more to check
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f {
+			printable = false
+			break
+		}
+	}
+	if printable {
+		return nil
+	}
 	if !utf8.Valid(b) {
 		return fmt.Errorf("%s is not valid UTF-8", what)
 	}
@@ -163,10 +173,17 @@ func (d *decoder) varint(what string) int64 {
 }
 
 func (d *decoder) bytes(what string, max int) []byte {
-	n := d.uvarint(what + " length")
 	if d.err != nil {
 		return nil
 	}
+	// Decode the length here rather than through uvarint(what+" length"):
+	// that concatenation allocated on every call, twice per hit.
+	n, size := binary.Uvarint(d.buf[d.off:])
+	if size <= 0 {
+		d.fail("bad %s length", what)
+		return nil
+	}
+	d.off += size
 	if n > uint64(max) || n > uint64(len(d.buf)-d.off) {
 		d.fail("%s length %d too long", what, n)
 		return nil
@@ -202,17 +219,17 @@ func (d *decoder) end() error {
 }
 
 // header checks the type and version bytes.
-func header(buf []byte, want byte) (*decoder, error) {
+func header(buf []byte, want byte) (decoder, error) {
 	if len(buf) < minEntryHeader {
-		return nil, fmt.Errorf("%w: %d bytes is shorter than a header", ErrCorrupt, len(buf))
+		return decoder{}, fmt.Errorf("%w: %d bytes is shorter than a header", ErrCorrupt, len(buf))
 	}
 	if buf[0] != want {
-		return nil, fmt.Errorf("%w: type %d, want %d", ErrCorrupt, buf[0], want)
+		return decoder{}, fmt.Errorf("%w: type %d, want %d", ErrCorrupt, buf[0], want)
 	}
 	if buf[1] != codecVersion {
-		return nil, fmt.Errorf("%w: version %d of entry type %d is unknown to this node", ErrCorrupt, buf[1], buf[0])
+		return decoder{}, fmt.Errorf("%w: version %d of entry type %d is unknown to this node", ErrCorrupt, buf[1], buf[0])
 	}
-	return &decoder{buf: buf, off: minEntryHeader}, nil
+	return decoder{buf: buf, off: minEntryHeader}, nil
 }
 
 // decodeHits decodes a hits entry into views appended to dst (reused by the

@@ -1,6 +1,11 @@
 package fsm
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"strings"
+)
 
 // expiryQueue is a FIFO of windows that share one window length. Windows are
 // opened at non-decreasing applied times, so within one length they also
@@ -68,22 +73,29 @@ func (f *FSM) expire(now int64, budget int) {
 	}
 }
 
-// rebuildExpiry recreates the queues after a restore, oldest window first.
+// rebuildExpiry recreates the queues after a restore, oldest window first
+// (ties by key). It sorts compact (start, slot) pairs read in slab order, so
+// most comparisons touch no slot; only equal starts look at the keys.
 func (f *FSM) rebuildExpiry() {
 	f.expiry = nil
-	order := make([]uint32, 0, len(f.index))
-	for _, idx := range f.index {
-		order = append(order, idx)
+	type item struct {
+		start int64
+		idx   uint32
 	}
-	sort.Slice(order, func(a, b int) bool {
-		sa, sb := &f.slab[order[a]], &f.slab[order[b]]
-		if sa.start != sb.start {
-			return sa.start < sb.start
+	order := make([]item, 0, len(f.index))
+	for i := range f.slab {
+		if f.slab[i].key != "" {
+			order = append(order, item{f.slab[i].start, uint32(i)})
 		}
-		return sa.key < sb.key
+	}
+	slices.SortFunc(order, func(a, b item) int {
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
+		}
+		return strings.Compare(f.slab[a.idx].key, f.slab[b.idx].key)
 	})
-	for _, idx := range order {
-		s := &f.slab[idx]
-		f.queueFor(s.windowMs).push(idx, s.start)
+	for _, it := range order {
+		s := &f.slab[it.idx]
+		f.queueFor(s.windowMs).push(it.idx, s.start)
 	}
 }

@@ -172,8 +172,13 @@ func (f *FSM) applyHits(l *raft.Log) any {
 		idx, ok := f.index[string(f.key)]
 		var prevStart, prevCount int64
 		if ok {
-			s := &f.slab[idx]
-			prevStart, prevCount = s.start, s.count
+			// A window that has lapsed but is not yet expired must decide
+			// as if it were gone: a replica restored from a snapshot no
+			// longer has it (snapshots keep live windows only), and the
+			// two must agree even if this hit carries a longer window.
+			if s := &f.slab[idx]; s.start+s.windowMs > now {
+				prevStart, prevCount = s.start, s.count
+			}
 		}
 		d := window.Decide(prevStart, prevCount, now, h.windowMs, h.limit, h.cost)
 		res.Decisions[i] = d

@@ -288,3 +288,43 @@ func FuzzDecode(f *testing.F) {
 		_ = tf.f.Restore(io.NopCloser(bytes.NewReader(data)))
 	})
 }
+
+// A window that lapsed but was not expired yet (expiry is bounded per entry)
+// must not decide differently from a replica restored from a snapshot that
+// left it out, even when the next hit brings a longer window.
+func TestLapsedWindowDecidesLikeRestoredReplica(t *testing.T) {
+	a := newTestFSM(t)
+	a.f = New(Config{ExpireBudget: 1})
+	for i := 0; i < 10; i++ {
+		a.hits(1, t0, hit(fmt.Sprintf("k%d", i)))
+	}
+	a.hits(1, t0+1_500, hit("z")) // expires at most 1+1 of the ten
+	snap, err := a.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestFSM(t)
+	if err := b.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	b.index = a.index
+	longer := hit("k9")
+	longer.WindowMs = 5_000
+	da := a.hits(1, t0+1_600, longer).Decisions[0]
+	db := b.hits(1, t0+1_600, longer).Decisions[0]
+	if da != db {
+		t.Fatalf("replicas diverged: %+v vs restored %+v", da, db)
+	}
+	if x, y := digestOf(a.f), digestOf(b.f); x != y {
+		t.Fatalf("digests differ: %x vs %x", x, y)
+	}
+}
+
+func digestOf(f *FSM) uint64 {
+	d, _ := f.Digest()
+	return d
+}

@@ -131,6 +131,7 @@ type snapReader struct {
 	crc hash.Hash32
 	err error
 	buf []byte
+	one [1]byte // ReadByte's CRC input; a []byte{b} literal escaped and allocated per byte
 }
 
 func (r *snapReader) fail(format string, args ...any) {
@@ -142,7 +143,8 @@ func (r *snapReader) fail(format string, args ...any) {
 func (r *snapReader) ReadByte() (byte, error) {
 	b, err := r.r.ReadByte()
 	if err == nil {
-		r.crc.Write([]byte{b})
+		r.one[0] = b
+		r.crc.Write(r.one[:])
 	}
 	return b, err
 }

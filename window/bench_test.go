@@ -1,0 +1,44 @@
+package window_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rlnode/rlnode/window"
+)
+
+// decideSink keeps the compiler from discarding Decide's result.
+var decideSink window.Decision
+
+// BenchmarkDecide measures one fixed-window decision. The inputs cycle over
+// a precomputed table mixing hits inside a window, hits on a lapsed window,
+// refused hits and costs above the limit, so neither the branch predictor
+// nor constant folding sees a single path.
+func BenchmarkDecide(b *testing.B) {
+	type in struct{ prevStart, prevCount, now, windowMs, limit, cost int64 }
+	const n = 1024 // power of two: the index is a mask
+	r := rand.New(rand.NewPCG(1, 2))
+	ins := make([]in, n)
+	for i := range ins {
+		windowMs := int64(60_000)
+		limit := 1 + r.Int64N(100)
+		prevStart := 1_700_000_000_000 + r.Int64N(1_000_000)
+		ins[i] = in{
+			prevStart: prevStart,
+			prevCount: r.Int64N(limit + 1),
+			now:       prevStart + r.Int64N(2*windowMs),
+			windowMs:  windowMs,
+			limit:     limit,
+			cost:      1 + r.Int64N(3),
+		}
+	}
+	b.ReportAllocs()
+	var d window.Decision
+	i := 0
+	for b.Loop() {
+		x := &ins[i&(n-1)]
+		d = window.Decide(x.prevStart, x.prevCount, x.now, x.windowMs, x.limit, x.cost)
+		i++
+	}
+	decideSink = d
+}
