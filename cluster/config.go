@@ -78,6 +78,9 @@ type Config struct {
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
 	// in flight at once (pipelining behind group commit).
 	MaxBatch, MaxInflight int
+	// MaxForwardInflight bounds the forwarding requests a follower has in
+	// flight to the leader at once (its own group commit).
+	MaxForwardInflight int
 
 	// ClusterToken, when set, is sent on requests to peers.
 	ClusterToken string
@@ -127,7 +130,10 @@ func (c *Config) setDefaults() {
 		c.MaxBatch = 512
 	}
 	if c.MaxInflight == 0 {
-		c.MaxInflight = 2
+		c.MaxInflight = 1
+	}
+	if c.MaxForwardInflight == 0 {
+		c.MaxForwardInflight = 4
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

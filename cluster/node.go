@@ -76,7 +76,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
-	n.fwdBatch = newGroupCommit(cfg.MaxBatch, 4, n.forwardBatch)
+	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.forwardBatch)
 	n.wg.Add(1)
 	go n.watchLeadership()
 	return n, nil
