@@ -14,9 +14,25 @@ var errCut = errors.New("link cut by the test harness")
 
 // track registers conn under the nodes it touches, so isolating either
 // end drops it, like a partition drops packets of open connections.
+//
+// A connection that finishes dialing after its node was isolated (the dial
+// raced with Isolate) is closed here, under the same lock Isolate takes, so
+// no link outlives a cut.
 func (c *Cluster) track(conn net.Conn, ids ...string) net.Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for _, id := range ids {
+		if c.cut[id] {
+			conn.Close()
+			return conn
+		}
+	}
+	return c.register(conn, ids...)
+}
+
+// register records conn under ids (c.mu held) without the cut check: the
+// HTTP listener accepts a test client's connection to an isolated node.
+func (c *Cluster) register(conn net.Conn, ids ...string) net.Conn {
 	if c.conns == nil {
 		c.conns = map[string]map[net.Conn]struct{}{}
 	}
@@ -30,16 +46,6 @@ func (c *Cluster) track(conn net.Conn, ids ...string) net.Conn {
 		c.conns[id][conn] = struct{}{}
 	}
 	return conn
-}
-
-func (c *Cluster) dropConns(id string) {
-	c.mu.Lock()
-	conns := c.conns[id]
-	delete(c.conns, id)
-	c.mu.Unlock()
-	for conn := range conns {
-		conn.Close()
-	}
 }
 
 // faultStream wraps a node's Raft stream layer: while the node is isolated
@@ -90,7 +96,9 @@ func (l *faultListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.c.track(conn, l.id), nil
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return l.c.register(conn, l.id), nil
 }
 
 // transport is the HTTP transport node `from` uses to reach peers: dials to

@@ -226,8 +226,12 @@ func (c *Cluster) Live() []*Node {
 func (c *Cluster) Isolate(n *Node) {
 	c.mu.Lock()
 	c.cut[n.ID] = true
+	conns := c.conns[n.ID]
+	delete(c.conns, n.ID)
 	c.mu.Unlock()
-	c.dropConns(n.ID)
+	for conn := range conns {
+		conn.Close()
+	}
 }
 
 // Heal restores every link.
