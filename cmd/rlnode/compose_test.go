@@ -27,6 +27,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
 func TestComposeCluster(t *testing.T) {
@@ -357,12 +359,11 @@ func composeCommand(t *testing.T) []string {
 
 func composeRepoRoot(t *testing.T) string {
 	t.Helper()
-	wd, err := os.Getwd()
+	root, err := proctest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join(wd, "..", "..")
-	for _, f := range []string{"go.mod", "docker-compose.yml", "Dockerfile", "scripts/build-image.sh"} {
+	for _, f := range []string{"docker-compose.yml", "Dockerfile", "scripts/build-image.sh"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Fatalf("repository root %s: %v", root, err)
 		}
@@ -408,17 +409,12 @@ func composeRandHex(n int) string {
 // composeEventually retries f until it succeeds or the timeout passes.
 func composeEventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
+	proctest.Poll(t, timeout, func() error {
+		if err := f(); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 var composeHTTP = &http.Client{Timeout: 5 * time.Second}

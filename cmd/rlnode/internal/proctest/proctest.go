@@ -18,11 +18,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster/clustertest"
 )
 
 // Build compiles ./cmd/rlnode into dir and returns the binary's path.
 func Build(dir string) (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -35,7 +37,8 @@ func Build(dir string) (string, error) {
 	return bin, nil
 }
 
-func repoRoot() (string, error) {
+// RepoRoot is the directory of the module's go.mod.
+func RepoRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
@@ -275,20 +278,11 @@ func MustGet(t testing.TB, url string) Response {
 	return r
 }
 
-// Poll retries cond until it returns nil or timeout passes.
+// Poll retries cond until it returns nil or timeout passes, then fails the
+// test with cond's last error. It is the in-process harness's Poll, shared.
 func Poll(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	clustertest.Poll(t, timeout, cond)
 }
 
 // WaitReady waits for GET /readyz to answer 200.
