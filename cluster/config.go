@@ -76,7 +76,11 @@ type Config struct {
 	// it; a node cut off from the majority stops holding callers.
 	NoLeaderWait time.Duration
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
-	// in flight at once (pipelining behind group commit).
+	// in flight at once (pipelining behind group commit). Measured on a
+	// 3-node cluster at 64 workers (scripts/bench.sh): 1 in flight gave
+	// 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k. Every entry in
+	// flight is its own Bolt commit (two fdatasyncs) on each node, so fewer,
+	// fuller entries beat pipelining on an fsync-bound disk.
 	MaxBatch, MaxInflight int
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).

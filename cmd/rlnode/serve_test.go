@@ -133,3 +133,31 @@ func TestGarbageOnRaftPortChangesNothing(t *testing.T) {
 		t.Fatalf("process exited with %d after garbage on the raft port", code)
 	}
 }
+
+func TestMetricsEndpoint(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "m", "--limit", "1")
+	proctest.WaitReady(t, n, 15*time.Second)
+	proctest.MustGet(t, n.URL()+"/check/secret-client-id")
+	proctest.MustGet(t, n.URL()+"/check/secret-client-id")
+	r := proctest.MustGet(t, n.URL()+"/metrics")
+	body := string(r.Raw)
+	for _, want := range []string{
+		`rlnode_checks_total{policy="default",result="allowed"} 1`,
+		`rlnode_checks_total{policy="default",result="refused"} 1`,
+		"rlnode_check_duration_seconds_bucket",
+		"rlnode_batch_hits_count",
+		"rlnode_forwarded_total 0",
+		"rlnode_live_windows 1",
+		"rlnode_raft_is_leader 1",
+		"rlnode_raft_term",
+		"rlnode_raft_applied_index",
+		"rlnode_raft_commitTime", // hashicorp/raft's own, through go-metrics
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "secret-client-id") {
+		t.Error("/metrics exposes a client id")
+	}
+}
