@@ -45,6 +45,9 @@ type Node struct {
 	// served only then.
 	readyTerm atomic.Uint64
 
+	// hadState records whether the node found Raft state at start.
+	hadState bool
+
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
@@ -155,6 +158,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
+	n.hadState = existing
 	r, err := raft.NewRaft(rc, (*raftFSM)(n), store, store, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft (is the data dir corrupt?): %w", err)
@@ -283,6 +287,10 @@ func (n *Node) closeStores() error {
 	}
 	return nil
 }
+
+// HadState reports whether the node found Raft state in its data dir at
+// start (so it must not bootstrap or join again).
+func (n *Node) HadState() bool { return n.hadState }
 
 // ID is this node's server id.
 func (n *Node) ID() string { return n.cfg.ID }

@@ -259,3 +259,34 @@ func TestJoinThroughFollower(t *testing.T) {
 		t.Fatalf("after joining via follower %s: %+v", follower.ID, ps)
 	}
 }
+
+// An operator adds a waiting node by hand as a non-voter: it receives the
+// log and serves hits (forwarded), but does not vote.
+func TestManualJoinNonVoter(t *testing.T) {
+	n1 := proctest.StartNode(t, rlnodeBin, "n1")
+	proctest.WaitReady(t, n1, 15*time.Second)
+	proctest.MustGet(t, n1.URL()+"/check/early")
+	n2 := proctest.StartNode(t, rlnodeBin, "n2", "--wait-for-join")
+	time.Sleep(300 * time.Millisecond)
+	if r, err := proctest.Get(n2.URL() + "/readyz"); err != nil || r.Status != 503 {
+		t.Fatalf("a node waiting to be added reports ready: %v %v", r.Status, err)
+	}
+	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "join", "--addr", n1.URL(), "--id", "n2",
+		"--raft-addr", n2.RaftAddr, "--http-addr", n2.HTTPAddr, "--non-voter")
+	if code != 0 || !strings.Contains(out, "joined n2") {
+		t.Fatalf("rlnode join: %d %s %s", code, out, stderr)
+	}
+	proctest.WaitReady(t, n2, 15*time.Second)
+	for _, p := range peers(t, n2.URL()) {
+		if p.ID == "n2" && p.Voter {
+			t.Fatalf("n2 joined as a voter: %+v", p)
+		}
+	}
+	r := proctest.MustGet(t, n2.URL()+"/check/early")
+	if r.Status != 200 || r.Num("remaining") != 8 || r.Header.Get("X-Rlnode-Served-By") != "n1" {
+		t.Fatalf("hit via the non-voter: %d %s", r.Status, r.Raw)
+	}
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "join", "--addr", n1.URL(), "--id", "n3"); code != 2 || !strings.Contains(stderr, "raftAddr is required") {
+		t.Fatalf("join without addresses: exit %d %s", code, stderr)
+	}
+}

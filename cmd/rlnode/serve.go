@@ -39,6 +39,7 @@ type serveConfig struct {
 	maxBatch, maxInflight, maxForwardInflight            int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
+	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
 }
 
@@ -58,6 +59,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
+	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -89,6 +91,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if c.waitForJoin && c.join != "" {
+		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
 	}
 	if c.httpAdvertise == "" {
 		c.httpAdvertise = c.httpAddr
@@ -167,7 +172,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "",
+		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
@@ -212,7 +217,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	joinDone := make(chan error, 1)
 	if addrs := c.joinAddrs(); len(addrs) > 0 {
 		go func() {
-			if node.Status().LastLogIndex > 0 {
+			if node.HadState() {
 				logger.Info("node has Raft state; ignoring --join", "join", c.join)
 				joinDone <- nil
 				return
