@@ -226,18 +226,21 @@ func TestLaggingLeaderClockNeverReopensEarly(t *testing.T) {
 		leader = c.Leader(5 * time.Second)
 	}
 	third.SetClockOffset(-30 * time.Second)
-	clustertest.Spend(t, leader, "gina", 2)
-	spentAt := time.Now()
+	// The window resets at resetAt by the first leader's clock, which is
+	// this machine's wall clock.
+	resetAt := time.UnixMilli(clustertest.MustAllow(t, leader, "gina", 1).Body.ResetAt)
+	clustertest.MustAllow(t, leader, "gina", 0)
+	clustertest.MustRefuse(t, leader, "gina")
 	if _, err := leader.TransferLeadership(context.Background(), third.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	c.Leader(5 * time.Second)
 	// Under the lagging leader the spent window stays spent until a full
 	// window has passed in real time...
-	for time.Since(spentAt) < 1200*time.Millisecond {
+	for time.Until(resetAt) > 250*time.Millisecond {
 		r := clustertest.Hit(t, third, "gina")
 		if r.Status == http.StatusOK {
-			t.Fatalf("lagging leader reopened gina's window %s after it was spent: %s", time.Since(spentAt), r)
+			t.Fatalf("lagging leader reopened gina's window %s before it resets: %s", time.Until(resetAt), r)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
