@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -159,5 +160,32 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if strings.Contains(body, "secret-client-id") {
 		t.Error("/metrics exposes a client id")
+	}
+}
+
+// rlnode bench against a real node: every request is accounted for and the
+// node's own budget shows in the allowed/refused split.
+func TestBenchCommandAgainstANode(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "b", "--limit", "3")
+	proctest.WaitReady(t, n, 15*time.Second)
+	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "bench", "--addr", n.URL(), "--duration", "1s", "--concurrency", "4", "--keys", "5", "--json")
+	if code != 0 {
+		t.Fatalf("rlnode bench: exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Requests, Allowed, Refused, Errors int64
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if res.Requests == 0 || res.Errors != 0 || res.Allowed+res.Refused != res.Requests {
+		t.Fatalf("bench result %+v", res)
+	}
+	// 5 keys with a limit of 3 in a 60 s window: exactly 15 allowed.
+	if res.Allowed != 15 {
+		t.Fatalf("bench saw %d allowed hits, want 15 (5 keys x limit 3)", res.Allowed)
+	}
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "bench", "--concurrency", "-1"); code != 2 {
+		t.Fatalf("bench with a bad flag: exit %d %s", code, stderr)
 	}
 }
