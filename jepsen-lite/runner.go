@@ -39,6 +39,14 @@ func (r *runner) run(ctx context.Context) int {
 	o := r.o
 	r.sum = summary{Failures: []string{}, Warnings: []string{}, Faults: []faultRecord{}, Crashes: []crash{},
 		Violations: []checker.Violation{}, Files: map[string]any{}}
+	// Node data dirs live under the report dir: reusing one would restart
+	// nodes on an earlier run's Raft state (with that run's addresses).
+	for _, leftover := range []string{"data", "summary.json"} {
+		if _, err := os.Stat(filepath.Join(o.out, leftover)); err == nil {
+			fmt.Fprintf(r.stdout, "jepsen-lite: --out %s already holds a run (%s); choose a new directory or remove it\n", o.out, leftover)
+			return exitUsage
+		}
+	}
 	if err := os.MkdirAll(logDir(o.out), 0o755); err != nil {
 		fmt.Fprintf(r.stdout, "jepsen-lite: INVALID aborted: create out dir: %v\n", err)
 		return exitAborted
