@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -224,5 +223,5 @@ func (n *Node) ServeForward(ctx context.Context, body []byte) ([]byte, error) {
 	} else {
 		outs = failAll(len(reqs), errors.Join(ErrNotCounted, ErrNotLeader))
 	}
-	return encodeForwardResponse(bytes.NewBuffer(nil).Bytes(), n.cfg.ID, outs), nil
+	return encodeForwardResponse(make([]byte, 0, 16+len(outs)*48), n.cfg.ID, outs), nil
 }
