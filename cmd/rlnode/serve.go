@@ -234,25 +234,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down")
-	case err := <-fatal:
-		runErr = fmt.Errorf("stopping: %w", err)
-	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
-	case err := <-joinDone:
-		if err != nil {
-			runErr = err
-			break
-		}
+	joined := joinDone
+	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			logger.Info("shutting down")
+			done = true
 		case err := <-fatal:
-			runErr = fmt.Errorf("stopping: %w", err)
+			runErr, done = fmt.Errorf("stopping: %w", err), true
 		case err := <-serveErr:
-			runErr = fmt.Errorf("http server: %w", err)
+			runErr, done = fmt.Errorf("http server: %w", err), true
+		case err := <-joined:
+			// A failed join ends the node; a successful one just stops
+			// being watched.
+			joined = nil
+			if err != nil {
+				runErr, done = err, true
+			}
 		}
 	}
 	cancelJoin()
