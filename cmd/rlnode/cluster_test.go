@@ -293,3 +293,32 @@ func TestManualJoinNonVoter(t *testing.T) {
 		t.Fatalf("join without addresses: exit %d %s", code, stderr)
 	}
 }
+
+// DESIGN.md's durability promise: a whole cluster killed with -9 and
+// restarted comes back with every window it had committed.
+func TestWholeClusterKilledAndRestarted(t *testing.T) {
+	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "3")
+	var resetAt int64
+	for i, n := range nodes {
+		r := proctest.MustGet(t, n.URL()+"/check/durable")
+		if r.Status != 200 || r.Num("remaining") != int64(2-i) {
+			t.Fatalf("hit %d: %d %s", i, r.Status, r.Raw)
+		}
+		resetAt = r.Num("resetAt")
+	}
+	for _, n := range nodes {
+		n.Kill()
+	}
+	for _, n := range nodes {
+		n.Restart()
+	}
+	for _, n := range nodes {
+		proctest.WaitReady(t, n, 20*time.Second)
+	}
+	for _, n := range nodes {
+		r := proctest.MustGet(t, n.URL()+"/check/durable")
+		if r.Status != 429 || r.Num("resetAt") != resetAt {
+			t.Fatalf("after a full-cluster kill -9 and restart, via %s: %d %s; want the spent window (resetAt %d)", n.ID, r.Status, r.Raw, resetAt)
+		}
+	}
+}
