@@ -12,6 +12,13 @@ import (
 	"github.com/rlnode/rlnode/window"
 )
 
+// ValidateClient checks a client id before anything reaches the log; it is
+// the same rule the log decoder enforces.
+func ValidateClient(id string) error { return fsm.ValidateClient(id) }
+
+// MaxClientLen is the longest client id accepted, in bytes.
+const MaxClientLen = fsm.MaxClientLen
+
 // CheckResult is the decision for one hit and what a response needs.
 type CheckResult struct {
 	Policy   string

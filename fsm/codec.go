@@ -53,10 +53,10 @@ type Hit struct {
 // Validate checks what Apply relies on. The HTTP layer validates user input
 // first with friendlier messages; this is the last line before the log.
 func (h Hit) Validate() error {
-	if err := validID("client", []byte(h.Client), MaxClientLen); err != nil {
+	if err := ValidateClient(h.Client); err != nil {
 		return err
 	}
-	if err := validID("policy", []byte(h.Policy), MaxPolicyLen); err != nil {
+	if err := validID("policy", h.Policy, MaxPolicyLen); err != nil {
 		return err
 	}
 	return validNumbers(h.Limit, h.WindowMs, h.Cost)
@@ -75,9 +75,14 @@ func validNumbers(limit, windowMs, cost int64) error {
 	return nil
 }
 
+// ValidateClient checks a client id: non-empty, at most MaxClientLen bytes,
+// UTF-8 without control characters. The HTTP layer and the decoder share it.
+func ValidateClient(id string) error { return validID("client id", id, MaxClientLen) }
+
 // validID accepts a non-empty UTF-8 string of at most max bytes with no
-// control characters.
-func validID(what string, b []byte, max int) error {
+// control characters. It takes the entry's bytes or a caller's string
+// without converting either.
+func validID[T string | []byte](what string, b T, max int) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%s is empty", what)
 	}
@@ -85,8 +90,8 @@ func validID(what string, b []byte, max int) error {
 		return fmt.Errorf("%s is %d bytes, longer than %d", what, len(b), max)
 	}
 	printable := true // the common case: printable ASCII, nothing more to check
-	for _, c := range b {
-		if c < 0x20 || c >= 0x7f {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c >= 0x7f {
 			printable = false
 			break
 		}
@@ -94,7 +99,7 @@ func validID(what string, b []byte, max int) error {
 	if printable {
 		return nil
 	}
-	if !utf8.Valid(b) {
+	if !utf8.ValidString(string(b)) {
 		return fmt.Errorf("%s is not valid UTF-8", what)
 	}
 	for _, r := range string(b) {

@@ -317,8 +317,13 @@ func (f *FSM) Digest() (digest uint64, appliedIndex uint64) {
 	return h.Sum64(), f.appliedIndex
 }
 
+// hash64 is FNV-1a, written out so the per-window loop of Digest does not
+// allocate a hasher per window.
 func hash64(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return h.Sum64()
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
 }

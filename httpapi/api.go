@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/hashicorp/go-hclog"
@@ -55,9 +54,6 @@ type Config struct {
 	// Metrics, when set, records checks and serves /metrics.
 	Metrics *Metrics
 }
-
-// MaxClientLen is the longest client id accepted, in bytes.
-const MaxClientLen = 256
 
 // API is the HTTP handler of one node.
 type API struct {
@@ -153,25 +149,6 @@ func (a *API) requireToken(c *gin.Context) {
 	}
 }
 
-// ValidateClient checks a client id and says what is wrong with it.
-func ValidateClient(id string) error {
-	if id == "" {
-		return errors.New("client id is empty")
-	}
-	if len(id) > MaxClientLen {
-		return fmt.Errorf("client id is %d bytes; the limit is %d", len(id), MaxClientLen)
-	}
-	if !utf8.ValidString(id) {
-		return errors.New("client id is not valid UTF-8")
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("client id contains control character %U", r)
-		}
-	}
-	return nil
-}
-
 func (a *API) emptyClient(c *gin.Context) {
 	writeProblem(c, http.StatusBadRequest, CodeInvalidClient, "client id is empty: use GET /check/{client}")
 }
@@ -183,7 +160,7 @@ func (a *API) requestContext(c *gin.Context) (context.Context, context.CancelFun
 func (a *API) check(c *gin.Context) {
 	start := time.Now()
 	client := c.Param("client")
-	if err := ValidateClient(client); err != nil {
+	if err := cluster.ValidateClient(client); err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
 		return
 	}
@@ -318,7 +295,7 @@ func firstLine(err error) string {
 
 func (a *API) peek(c *gin.Context) {
 	client := c.Param("client")
-	if err := ValidateClient(client); err != nil {
+	if err := cluster.ValidateClient(client); err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
 		return
 	}

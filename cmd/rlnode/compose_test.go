@@ -420,21 +420,17 @@ func composeEventually(t *testing.T, timeout time.Duration, what string, f func(
 var composeHTTP = &http.Client{Timeout: 5 * time.Second}
 
 func composeDo(ctx context.Context, method string, port int, path string, body io.Reader) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), body)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := composeHTTP.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return composeRequest(ctx, method, port, path, body, nil)
 }
 
 func composeGet(ctx context.Context, port int, path string, hdr *http.Header) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
+	return composeRequest(ctx, http.MethodGet, port, path, nil, hdr)
+}
+
+// composeRequest sends one request to a published port; hdr, if set,
+// receives the response headers.
+func composeRequest(ctx context.Context, method string, port int, path string, body io.Reader, hdr *http.Header) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), body)
 	if err != nil {
 		return 0, nil, err
 	}
