@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // FastTiming keeps elections well under a second.
@@ -34,6 +35,9 @@ type Options struct {
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
 	Token             string
+	// Policies are seeded beside the fixed-window default of Limit per
+	// Window.
+	Policies []policy.Policy
 }
 
 func (o *Options) defaults() {
@@ -160,7 +164,7 @@ func (n *Node) start(bootstrap bool) {
 	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
 	node, err := cluster.Open(cluster.Config{
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, Bootstrap: bootstrap,
-		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
+		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
 		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
