@@ -195,7 +195,14 @@ func (n *Node) URL() string { return "http://" + n.HTTPAddr }
 // temp dir; extra flags are appended.
 func StartNode(t testing.TB, bin, id string, extra ...string) *Node {
 	t.Helper()
-	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+	return StartNodeIn(t, bin, id, filepath.Join(t.TempDir(), id), extra...)
+}
+
+// StartNodeIn is StartNode on a given data dir (e.g. one unpacked from a
+// fixture).
+func StartNodeIn(t testing.TB, bin, id, dataDir string, extra ...string) *Node {
+	t.Helper()
+	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: dataDir}
 	args := append([]string{"serve", "--id", id, "--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr, "--data-dir", n.DataDir}, extra...)
 	n.Proc = Start(t, bin, id, args...)
 	return n
