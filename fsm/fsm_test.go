@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -272,6 +274,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(AppendHitsV1(nil, t0, []HitV1{hit("a"), hit("b")}))
 	f.Add(EncodeSetNode(Node{ID: "n1", RaftAddr: "a", HTTPAddr: "b"}))
 	f.Add(EncodeRemoveNode("n1"))
+	f.Add(AppendHits(nil, t0, []Hit{{Policy: "p", Client: "a", Cost: 1}, {Policy: "q", Client: "b", Cost: 2}}, []int{2}))
+	f.Add(EncodeSetPolicies(SetUpsert, []policy.Policy{policy.Fixed("p", 3, time.Second)}))
+	f.Add(EncodeDeletePolicy("p"))
+	f.Add(EncodeResetKey("p", "a"))
 	f.Add([]byte{1, 1, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tf := newTestFSM(t)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -228,19 +229,9 @@ func Diff(current, want []Policy) (added, changed []Policy, removed []string) {
 	for name := range have {
 		removed = append(removed, name)
 	}
-	byName := func(a, b Policy) int { return cmpString(a.Name, b.Name) }
+	byName := func(a, b Policy) int { return strings.Compare(a.Name, b.Name) }
 	slices.SortFunc(added, byName)
 	slices.SortFunc(changed, byName)
 	slices.Sort(removed)
 	return added, changed, removed
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
