@@ -134,3 +134,41 @@ func (n *Node) forwardAdminMethod(ctx context.Context, forwarded bool, method, p
 	}
 	return nil
 }
+
+// ReadPolicies returns the replicated table. Unless stale is set the read is
+// linearizable like Peek (a follower asks the leader), so a client that just
+// changed a policy reads its own write wherever it asks.
+func (n *Node) ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error) {
+	if !stale && !n.IsLeader() {
+		if forwarded {
+			return nil, ErrNotLeader
+		}
+		base, err := n.waitLeaderURL(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := n.peers.do(ctx, http.MethodGet, base+PoliciesPath, "", nil)
+		if err != nil {
+			return nil, fmt.Errorf("forward read to leader: %w", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b := make([]byte, 64<<10)
+			k, _ := resp.Body.Read(b)
+			return nil, fmt.Errorf("forward read to leader: %w", decodeHTTPError(resp.StatusCode, b[:k]))
+		}
+		var out struct {
+			Policies []policy.Policy `json:"policies"`
+		}
+		if err := decodeJSON(resp.Body, &out); err != nil {
+			return nil, fmt.Errorf("forward read to leader: %w", err)
+		}
+		return out.Policies, nil
+	}
+	if !stale {
+		if err := n.readBarrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n.fsm.Policies(), nil
+}

@@ -24,7 +24,7 @@ import (
 type Node interface {
 	ID() string
 	Policy(name string) (policy.Policy, bool)
-	Policies() []policy.Policy
+	ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error)
 	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
 	DeletePolicy(ctx context.Context, name string, forwarded bool) error
 	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)

@@ -47,19 +47,42 @@ func (a *API) peek(c *gin.Context, policyName, client string) {
 	c.JSON(http.StatusOK, res)
 }
 
-func (a *API) listPolicies(c *gin.Context) {
+// readPolicies reads the table linearizably (?stale=true: this node's).
+func (a *API) readPolicies(c *gin.Context) ([]policy.Policy, bool) {
+	stale := c.Query("stale") == "true" || c.Query("stale") == "1"
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	ps, err := a.cfg.Node.ReadPolicies(ctx, stale, forwarded(c))
+	if err != nil {
+		code := CodeNotLeader
+		if errors.Is(err, cluster.ErrNoLeader) {
+			code = CodeNoLeader
+		}
+		writeProblem(c, http.StatusServiceUnavailable, code, "linearizable read failed: "+firstLine(err))
+		return nil, false
+	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, gin.H{"policies": a.cfg.Node.Policies()})
+	return ps, true
+}
+
+func (a *API) listPolicies(c *gin.Context) {
+	if ps, ok := a.readPolicies(c); ok {
+		c.JSON(http.StatusOK, gin.H{"policies": ps})
+	}
 }
 
 func (a *API) getPolicy(c *gin.Context) {
-	p, ok := a.cfg.Node.Policy(c.Param("name"))
+	ps, ok := a.readPolicies(c)
 	if !ok {
-		unknownPolicy(c, c.Param("name"))
 		return
 	}
-	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, p)
+	for _, p := range ps {
+		if p.Name == c.Param("name") {
+			c.JSON(http.StatusOK, p)
+			return
+		}
+	}
+	unknownPolicy(c, c.Param("name"))
 }
 
 // putPolicy is PUT /v1/policies/:name: add or replace, idempotent. The body

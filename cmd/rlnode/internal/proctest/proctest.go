@@ -247,13 +247,23 @@ func Get(url string) (Response, error) {
 
 // Do performs a request with an optional bearer token and JSON body.
 func Do(method, url, token string, body any) (Response, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return Response{}, err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	return DoRaw(method, url, token, raw)
+}
+
+// DoRaw performs a request with an optional bearer token and a body sent as
+// is (nil: none), so tests can send malformed input.
+func DoRaw(method, url, token string, body []byte) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
