@@ -84,5 +84,12 @@ func FuzzFixedWindow(f *testing.F) {
 		l := Limit{Limit: limit, WindowMs: w}
 		s := State{A: a, B: b}
 		checkApply(t, FixedWindow, l, s, now, cost, a >= 0 && a <= clampTime(now))
+
+		// Folded: a limit up to 50 over up to 10 s, a window started up to
+		// two windows ago.
+		l = Limit{Limit: 1 + small(limit, 50), WindowMs: 1 + small(w, 10_000)}
+		now = 1<<40 + small(now, 1<<40)
+		s = State{A: now - small(a, 2*l.WindowMs), B: small(b, 60)}
+		checkApply(t, FixedWindow, l, s, now, small(cost, 55), true)
 	})
 }

@@ -7,6 +7,11 @@ package window
 type slidingView struct {
 	w, curStart, elapsed int64
 	cur, prev            int64
+	// carried is ceil(prev*(w-elapsed)/w): the previous window's weight in
+	// whole hits, rounded up. Because limit - cur - cost is an integer,
+	// prev*(w-e) + (cur+cost)*w <= limit*w holds exactly when
+	// carried + cur + cost <= limit.
+	carried int64
 }
 
 // viewSliding normalises s to the aligned window holding now: a state of
@@ -25,6 +30,9 @@ func viewSliding(w int64, s State, now int64) slidingView {
 	case a == v.curStart-w:
 		v.prev = max(s.B, 0)
 	}
+	if v.prev > 0 {
+		v.carried = mul(v.prev, w-v.elapsed).ceilDiv(w, maxInt64)
+	}
 	return v
 }
 
@@ -35,28 +43,19 @@ func alignDown(t, w int64) int64 {
 	return t - t%w
 }
 
-// carried is ceil(prev*(w-elapsed)/w): the previous window's weight in
-// whole hits, rounded up. Because the right-hand side is an integer,
-// prev*(w-e) + n*w <= limit*w holds exactly when carried + n <= limit.
-func (v slidingView) carried() int64 {
-	return mul(v.prev, v.w-v.elapsed).ceilDiv(v.w, maxInt64)
-}
-
 // fits reports prev*(w-e) + (cur+cost)*w <= limit*w for cost <= limit,
 // without overflow.
 func (v slidingView) fits(limit, cost int64) bool {
-	c := v.carried()
-	return c <= limit-cost && v.cur <= limit-cost-c
+	return v.carried <= limit-cost && v.cur <= limit-cost-v.carried
 }
 
 // room is how many hits of cost 1 fit now on top of cur: max(0, limit -
 // carried - cur).
 func (v slidingView) room(limit, cur int64) int64 {
-	c := v.carried()
-	if c >= limit {
+	if v.carried >= limit {
 		return 0
 	}
-	return max(limit-c-cur, 0)
+	return max(limit-v.carried-cur, 0)
 }
 
 // resetAt is when the estimate reaches 0 with cur and prev as given.

@@ -139,11 +139,14 @@ func FuzzSlidingWindow(f *testing.F) {
 			return
 		}
 		ww := min(w, MaxTime)
-		if cur := alignDown(now, ww); alignDown(a, ww) > cur {
-			s.A = cur
-		} else {
-			s.A = alignDown(a, ww)
-		}
+		s.A = min(alignDown(a, ww), alignDown(now, ww))
 		checkApply(t, SlidingWindow, l, s, now, cost, true)
+
+		// Folded: a limit up to 50 over up to 10 s, a state of this
+		// window or the one before.
+		l = Limit{Limit: 1 + small(limit, 50), WindowMs: 1 + small(w, 10_000)}
+		now = 1<<40 + small(now, 1<<40)
+		s = State{A: alignDown(now, l.WindowMs) - small(a, 2)*l.WindowMs, B: small(b, 60), C: small(c, 60)}
+		checkApply(t, SlidingWindow, l, s, now, small(cost, 55), true)
 	})
 }

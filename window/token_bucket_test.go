@@ -230,5 +230,13 @@ func FuzzTokenBucket(f *testing.F) {
 	f.Add(int64(-1), int64(-1), int64(-1), int64(-1<<63), int64(-1<<63), int64(-1<<63), int64(-1<<63), int64(-1<<63))
 	f.Fuzz(func(t *testing.T, limit, w, burst, a, b, c, now, cost int64) {
 		checkApply(t, TokenBucket, Limit{Limit: limit, WindowMs: w, Burst: burst}, State{A: a, B: b, C: c}, now, cost, true)
+
+		// Folded: up to 1000 tokens per up to a day, a TAT up to two
+		// windows past now written under this limit or another.
+		l := Limit{Limit: 1 + small(limit, 1_000), WindowMs: 1 + small(w, day), Burst: small(burst, 2_000)}
+		now = 1<<40 + small(now, 1<<40)
+		s := State{A: now - 1_000 + small(a, 2*l.WindowMs+1_000), C: 1 + small(c, 1_000)}
+		s.B = small(b, s.C)
+		checkApply(t, TokenBucket, l, s, now, small(cost, 2_100), true)
 	})
 }
