@@ -112,6 +112,17 @@ func Apply(alg Algorithm, l Limit, s State, now, cost int64) (Result, State) {
 	return never(l, now), s
 }
 
+// Peek describes the key at now without a hit: Remaining, ResetAt and
+// WindowStart as they stand, and Outcome and RetryAfterMs as a hit of cost 1
+// would get them. It changes nothing (for status reads).
+func Peek(alg Algorithm, l Limit, s State, now int64) Result {
+	one, _ := Apply(alg, l, s, now, 1)
+	// A cost no limit allows decides nothing and reports the state as is.
+	p, _ := Apply(alg, l, s, now, maxInt64)
+	p.Outcome, p.RetryAfterMs = one.Outcome, one.RetryAfterMs
+	return p
+}
+
 // ExpiresAt is the Unix ms instant from which s can no longer affect any
 // decision: from then on Apply decides exactly as for the zero State, so the
 // FSM may drop it. fixed_window: start + window; sliding_window: current

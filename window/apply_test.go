@@ -71,6 +71,11 @@ func checkApply(t testing.TB, alg Algorithm, l Limit, s State, now, cost int64, 
 	if valid && max(cost, 1) > capy && r.Outcome != CostExceedsLimit {
 		fail("cost above capacity %d was not CostExceedsLimit", capy)
 	}
+	if p := Peek(alg, l, s, now); max(cost, 1) == 1 &&
+		(p.Outcome != r.Outcome || p.RetryAfterMs != r.RetryAfterMs || p.WindowStart != r.WindowStart ||
+			(r.Outcome == Allowed && p.Remaining != r.Remaining+1) || (r.Outcome != Allowed && p != r)) {
+		fail("Peek %+v disagrees with a hit of cost 1", p)
+	}
 	if e := ExpiresAt(alg, l, s); e <= MaxTime {
 		at := max(clampTime(now), e)
 		rs, ss := Apply(alg, l, s, at, cost)

@@ -8,7 +8,7 @@
 // a policy; the caller keeps one State per (policy, client, limit) and
 // stores the returned State only when every part of an all-or-nothing group
 // was allowed. ExpiresAt says when a State may be dropped, MostConstraining
-// which part a response describes.
+// which part a response describes, Peek what a status read shows.
 //
 // # Common rules
 //
@@ -19,7 +19,10 @@
 // CostExceedsLimit with RetryAfterMs = -1; so is every hit on a Limit with
 // Limit < 1 or WindowMs < 1 or of an unknown Algorithm. Products that can
 // exceed 64 bits are formed in 128 bits (math/bits); nothing panics or
-// wraps for any int64 input.
+// wraps for any int64 input. ExpiresAt returns MaxInt64 (never) for a state
+// that still matters at MaxTime, and MinInt64 when no state can matter
+// (invalid limit, unknown algorithm). RetryAfterMs is exact for every state
+// Apply stores on a clock that never runs backwards (the FSM's).
 //
 // # fixed_window
 //
@@ -64,24 +67,36 @@
 //
 // State{A: theoretical arrival time (TAT) in whole ms, B: its fraction in
 // units of 1/C ms, 0 <= B < C, C: the Limit the fraction was written with}.
-// GCRA with exact rational time: the bucket holds Bc = Burst (or L when
-// Burst <= 0) tokens and refills L tokens per W ms, so one token is W/L ms.
-// Time is counted in units of 1/L ms, in which one token is exactly W units
-// and every TAT is a whole number of units: no rounding and no drift over
-// any number of hits (1 per 24 h and 10,000 per second are both exact).
+// The zero State is a full bucket. GCRA with exact rational time: the
+// bucket holds Bc = Burst (or L when Burst <= 0) tokens and refills L tokens
+// per W ms, so one token is W/L ms. Time is counted in units of 1/L ms, in
+// which one token is exactly W units and every TAT is a whole number of
+// units: no rounding and no drift over any number of hits (1 per 24 h and
+// 10,000 per second are both exact to the ms).
 //
-//	TAT   = A + B/L ms (a fraction written under another L is rounded up to 1/L ms)
+//	TAT   = A + B/L ms (a fraction written under another limit C is rounded up to 1/L ms)
 //	debt  = max(0, TAT - now) * L         (units; 0 means the bucket is full: a new key starts full)
 //	allowed iff debt + cost*W <= Bc*W     (cost tokens are there); cost > Bc is CostExceedsLimit
-//	new TAT = now + (debt + cost*W) / L   (stored as whole ms A, remainder B, C = L)
-//	Remaining    = floor((Bc*W - debt') / W)      whole tokens left (debt' after the hit if allowed)
+//	new TAT = now + (debt + cost*W) / L   (stored as A = whole ms, B = remainder, C = L)
+//	Remaining    = floor((Bc*W - debt') / W)         whole tokens left (debt' after the hit if allowed)
 //	RetryAfterMs = ceil((debt + cost*W - Bc*W) / L)  exact ms until cost tokens are there
-//	ResetAt      = ceil(TAT') (when the bucket is full again; now if full)
+//	ResetAt      = max(now, ceil(TAT'))              when the bucket is full again
 //	Result.Limit = Bc; WindowStart = 0
 //	ExpiresAt    = ceil(TAT)
 //
-// A changed policy keeps the time debt: the stored TAT stays, so the tokens
-// it stands for follow the new rate and capacity.
+// Bc is bounded so that an empty bucket refills within MaxRefillMs = 2^60 ms
+// (36 million years): Bc = min(Bc, ceil(2^60 * L / W)). Only absurd policies
+// reach the bound (a burst of 2^40 on 1 per year); it keeps every TAT below
+// 2^63 so nothing ever saturates. A changed policy keeps the time debt: the
+// stored TAT stays, so the tokens it stands for follow the new rate and
+// capacity.
+//
+// # Peek
+//
+// Peek(alg, l, s, now) describes a key without a hit (status reads):
+// Remaining, ResetAt and WindowStart as they stand, Outcome and RetryAfterMs
+// as a hit of cost 1 would get them. A CostExceedsLimit Result likewise
+// describes the state as it stands.
 //
 // # MostConstraining
 //

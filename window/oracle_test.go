@@ -2,9 +2,10 @@ package window
 
 import "math/big"
 
-// The oracles below decide the same hits with exact rational arithmetic
-// (math/big), straight from the definitions in doc.go, with none of the
-// implementation's integer reformulations. They assume time never runs
+// The oracles below decide the same hits straight from the definitions in
+// the issue (the sliding estimate scaled by the window, exact token counts
+// as math/big rationals) and find waits by searching, with none of the
+// implementation's reformulations (ceil weights, GCRA, closed-form waits). They assume time never runs
 // backwards, as the FSM's clock guarantees.
 
 // slidingOracle keeps the allowed hits per aligned window.
@@ -17,16 +18,15 @@ func newSlidingOracle(l, w int64) *slidingOracle {
 	return &slidingOracle{l: l, w: w, counts: map[int64]int64{}}
 }
 
-// estimate is cur + prev*(w-e)/w at t.
-func (o *slidingOracle) estimate(t int64) *big.Rat {
+// scaled is the estimate cur + prev*(w-e)/w at t, times w: the issue's
+// literal formula, in int64 (test limits and windows are small).
+func (o *slidingOracle) scaled(t int64) int64 {
 	k, e := t/o.w, t%o.w
-	est := new(big.Rat).SetFrac64(o.counts[k-1]*(o.w-e), o.w)
-	return est.Add(est, big.NewRat(o.counts[k], 1))
+	return o.counts[k-1]*(o.w-e) + o.counts[k]*o.w
 }
 
 func (o *slidingOracle) fits(t, cost int64) bool {
-	est := o.estimate(t)
-	return est.Add(est, big.NewRat(cost, 1)).Cmp(big.NewRat(o.l, 1)) <= 0
+	return o.scaled(t)+cost*o.w <= o.l*o.w
 }
 
 // hit decides one hit and returns the outcome, remaining, resetAt and
@@ -45,11 +45,10 @@ func (o *slidingOracle) hit(t, cost int64) (Outcome, int64, int64, int64) {
 		for retry = 1; !o.fits(t+retry, cost); retry++ {
 		}
 	}
-	// remaining: the largest n with estimate + n <= l.
-	left := new(big.Rat).Sub(big.NewRat(o.l, 1), o.estimate(t))
+	// remaining: the largest n >= 0 with estimate + n <= l.
 	rem := int64(0)
-	if left.Sign() > 0 {
-		rem = new(big.Int).Quo(left.Num(), left.Denom()).Int64()
+	for o.scaled(t)+(rem+1)*o.w <= o.l*o.w {
+		rem++
 	}
 	k := t / o.w
 	reset := t

@@ -94,9 +94,9 @@ func TestSlidingWindowLargeValues(t *testing.T) {
 // aligned window ever admits more than the limit.
 func TestSlidingWindowMatchesOracle(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	runs := 60
+	runs := 300
 	if testing.Short() {
-		runs = 6
+		runs = 30
 	}
 	for run := 0; run < runs; run++ {
 		w := 1 + r.Int64N(200)
