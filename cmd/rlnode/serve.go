@@ -50,6 +50,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "serve", "")
 	fs.StringVar(&c.id, "id", "", "node id (default: the raft advertise address)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:8300", "address Raft listens on")
