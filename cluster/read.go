@@ -106,19 +106,11 @@ func peekLimit(alg window.Algorithm, l window.Limit, s window.State, now int64) 
 		}
 		return p
 	}
-	// What a hit of cost 1 would find: its remaining counts itself.
-	res, _ := window.Apply(alg, l, s, now, 1)
-	p.Remaining = 0
-	if res.Outcome == window.Allowed {
-		p.Remaining = res.Remaining + 1
-	}
-	p.Used = capacity - p.Remaining
+	res := window.Peek(alg, l, s, now)
+	p.Limit = res.Limit
+	p.Remaining, p.ResetAt, p.WindowStart = res.Remaining, res.ResetAt, res.WindowStart
+	p.Used = max(0, res.Limit-res.Remaining)
 	p.Active = p.Used > 0
-	p.WindowStart = res.WindowStart
-	p.ResetAt = max(now, window.ExpiresAt(alg, l, s))
-	if !p.Active {
-		p.ResetAt = now
-	}
 	return p
 }
 

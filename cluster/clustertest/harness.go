@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -38,9 +40,18 @@ type Options struct {
 	// Policies are seeded beside the fixed-window default of Limit per
 	// Window.
 	Policies []policy.Policy
+	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
+	// run the same tests on both kinds.
+	RaftLog raftlog.Kind
+	// WrapPeer, when set, wraps each node's transport to other nodes' HTTP
+	// APIs (e.g. to tamper with one node's forwarded requests).
+	WrapPeer func(from string, rt http.RoundTripper) http.RoundTripper
 }
 
 func (o *Options) defaults() {
+	if o.RaftLog == "" {
+		o.RaftLog = raftlog.Kind(os.Getenv("RLNODE_RAFT_LOG"))
+	}
 	if o.Limit == 0 {
 		o.Limit = 5
 	}
@@ -129,7 +140,7 @@ func (c *Cluster) Join(n *Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, func(string, ...any) {})
+	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, nil, func(string, ...any) {})
 	if err != nil {
 		c.t.Fatalf("join %s: %v", n.ID, err)
 	}
@@ -163,11 +174,11 @@ func (n *Node) start(bootstrap bool) {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
 	node, err := cluster.Open(cluster.Config{
-		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, Bootstrap: bootstrap,
+		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
-		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
+		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
 	})
 	if err != nil {
 		c.t.Fatalf("open %s: %v", n.ID, err)
@@ -359,3 +370,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = testWriter{}
+
+func (c *Cluster) peerTransport(from string) http.RoundTripper {
+	if c.opts.WrapPeer != nil {
+		return c.opts.WrapPeer(from, c.transport(from))
+	}
+	return c.transport(from)
+}

@@ -62,7 +62,7 @@ func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) 
 }
 
 func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy list", stderr)
+	fs, a := newAdminFlags("policy list", "", stderr)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -96,7 +96,7 @@ func limitsText(p policy.Policy) string {
 }
 
 func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy get", stderr)
+	fs, a := newAdminFlags("policy get", "NAME", stderr)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func (r *repeated) Set(v string) error {
 }
 
 func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy set", stderr)
+	fs, a := newAdminFlags("policy set", "NAME", stderr)
 	var alg string
 	var limits, windows, bursts repeated
 	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
@@ -187,7 +187,7 @@ func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy
 }
 
 func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy delete", stderr)
+	fs, a := newAdminFlags("policy delete", "NAME", stderr)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -208,7 +208,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // policyApply makes the cluster's table equal to a file: it sets what is
 // new or changed and deletes what the file does not list.
 func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy apply", stderr)
+	fs, a := newAdminFlags("policy apply", "", stderr)
 	var file string
 	var dry bool
 	fs.StringVar(&file, "f", "", "YAML or JSON file of policies (required)")
