@@ -152,6 +152,35 @@ func TestPoliciesThroughThreeProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("sliding window and token bucket", func(t *testing.T) {
+		const hour = int64(3_600_000)
+		for i := int64(4); i >= 0; i-- {
+			r := mustStatus(t, proctest.MustGet(t, f.URL()+"/check/user/slide"), 200, "sliding hit")
+			l := r.JSON["limits"].([]any)[0].(map[string]any)
+			start := int64(l["windowStart"].(float64))
+			if r.Num("remaining") != i || start%hour != 0 || r.Num("resetAt") != start+2*hour {
+				t.Fatalf("sliding hit: %s; want %d left in an hour-aligned window reset 2h after its start", r.Raw, i)
+			}
+		}
+		r := mustStatus(t, proctest.MustGet(t, f.URL()+"/check/user/slide"), 429, "spent sliding window")
+		if retry := r.Num("retryAfterMs"); retry < 1 || retry > 2*hour {
+			t.Fatalf("spent sliding window: %s", r.Raw)
+		}
+		r = mustStatus(t, proctest.MustGet(t, f.URL()+"/check/org/bucket?cost=2"), 200, "bucket of 2")
+		if l := r.JSON["limits"].([]any)[0].(map[string]any); r.Num("remaining") != 0 || r.Num("limit") != 2 || l["windowStart"] != nil {
+			t.Fatalf("bucket of 2: %s; want 0 left of a capacity of 2, no windowStart", r.Raw)
+		}
+		r = mustStatus(t, proctest.MustGet(t, f.URL()+"/check/org/bucket"), 429, "empty bucket")
+		if retry := r.Num("retryAfterMs"); retry < 23*hour || retry > 24*hour {
+			t.Fatalf("empty bucket: %s; want about 24h until one token is back", r.Raw)
+		}
+		mustStatus(t, proctest.MustGet(t, f.URL()+"/check/org/bucket2?cost=3"), 422, "cost above the bucket")
+		p := mustStatus(t, proctest.MustGet(t, f.URL()+"/v1/status/org/bucket"), 200, "bucket peek")
+		if p.Num("remaining") != 0 || p.Num("resetAt")-p.Num("appliedNow") < 47*hour {
+			t.Fatalf("bucket peek: %s; want empty and full again in about 48h", p.Raw)
+		}
+	})
+
 	t.Run("POST /v1/check is all or nothing", func(t *testing.T) {
 		body := `{"hits":[{"policy":"user","client":"u9"},{"policy":"org","client":"o7","cost":2}]}`
 		r := mustStatus(t, mustDo(t, "POST", f.URL()+"/v1/check", "", body), 200, "first multi-check")
