@@ -105,6 +105,7 @@ type FSM struct {
 	key   []byte
 	undo  []undoRec
 	next  [policy.MaxLimits]window.State
+	last  *tablePolicy // lookupPolicy's cache, valid within one hits entry
 }
 
 // New returns an empty FSM.
