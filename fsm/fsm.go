@@ -90,6 +90,8 @@ type FSM struct {
 	policies  map[string]*tablePolicy
 	nextEpoch uint32
 	seeded    bool
+	// sweepLeft slots remain to visit from sweepPos after a delete.
+	sweepLeft, sweepPos int
 
 	// Time: lastNow is the clamped time of the last applied hits entry;
 	// term and offset implement the per-term catch-up of DESIGN.md.
@@ -123,7 +125,7 @@ func (f *FSM) reset() {
 	f.slab, f.free, f.heap = nil, nil, nil
 	f.nodes = make(map[string]Node)
 	f.policies = make(map[string]*tablePolicy)
-	f.nextEpoch, f.seeded = 0, false
+	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
 }
 

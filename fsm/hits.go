@@ -54,6 +54,7 @@ func (f *FSM) applyHits(l *raft.Log) any {
 	}
 	now := f.clock(l.Term, stamped)
 	f.expire(now, f.cfg.ExpireBudget+len(views))
+	f.sweep(f.cfg.ExpireBudget)
 	res := &HitsResult{Now: now, Hits: make([]HitResult, len(views))}
 	nparts := 0
 	f.last = nil
