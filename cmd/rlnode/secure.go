@@ -94,12 +94,16 @@ func checkExposure(c *serveConfig, mutualTLS bool) error {
 	if len(open) == 0 {
 		return nil
 	}
-	return fmt.Errorf("refusing to start: %s listens beyond loopback with neither a cluster token nor mutual TLS, "+
+	verb := "listens"
+	if len(open) > 1 {
+		verb = "listen"
+	}
+	return fmt.Errorf("refusing to start: %s %s beyond loopback with neither a cluster token nor mutual TLS, "+
 		"so anyone who can reach it could send Raft RPCs that replace every window or move leadership, and call the admin API.\n"+
 		"  Fix: give every node the same token with --cluster-token-file FILE (or $RLNODE_CLUSTER_TOKEN_FILE, $RLNODE_CLUSTER_TOKEN),\n"+
 		"  and/or certificates with --tls-cert, --tls-key and --tls-ca (`rlnode tls init --out DIR --nodes n1,n2,n3` writes them);\n"+
 		"  or listen on 127.0.0.1; or pass --insecure on a network you trust completely",
-		strings.Join(open, " and "))
+		strings.Join(open, " and "), verb)
 }
 
 // reloadTLS reloads the certificates on SIGHUP and, every interval, when

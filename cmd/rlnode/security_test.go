@@ -270,6 +270,19 @@ func TestRaftHeldOpenConnectionsClosed(t *testing.T) {
 	if r := proctest.MustGet(t, n.URL()+"/readyz"); r.Status != 200 {
 		t.Fatalf("node not ready after the flood: %d %s", r.Status, r.Raw)
 	}
+	// SIGHUP (a TLS reload) on a node without TLS is logged, not fatal.
+	if err := syscallHUP(n); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Poll(t, 5*time.Second, func() error {
+		if !strings.Contains(n.Output(), "nothing to reload") {
+			return errors.New("SIGHUP not logged")
+		}
+		return nil
+	})
+	if r := proctest.MustGet(t, n.URL()+"/readyz"); r.Status != 200 {
+		t.Fatalf("node not ready after SIGHUP: %d %s", r.Status, r.Raw)
+	}
 }
 
 func isTimeout(err error) bool {
