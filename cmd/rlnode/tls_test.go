@@ -198,15 +198,18 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 		}
 		// Raft: raft's own transport, plain and over TLS without a
 		// client certificate, cannot move leadership.
-		term0, _, _ := status(t, n1)
+		term0, _, windows0 := status(t, n1)
 		for _, a := range []*attacker{newAttacker(t, nil), newAttacker(t, tlsNoCertStream{cfg: clientTLS(t, dir, false)})} {
 			if err := a.timeoutNow(n1); err == nil {
 				t.Errorf("forged TimeoutNow accepted by a mutual-TLS Raft port")
 			}
+			if err := a.installEmptySnapshot(t, n1, uint64(term0)+100); err == nil {
+				t.Errorf("forged InstallSnapshot accepted by a mutual-TLS Raft port")
+			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		if term, _, _ := status(t, n1); term != term0 {
-			t.Errorf("term moved from %d to %d", term0, term)
+		if term, _, windows := status(t, n1); term != term0 || windows != windows0 || windows == 0 {
+			t.Errorf("after forged RPCs: term %d, %d windows; before: term %d, %d windows", term, windows, term0, windows0)
 		}
 	})
 }
