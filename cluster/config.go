@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/tlsconf"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// (host:port); it is replicated so followers can forward to the leader.
 	HTTPAdvertise string
 	DataDir       string
+	// RaftLog is the Raft log store: "" means what DataDir holds, or
+	// raftlog.Default for a new dir; a kind that disagrees with DataDir is
+	// refused.
+	RaftLog raftlog.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
 	Policies  []Policy

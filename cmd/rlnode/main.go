@@ -32,6 +32,7 @@ func commands() []command {
 		{"transfer-leadership", "hand leadership to another server: rlnode transfer-leadership [ID]", runTransfer},
 		{"snapshot", "make a node take a Raft snapshot now", runSnapshot},
 		{"health", "exit 0 if a node is ready (for container health checks)", runHealth},
+		{"migrate-log", "convert a stopped node's Raft log: rlnode migrate-log --data-dir D --to wal|bolt", runMigrateLog},
 		{"bench", "load-test nodes and report throughput and latency", runBench},
 		{"tls", "write a CA and node/client certificates: rlnode tls init --out DIR --nodes n1,n2,n3", runTLS},
 		{"version", "print the version", runVersion},

@@ -104,8 +104,8 @@ func status(t *testing.T, n *proctest.Node) (term int64, state string, windows i
 	return f("term"), s, f("liveWindows")
 }
 
-// spend makes k hits for client and returns the last remaining count.
-func spend(t *testing.T, n *proctest.Node, client string, k int) int64 {
+// spendOn makes k hits for client and returns the last remaining count.
+func spendOn(t *testing.T, n *proctest.Node, client string, k int) int64 {
 	t.Helper()
 	var last int64
 	for range k {
@@ -127,7 +127,7 @@ func TestRaftPortRejectsForgedRPCs(t *testing.T) {
 	t.Run("insecure node is open (control)", func(t *testing.T) {
 		n := proctest.StartNode(t, rlnodeBin, "open", "--insecure")
 		proctest.WaitReady(t, n, 15*time.Second)
-		spend(t, n, "alice", 3)
+		spendOn(t, n, "alice", 3)
 		term0, _, _ := status(t, n)
 		a := newAttacker(t, nil)
 		if err := a.timeoutNow(n); err != nil {
@@ -148,7 +148,7 @@ func TestRaftPortRejectsForgedRPCs(t *testing.T) {
 		const token = "s3cret-token-for-raft"
 		n := proctest.StartNode(t, rlnodeBin, "guarded", "--cluster-token-file", writeToken(t, token))
 		proctest.WaitReady(t, n, 15*time.Second)
-		if rem := spend(t, n, "alice", 3); rem != 7 {
+		if rem := spendOn(t, n, "alice", 3); rem != 7 {
 			t.Fatalf("remaining %d after 3 hits, want 7", rem)
 		}
 		term0, state0, windows0 := status(t, n)
@@ -171,7 +171,7 @@ func TestRaftPortRejectsForgedRPCs(t *testing.T) {
 		if term != term0 || state != state0 || windows != windows0 {
 			t.Fatalf("after forged RPCs: term %d state %s windows %d; before: term %d state %s windows %d", term, state, windows, term0, state0, windows0)
 		}
-		if rem := spend(t, n, "alice", 1); rem != 6 {
+		if rem := spendOn(t, n, "alice", 1); rem != 6 {
 			t.Fatalf("remaining %d after a 4th hit, want 6: the window did not survive", rem)
 		}
 		if !strings.Contains(n.Output(), "raft connection rejected") {

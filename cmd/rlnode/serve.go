@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/tlsconf"
 )
@@ -26,6 +27,7 @@ import (
 type serveConfig struct {
 	id, httpAddr, raftAddr, httpAdvertise, raftAdvertise string
 	dataDir                                              string
+	raftLog                                              string
 	limit                                                int64
 	window                                               time.Duration
 	join                                                 string
@@ -57,6 +59,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes use to reach this one (default: --http-addr)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
 	fs.StringVar(&c.dataDir, "data-dir", "rlnode-data", "directory for the Raft log, stable store and snapshots")
+	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(raftlog.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
 	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
 	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
@@ -96,6 +99,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if _, err := raftlog.ParseKind(c.raftLog); err != nil {
+		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
@@ -200,7 +206,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin,
+		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
