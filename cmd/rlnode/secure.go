@@ -79,6 +79,38 @@ func readTokenFile(path string) (string, error) {
 	return tok, nil
 }
 
+// loadSecurity reads the token file and the TLS files and refuses an
+// exposed node with neither; it returns the TLS source (nil without TLS).
+func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
+	if c.sec.tokenFile != "" {
+		tok, err := readTokenFile(c.sec.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.token = tok
+	}
+	var src *tlsconf.Source
+	if c.sec.tls.Enabled() {
+		var err error
+		if src, err = tlsconf.Load(c.sec.tls); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkExposure(c, src != nil && src.Mutual()); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+func (c *serveConfig) warnSecurity(log hclog.Logger, src *tlsconf.Source) {
+	if c.sec.insecure && c.token == "" && (src == nil || !src.Mutual()) {
+		log.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
+	}
+	if c.sec.tokenFlagGiven {
+		log.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
+	}
+}
+
 // checkExposure refuses to run a node that listens beyond loopback while
 // nothing proves who its peers are, unless --insecure says so.
 func checkExposure(c *serveConfig, mutualTLS bool) error {
