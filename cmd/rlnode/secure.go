@@ -114,7 +114,15 @@ func (c *serveConfig) warnSecurity(log hclog.Logger, src *tlsconf.Source) {
 // checkExposure refuses to run a node that listens beyond loopback while
 // nothing proves who its peers are, unless --insecure says so.
 func checkExposure(c *serveConfig, mutualTLS bool) error {
-	if c.token != "" || mutualTLS || c.sec.insecure {
+	if c.sec.insecure {
+		return nil
+	}
+	if c.pprofAddr != "" && !isLoopback(c.pprofAddr) {
+		// pprof has no authentication at all, token or TLS.
+		return fmt.Errorf("refusing to start: --pprof-addr %s listens beyond loopback, and profiling endpoints have no authentication; "+
+			"use 127.0.0.1 (and an SSH tunnel), or pass --insecure", c.pprofAddr)
+	}
+	if c.token != "" || mutualTLS {
 		return nil
 	}
 	var open []string

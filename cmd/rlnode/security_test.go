@@ -307,9 +307,14 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
 		t.Errorf("refused node still created its Raft log")
 	}
+	// pprof has no authentication: beyond loopback only with --insecure.
+	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--cluster-token-file", writeToken(t, "tok"), "--pprof-addr", "0.0.0.0:0", "--data-dir", t.TempDir())
+	if code == 0 || !strings.Contains(stderr, "--pprof-addr") {
+		t.Errorf("pprof on 0.0.0.0: exit %d, %s", code, stderr)
+	}
 	// TLS without a CA authenticates no one who dials in: still refused.
 	certs := t.TempDir()
-	tlsInit(t, certs, "n1")
+	proctest.TLSInit(t, rlnodeBin, certs, "n1")
 	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--http-addr", "0.0.0.0:0", "--http-advertise", "127.0.0.1:1", "--data-dir", t.TempDir(),
 		"--tls-cert", filepath.Join(certs, "n1.pem"), "--tls-key", filepath.Join(certs, "n1-key.pem"))
 	if code == 0 || !strings.Contains(stderr, "refusing to start") {
