@@ -22,7 +22,6 @@ import (
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
-	"github.com/rlnode/rlnode/tlsconf"
 )
 
 type serveConfig struct {
@@ -168,22 +167,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	if c.sec.tokenFile != "" {
-		tok, err := readTokenFile(c.sec.tokenFile)
-		if err != nil {
-			return err
-		}
-		c.token = tok
-	}
-	var tlsSrc *tlsconf.Source
-	if c.sec.tls.Enabled() {
-		src, err := tlsconf.Load(c.sec.tls)
-		if err != nil {
-			return err
-		}
-		tlsSrc = src
-	}
-	if err := checkExposure(c, tlsSrc != nil && tlsSrc.Mutual()); err != nil {
+	tlsSrc, err := c.loadSecurity()
+	if err != nil {
 		return err
 	}
 	seed, err := c.seed()
@@ -236,12 +221,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
-	if c.token == "" && !isLoopback(c.httpAddr) && (tlsSrc == nil || !tlsSrc.Mutual()) {
-		logger.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
-	}
-	if c.sec.tokenFlagGiven {
-		logger.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
-	}
+	c.warnSecurity(logger, tlsSrc)
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
