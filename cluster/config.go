@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // Policy is a named budget: Limit hits (of cost 1) per Window.
@@ -91,8 +92,14 @@ type Config struct {
 	// flight to the leader at once (its own group commit).
 	MaxForwardInflight int
 
-	// ClusterToken, when set, is sent on requests to peers.
+	// ClusterToken, when set, is sent on requests to peers and proven (never
+	// sent) on every Raft connection.
 	ClusterToken string
+	// TLS, when set, secures the Raft port and requests to peers; with a CA,
+	// both ends present certificates signed by it.
+	TLS *tlsconf.Source
+	// RaftLimits bound Raft connections (zero values: defaults).
+	RaftLimits RaftLimits
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 

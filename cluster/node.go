@@ -72,8 +72,11 @@ func Open(cfg Config) (*Node, error) {
 		n.policies[p.Name] = p
 	}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken, cfg.PeerTransport)
+	n.peers = newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
 	if err := n.open(); err != nil {
+		if n.transport != nil && n.raft == nil {
+			n.transport.Close()
+		}
 		n.closeStores()
 		return nil, err
 	}
@@ -110,6 +113,7 @@ func (n *Node) open() error {
 			return err
 		}
 	}
+	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
 		MaxPool: 8,

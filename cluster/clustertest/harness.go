@@ -133,7 +133,7 @@ func (c *Cluster) Join(n *Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, func(string, ...any) {})
+	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, nil, func(string, ...any) {})
 	if err != nil {
 		c.t.Fatalf("join %s: %v", n.ID, err)
 	}

@@ -141,7 +141,7 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 	// output never prints the secret.
 	token := fs.String("cluster-token", "", "bearer token for the nodes (default $RLNODE_CLUSTER_TOKEN)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]")
+		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]   (no positional arguments)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
