@@ -4,7 +4,8 @@
 # Redis-backed baseline (redis-server + bench/redislimiter), then drives them
 # all with the same `rlnode bench` in one run, repetitions interleaved
 # (A B A B ...), and prints medians, the worst repetition's p99, ratios and
-# the targets, each PASS or MISS.
+# the targets, each PASS or MISS, and every server's CPU-seconds per 100k
+# requests (from /proc, user+system, during each run).
 #
 # Usage: scripts/bench.sh            (from anywhere; builds from this checkout)
 #
@@ -164,6 +165,7 @@ fi
 # ---- clusters ----
 
 declare -A leader_url follower_urls leader_id
+cpu_procs=() # label:pid of every server, for CPU-seconds per run
 url() { printf 'http://127.0.0.1:%s' "$1"; }
 
 wait_healthy() { # name url pid log
@@ -214,6 +216,9 @@ start_cluster() { # kind
 		sleep 0.1
 	done
 	[ -n "$leader" ] || die "$kind: no agreed leader with 3 voters after 30s"
+	for i in 0 1 2; do
+		if [ "$i" = "$leader" ]; then cpu_procs+=("$kind-leader:${npids[$i]}"); else cpu_procs+=("$kind-follower$i:${npids[$i]}"); fi
+	done
 	leader_url[$kind]="$(url "${http[$leader]}")"
 	leader_id[$kind]="n$((leader + 1))"
 	local f=()
@@ -241,6 +246,7 @@ if [ "$baseline" = 1 ]; then
 		--limit 1000000000 --window 60s >"$tmp/redislimiter.log" 2>&1 &
 	lpid=$!
 	pids+=("$lpid")
+	cpu_procs+=("redis-server:${pids[-2]}" "redislimiter:$lpid")
 	redis_url="$(url "$lport")"
 	for _ in $(seq 1 100); do
 		python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1]+"/livez", timeout=1)' "$redis_url" 2>/dev/null && break
@@ -264,10 +270,21 @@ fi
 
 # ---- runs ----
 
-# run NAME ARGS...: one `rlnode bench --json` run into $out/NAME.json.
+# cpu_seconds: "label seconds" per server (user+system CPU so far).
+cpu_seconds() {
+	local lp tck
+	tck="$(getconf CLK_TCK)"
+	for lp in "${cpu_procs[@]}"; do
+		awk -v l="${lp%%:*}" -v t="$tck" '{ sub(/^.*\) /, ""); printf "%s %.2f\n", l, ($12 + $13) / t }' "/proc/${lp#*:}/stat" 2>/dev/null || true
+	done
+}
+
+# run NAME ARGS...: one `rlnode bench --json` run into $out/NAME.json, and
+# every server's CPU-seconds during it into $out/NAME.cpu.
 run() {
 	local name=$1
 	shift
+	cpu_seconds >"$tmp/cpu-before"
 	local extra=()
 	if [ "$trace" = 1 ]; then extra=(--trace); fi
 	say "run $name: rlnode bench $*"
@@ -280,6 +297,7 @@ run() {
 		die "run $name failed"
 	fi
 	bench_pid=""
+	cpu_seconds | awk 'NR == FNR { b[$1] = $2; next } { printf "%s %.2f\n", $1, $2 - b[$1] }' "$tmp/cpu-before" - >"$out/$name.cpu"
 }
 
 for r in $(seq 1 "$reps"); do

@@ -89,6 +89,41 @@ def main():
     for n in order:
         print("  %-18s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
 
+    print()
+    print("CPU-seconds per 100k requests (median over repetitions; the servers' user+system CPU during the run)")
+    print("  %-18s %10s %14s %14s" % ("run", "leader", "each follower", "redis+limiter"))
+    for n in names:
+        if n == "livez-64":
+            continue
+        per = {"leader": [], "follower": [], "redis": []}
+        for r in range(1, reps + 1):
+            p = os.path.join(out, "r%d-%s.cpu" % (r, n))
+            js = os.path.join(out, "r%d-%s.json" % (r, n))
+            if not (os.path.exists(p) and os.path.exists(js)):
+                continue
+            with open(js) as f:
+                req = json.load(f)["requests"]
+            if req == 0:
+                continue
+            cpu = {}
+            with open(p) as f:
+                for line in f:
+                    label, sec = line.split()
+                    cpu[label] = float(sec)
+            kind = n.split("-")[0]
+            scale = 1e5 / req
+            if kind == "redis":
+                per["redis"].append((cpu.get("redis-server", 0) + cpu.get("redislimiter", 0)) * scale)
+                continue
+            per["leader"].append(cpu.get(kind + "-leader", 0) * scale)
+            fs = [v for k, v in cpu.items() if k.startswith(kind + "-follower")]
+            if fs:
+                per["follower"].append(sum(fs) / len(fs) * scale)
+        cells = ["%10s" % ("%.2f" % statistics.median(per["leader"]) if per["leader"] else "-"),
+                 "%14s" % ("%.2f" % statistics.median(per["follower"]) if per["follower"] else "-"),
+                 "%14s" % ("%.2f" % statistics.median(per["redis"]) if per["redis"] else "-")]
+        print("  %-18s %s" % (n, " ".join(cells)))
+
     rows = []
 
     def target(name, value, op, goal, unit=""):
