@@ -27,6 +27,10 @@
 #
 # Environment:
 #   BENCH_RAFT_LOGS  log stores to measure, space-separated (default "wal bolt")
+#   BENCH_VARIANTS   instead: any systems, "name=serve flags;name=serve flags"
+#                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
+#                    names are [a-z0-9_]+
+#   BENCH_RUNS       which runs, of "livez check followers open" (the default)
 #   BENCH_REPS       interleaved repetitions (default 3)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
 #                    message when redis-server is not installed)
@@ -56,6 +60,26 @@ warmup="${BENCH_WARMUP:-1s}"
 keys="${BENCH_KEYS:-10000}"
 reps="${BENCH_REPS:-3}"
 read -r -a kinds <<<"${BENCH_RAFT_LOGS:-wal bolt}"
+# Each system under test is a name and its `rlnode serve` flags: one per
+# log store, or BENCH_VARIANTS for any A/B of flags.
+declare -A sys_flags
+if [ -n "${BENCH_VARIANTS:-}" ]; then
+	kinds=()
+	IFS=';' read -r -a variants <<<"$BENCH_VARIANTS"
+	for v in "${variants[@]}"; do
+		name="${v%%=*}"
+		case "$name" in '' | *[!a-z0-9_]*) echo "bench: BENCH_VARIANTS: bad name '$name' (want [a-z0-9_]+)" >&2; exit 1 ;; esac
+		kinds+=("$name")
+		sys_flags[$name]="${v#*=}"
+	done
+else
+	for k in "${kinds[@]}"; do
+		case "$k" in wal | bolt) ;; *) echo "bench: BENCH_RAFT_LOGS: unknown log store $k (want wal or bolt)" >&2; exit 1 ;; esac
+		sys_flags[$k]="--raft-log $k"
+	done
+fi
+read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open}"
+want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
 trace="${BENCH_TRACE:-1}"
 read -r -a node_args <<<"${BENCH_NODE_ARGS:-}"
@@ -69,10 +93,7 @@ die() { say "error: $*"; exit 1; }
 
 command -v "$go" >/dev/null || die "$go not found in PATH (set GO=/path/to/go)"
 command -v python3 >/dev/null || die "need python3 (free ports, JSON, report)"
-[ "${#kinds[@]}" -gt 0 ] || die "BENCH_RAFT_LOGS is empty"
-for k in "${kinds[@]}"; do
-	case "$k" in wal | bolt) ;; *) die "BENCH_RAFT_LOGS: unknown log store $k (want wal or bolt)" ;; esac
-done
+[ "${#kinds[@]}" -gt 0 ] || die "no system to measure (BENCH_RAFT_LOGS or BENCH_VARIANTS is empty)"
 
 # ---- cleanup: stop what we started, remove the temp dir ----
 
@@ -187,7 +208,8 @@ start_cluster() { # kind
 		id="n$((i + 1))"
 		local join=()
 		if [ "$i" != 0 ]; then join=(--join "$(url "${http[0]}")"); fi
-		"$rl" serve --id "$id" --raft-log "$kind" \
+		# shellcheck disable=SC2086 # the system's flags are words
+		"$rl" serve --id "$id" ${sys_flags[$kind]} \
 			--http-addr "127.0.0.1:${http[$i]}" --raft-addr "127.0.0.1:${raftp[$i]}" \
 			--data-dir "$tmp/$kind/$id" --limit 1000000000 --window 60s --log-level warn \
 			${join[@]+"${join[@]}"} ${node_args[@]+"${node_args[@]}"} >"$tmp/$kind-$id.log" 2>&1 &
@@ -230,7 +252,7 @@ start_cluster() { # kind
 }
 
 for k in "${kinds[@]}"; do
-	say "starting a 3-node cluster on the $k log store"
+	say "starting a 3-node cluster $k: ${sys_flags[$k]}"
 	start_cluster "$k"
 done
 
@@ -263,7 +285,7 @@ fi
 	echo "cpus:       $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')"
 	echo "loadavg:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 	echo "runs:       duration $duration, warmup $warmup, keys $keys uniform, $reps interleaved repetitions"
-	echo "log stores: ${kinds[*]}"
+	for k in "${kinds[@]}"; do echo "system:     $k = rlnode serve ${sys_flags[$k]}"; done
 	echo "node args:  ${node_args[*]:-(none)}"
 	if [ "$baseline" = 1 ]; then echo "baseline:   $(redis-server --version | cut -d' ' -f1-3), in memory (no fsync), redislimiter $redis_url"; else echo "baseline:   skipped"; fi
 } >"$out/env.txt"
@@ -302,7 +324,8 @@ run() {
 
 for r in $(seq 1 "$reps"); do
 	say "---- repetition $r of $reps"
-	run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64
+	if want_run livez; then run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64; fi
+	want_run check || continue
 	for c in 64 256; do
 		for k in "${kinds[@]}"; do
 			run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
@@ -310,9 +333,11 @@ for r in $(seq 1 "$reps"); do
 		if [ "$baseline" = 1 ]; then run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"; fi
 	done
 	for k in "${kinds[@]}"; do
+		want_run followers || break
 		run "r$r-$k-followers-64" --addr "${follower_urls[$k]}" --concurrency 64
 	done
 	for k in "${kinds[@]}"; do
+		want_run open || break
 		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
 		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"
 	done
