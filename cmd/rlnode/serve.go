@@ -46,6 +46,8 @@ type serveConfig struct {
 	pprofAddr                                            string
 	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
+	raftTuning                                           cluster.RaftTuning
+	raftBatchApply                                       bool
 	sec                                                  securityConfig
 }
 
@@ -83,6 +85,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
+	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
+	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	return fs, c
@@ -202,6 +207,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
+		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: metrics,
 		OnFatal: func(err error) {
