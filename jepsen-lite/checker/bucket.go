@@ -90,12 +90,13 @@ func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64
 		nlo = max(nlo, allFrom)
 	} else {
 		nhi = min(nhi, allFrom-1)
-		// retryAfterMs pins n
-		pin := allFrom - o.retryAfter
-		if o.retryAfter < 1 || pin < nlo || pin > nhi {
-			return nil
+		// retryAfterMs pins n (an answer without it pins nothing)
+		if pin := allFrom - o.retryAfter; o.retryAfter != 0 {
+			if o.retryAfter < 0 || pin < nlo || pin > nhi {
+				return nil
+			}
+			nlo, nhi = pin, pin
 		}
-		nlo, nhi = pin, pin
 	}
 	if nlo > nhi {
 		return nil
@@ -116,7 +117,11 @@ func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64
 		return []kstate{next(nlo, int64(st.lost))}
 	}
 	var out []kstate
-	for j := int64(0); j <= int64(st.lost); j++ {
+	maxJ := int64(st.lost)
+	for _, l := range limits {
+		maxJ = min(maxJ, l.capacity(TokenBucket)) // more never fit in a bucket
+	}
+	for j := int64(0); j <= maxJ; j++ {
 		if nmin, ok := bucketLost(limits, st, m, minM, nlo, nhi, j); ok {
 			out = append(out, next(nmin, int64(st.lost)-j))
 		}

@@ -130,7 +130,12 @@ func slidingWhen(W, lim, prev, cur int64, lostY bool, lo, S int64, r LimitResult
 		}
 	} else {
 		upper = min(upper, fitsFrom-1)
-		pin := slidingAllowedAt(W, lim, prev, cur, S) - S - o.retryAfter
+		pin := int64(-1) // an answer without retryAfterMs pins nothing
+		if o.retryAfter != 0 {
+			if pin = slidingAllowedAt(W, lim, prev, cur, S) - S - o.retryAfter; pin < 0 {
+				return 0, false
+			}
+		}
 		unchanged(lower, upper, pin)
 	}
 	return best, best >= 0
