@@ -39,27 +39,35 @@ func bucketHit(limits []Limit, st kstate, o obs, fresh bool) []kstate {
 		return nil
 	}
 	var out []kstate
-	// hyp: which limits report "as if the hit had counted" on a refused
-	// op (a limit that would have allowed it may report either way).
-	for hyp := 0; hyp < 1<<n; hyp++ {
-		if o.counted && hyp != 1<<n-1 {
-			continue
-		}
-		var m [maxLimits]int64
-		for i, l := range limits {
-			m[i] = o.limits[i].ResetAt
-			if hyp>>i&1 == 1 {
-				m[i] -= l.WindowMs / l.Limit
+	// On a refused op, a limit that would have allowed the hit may report
+	// its resetAt and its remaining each as if the hit had counted or as
+	// it stands (rlnode reports remaining as it stands, since nothing was
+	// spent, and resetAt as decided). resetHyp and remHyp say which
+	// limits report which as if counted; a counted op reports both.
+	all := 1<<n - 1
+	for resetHyp := 0; resetHyp <= all; resetHyp++ {
+		for remHyp := 0; remHyp <= all; remHyp++ {
+			if o.counted && (resetHyp != all || remHyp != all) {
+				continue
 			}
+			var m [maxLimits]int64
+			for i, l := range limits {
+				m[i] = o.limits[i].ResetAt
+				if resetHyp>>i&1 == 1 {
+					m[i] -= l.WindowMs / l.Limit
+				}
+			}
+			out = append(out, bucketWith(limits, st, o, fresh, m, resetHyp|remHyp, remHyp)...)
 		}
-		out = append(out, bucketWith(limits, st, o, fresh, m, hyp)...)
 	}
 	return out
 }
 
 // bucketWith checks the answer given m[i] = max(tat_i, n) for each limit
-// (the level the hit was decided on) and returns the resulting states.
-func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64, hyp int) []kstate {
+// (the level the hit was decided on) and returns the resulting states. hyp
+// has the limits that report anything as if the hit had counted (they must
+// have allowed it), remHyp those whose remaining does.
+func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64, hyp, remHyp int) []kstate {
 	// The FSM time n: from remaining, per limit.
 	nlo, nhi := st.clock, int64(1<<62)
 	minM := int64(1 << 62)
@@ -69,9 +77,19 @@ func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64
 		if r.Remaining < 0 {
 			return nil
 		}
-		// remaining = floor((n + B*T - resetAt)/T)
-		nlo = max(nlo, r.ResetAt-B*T+r.Remaining*T)
-		nhi = min(nhi, r.ResetAt-B*T+(r.Remaining+1)*T-1)
+		// remaining = floor((n + B*T - level)/T), level = m_i (+ T if
+		// reported as if counted)
+		level := m[i]
+		if remHyp>>i&1 == 1 {
+			level += T
+		}
+		// rlnode reports 0 for a level below 0, which a raised limit can
+		// leave behind (a shorter refill interval turns the same arrival
+		// time into more missing tokens than the new burst holds).
+		if r.Remaining > 0 {
+			nlo = max(nlo, level-B*T+r.Remaining*T)
+		}
+		nhi = min(nhi, level-B*T+(r.Remaining+1)*T-1)
 		minM = min(minM, m[i])
 	}
 	nhi = min(nhi, minM) // n <= max(tat_i, n) = m_i

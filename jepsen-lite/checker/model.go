@@ -161,16 +161,31 @@ func fixedHit(l Limit, st kstate, o obs) []kstate {
 		op.Remaining, op.ResetAt = o.limits[0].Remaining, o.limits[0].ResetAt
 	}
 	fs := fixedState(st)
-	next, ok := s.hit(fs, op)
-	if !ok {
-		return nil
+	if !o.allowed || o.counted {
+		next, ok := s.hit(fs, op)
+		if !ok {
+			return nil
+		}
+		return []kstate{fromFixed(st, next)}
 	}
-	if o.allowed && !o.counted {
+	// A hit of a refused request that would have passed: its remaining
+	// may be told as if it had counted or as it stands (rlnode: as it
+	// stands, since nothing was spent); its window is the one it was
+	// decided in. Check it as a hit, then take the hit back out.
+	var out []kstate
+	for _, spent := range []int64{0, 1} {
+		op.Remaining -= spent
+		next, ok := s.hit(fs, op)
+		op.Remaining += spent
+		if !ok {
+			continue
+		}
 		if next.start != fs.start && next.count == 1 {
 			next = fs // it would have opened the window itself: nothing changed
 		} else {
 			next.count-- // lost hits it needed did count; it did not
 		}
+		out = append(out, fromFixed(st, next))
 	}
-	return []kstate{fromFixed(st, next)}
+	return out
 }

@@ -161,10 +161,13 @@ func (s *refServer) bucket(limits []Limit, st *refState, part Part, now int64) (
 		B := l.capacity(TokenBucket)
 		after := lv[i]
 		if lv[i]+early*l.Limit >= l.WindowMs {
-			after -= l.WindowMs // this limit allows it: told as if it counted
+			after -= l.WindowMs // this limit allows it: decided as if it counted
 		}
 		r := LimitResult{Limit: B, WindowMs: l.WindowMs, Remaining: max(0, floorDiv(after, l.WindowMs)),
 			ResetAt: now + ceilDiv(B*l.WindowMs-after, l.Limit)}
+		if !part.Allowed && after != lv[i] {
+			r.Remaining++ // as rlnode does: nothing was spent
+		}
 		part.Limits = append(part.Limits, r)
 		if lv[i] < l.WindowMs && !part.Allowed {
 			part.RetryAfterMs = max(part.RetryAfterMs, ceilDiv(l.WindowMs-lv[i], l.Limit))
@@ -189,10 +192,10 @@ func floorDiv(a, b int64) int64 {
 
 func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
-// raise moves every policy with a newer version to it. A bucket keeps its
-// tokens, rounded down to a whole millisecond of the new rate (how a
-// bucket carries over is the server's choice; the model takes the level
-// from the next answer).
+// raise moves every policy with a newer version to it. A bucket keeps the
+// time at which it will be full, as rlnode does, so a shorter refill
+// interval may leave it below empty (how a bucket carries over is the
+// server's choice; the model takes the level from the next answer).
 func (s *refServer) raise() {
 	for name, p := range s.pols {
 		if s.ver[name]+1 >= len(p.Versions) {
@@ -206,8 +209,11 @@ func (s *refServer) raise() {
 			if key[:len(name)+1] != name+"/" || !st.seen {
 				continue
 			}
+			prev := p.Versions[s.ver[name]-1]
 			for i, l := range p.Versions[s.ver[name]] {
-				st.level[i] -= st.level[i] % l.Limit
+				o := prev[i]
+				missingMs := ceilDiv(o.capacity(TokenBucket)*o.WindowMs-st.level[i], o.Limit)
+				st.level[i] = l.capacity(TokenBucket)*l.WindowMs - missingMs*l.Limit
 			}
 		}
 	}
@@ -245,6 +251,21 @@ func (s *refServer) apply(op *Op, now int64) {
 				c()
 			}
 		}
+		if !op.Allowed {
+			// As rlnode does: a hit that would have passed tells its
+			// remaining as it stands (nothing was spent), its window
+			// and resetAt as decided.
+			for i := range op.Parts {
+				p := &op.Parts[i]
+				if !p.Allowed {
+					continue
+				}
+				p.Remaining++
+				for k := range p.Limits {
+					p.Limits[k].Remaining++
+				}
+			}
+		}
 	}
 }
 
@@ -254,7 +275,9 @@ var simPolicies = map[string]Policy{
 	"fw": NewPolicy(FixedWindow, Limit{Limit: 3, WindowMs: 200}).Raised(Limit{Limit: 5, WindowMs: 200}),
 	"sw": NewPolicy(SlidingWindow, Limit{Limit: 3, WindowMs: 200}).Raised(Limit{Limit: 5, WindowMs: 200}),
 	"tb": NewPolicy(TokenBucket, Limit{Limit: 2, WindowMs: 200}, Limit{Limit: 4, WindowMs: 1000, Burst: 3}).
-		Raised(Limit{Limit: 4, WindowMs: 200}, Limit{Limit: 5, WindowMs: 1000, Burst: 4}),
+		// the second limit refills faster but holds fewer ms: buckets may
+		// be below empty right after the change
+		Raised(Limit{Limit: 4, WindowMs: 200}, Limit{Limit: 10, WindowMs: 1000, Burst: 4}),
 }
 
 // simKeys and simPairs: the multi-key checks go across the pairs.

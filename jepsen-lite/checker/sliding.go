@@ -112,21 +112,26 @@ func slidingWhen(W, lim, prev, cur int64, lostY bool, lo, S int64, r LimitResult
 	}
 	// unchanged: resetAt when nothing counted (now if the estimate is
 	// already 0, which pins the time).
-	unchanged := func(lo, hi, pin int64) {
+	unchanged := func(lo, hi, after, pin int64) {
 		switch {
 		case cur > 0:
-			try(lo, hi, cur, S+2*W, pin)
+			try(lo, hi, after, S+2*W, pin)
 		case prev > 0:
-			try(lo, hi, cur, S+W, pin)
+			try(lo, hi, after, S+W, pin)
 		case pin < 0 || pin == r.ResetAt-S:
-			try(lo, hi, cur, r.ResetAt, r.ResetAt-S)
+			try(lo, hi, after, r.ResetAt, r.ResetAt-S)
 		}
 	}
 	if o.allowed {
 		lower = max(lower, fitsFrom)
 		try(lower, upper, cur+1, S+2*W, -1) // counted, or decided as if it had
 		if !o.counted {
-			unchanged(lower, upper, -1)
+			// A hit of a refused request that would have passed:
+			// remaining and resetAt may each be told as it stands or
+			// as if it had counted (rlnode: remaining as it stands).
+			try(lower, upper, cur, S+2*W, -1)
+			unchanged(lower, upper, cur, -1)
+			unchanged(lower, upper, cur+1, -1)
 		}
 	} else {
 		upper = min(upper, fitsFrom-1)
@@ -136,7 +141,7 @@ func slidingWhen(W, lim, prev, cur int64, lostY bool, lo, S int64, r LimitResult
 				return 0, false
 			}
 		}
-		unchanged(lower, upper, pin)
+		unchanged(lower, upper, cur, pin)
 	}
 	return best, best >= 0
 }
