@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ type workloadConfig struct {
 	multiRatio float64 // share of ops that are multi-key checks (of a pair)
 	timeout    time.Duration
 	seed       uint64
+	tls        *tls.Config // client certificate and CA; nil for plain HTTP
 }
 
 // workload runs the client workers. start launches them; stop (called by
@@ -74,6 +76,7 @@ func newWorkload(cfg workloadConfig) *workload {
 		MaxIdleConnsPerHost: cfg.clients * 2,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
+		TLSClientConfig:     cfg.tls,
 	}
 	return &workload{cfg: cfg, hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}),
 		perWork: make([][]opRecord, cfg.clients)}
