@@ -285,6 +285,8 @@ func faultColor(name string) color.Color {
 		return color.NRGBA{R: 230, G: 200, B: 0, A: 60}
 	case name == nemMembership:
 		return color.NRGBA{R: 40, G: 190, B: 120, A: 50}
+	case name == nemRaiseLimit:
+		return color.NRGBA{R: 255, G: 140, B: 0, A: 45}
 	default: // the final quiet phase
 		return color.NRGBA{R: 120, G: 120, B: 120, A: 25}
 	}
