@@ -91,13 +91,13 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	defer cancel()
 	res, err := a.cfg.Node.Check(ctx, policyName, client, cost)
 	if err != nil {
-		a.cfg.Metrics.observeCheck(policyName, resultFor(err), start)
+		a.cfg.Metrics.observeCheck(a.policyLabel(policyName), resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
-		a.cfg.Metrics.observeCheck(policyName, CodeUnknownPolicy, start)
+		a.cfg.Metrics.observeCheck(unknownLabel, CodeUnknownPolicy, start)
 		unknownPolicy(c, policyName)
 		return
 	}
@@ -150,6 +150,17 @@ func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) b
 		}
 	}
 	return false
+}
+
+// unknownLabel is the metrics label of checks of policies not in the table:
+// names clients make up must not grow the metric's label set.
+const unknownLabel = "(unknown)"
+
+func (a *API) policyLabel(name string) string {
+	if _, ok := a.cfg.Node.Policy(name); ok {
+		return name
+	}
+	return unknownLabel
 }
 
 func unknownPolicy(c *gin.Context, name string) {
