@@ -333,3 +333,23 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 		t.Errorf("token flag and file together: exit %d, %s", code, stderr)
 	}
 }
+
+// Raft connections the node closes as idle are redialled by the peers: a
+// cluster whose pooled and pipeline connections all went idle serves the
+// next hits as before.
+func TestRaftIdleTimeoutKeepsClusterServing(t *testing.T) {
+	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--cluster-token-file", writeToken(t, "idle-token"), "--raft-idle-timeout", "1s")
+	for round := range 3 {
+		for i, n := range nodes {
+			r, err := n.Do("GET", fmt.Sprintf("/check/idle-%d-%d", round, i), "", nil)
+			if err != nil || r.Status != 200 {
+				t.Fatalf("round %d, hit via %s: %v %d %s", round, n.ID, err, r.Status, r.Raw)
+			}
+		}
+		time.Sleep(2500 * time.Millisecond) // every connection without heartbeats goes idle
+	}
+	for _, n := range nodes {
+		out := n.Output()
+		t.Logf("%s: %d raft RPC errors logged (retried), %d terms", n.ID, strings.Count(out, "failed to appendEntries")+strings.Count(out, "failed to heartbeat"), strings.Count(out, "entering candidate state"))
+	}
+}
