@@ -215,7 +215,14 @@ func (n *Node) Do(method, path, token string, body any) (Response, error) {
 // temp dir; extra flags are appended.
 func StartNode(t testing.TB, bin, id string, extra ...string) *Node {
 	t.Helper()
-	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+	return StartNodeIn(t, bin, id, filepath.Join(t.TempDir(), id), extra...)
+}
+
+// StartNodeIn is StartNode on a given data dir (e.g. one unpacked from a
+// fixture).
+func StartNodeIn(t testing.TB, bin, id, dataDir string, extra ...string) *Node {
+	t.Helper()
+	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: dataDir}
 	args := append([]string{"serve", "--id", id, "--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr, "--data-dir", n.DataDir}, extra...)
 	n.Proc = Start(t, bin, id, args...)
 	return n
@@ -265,13 +272,28 @@ func Do(method, url, token string, body any) (Response, error) {
 
 // DoWith is Do with a given HTTP client (e.g. one presenting a certificate).
 func DoWith(c *http.Client, method, url, token string, body any) (Response, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return Response{}, err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	return DoRawWith(c, method, url, token, raw)
+}
+
+// DoRaw performs a request with an optional bearer token and a body sent as
+// is (nil: none), so tests can send malformed input.
+func DoRaw(method, url, token string, body []byte) (Response, error) {
+	return DoRawWith(client, method, url, token, body)
+}
+
+// DoRawWith is DoRaw with a given HTTP client.
+func DoRawWith(c *http.Client, method, url, token string, body []byte) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
