@@ -28,6 +28,25 @@ type Timing struct {
 // benchmark load. Failover after a crash still takes about 1-2 s.
 var DefaultTiming = Timing{Heartbeat: time.Second, Election: time.Second, LeaderLease: 750 * time.Millisecond, Commit: 20 * time.Millisecond}
 
+// RaftTuning holds hashicorp/raft's batching and pipelining knobs.
+type RaftTuning struct {
+	// MaxAppendEntries bounds the entries per AppendEntries RPC (and per
+	// disk write on the leader).
+	MaxAppendEntries int
+	// MaxRPCsInFlight is the transport's pipelining depth to each
+	// follower; 1 turns pipelining off.
+	MaxRPCsInFlight int
+	// NoBatchApply turns raft's BatchApplyCh off: entries queued while the
+	// leader writes go to disk one at a time instead of together.
+	NoBatchApply bool
+}
+
+// DefaultRaftTuning: group commit already packs many hits per entry;
+// raft's own batching then packs entries per disk write and per
+// AppendEntries, so a burst of forwarded and local batches still costs one
+// fsync round. raft's default pipelining depth (2) is kept.
+var DefaultRaftTuning = RaftTuning{MaxAppendEntries: 256, MaxRPCsInFlight: 2}
+
 // Config configures a Node.
 type Config struct {
 	ID string
@@ -75,6 +94,9 @@ type Config struct {
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).
 	MaxForwardInflight int
+	// Raft is hashicorp/raft's batching and pipelining; zero values mean
+	// DefaultRaftTuning's.
+	Raft RaftTuning
 
 	// ClusterToken, when set, is sent on requests to peers and proven (never
 	// sent) on every Raft connection.
@@ -135,6 +157,12 @@ func (c *Config) setDefaults() {
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
 	}
+	if c.Raft.MaxAppendEntries == 0 {
+		c.Raft.MaxAppendEntries = DefaultRaftTuning.MaxAppendEntries
+	}
+	if c.Raft.MaxRPCsInFlight == 0 {
+		c.Raft.MaxRPCsInFlight = DefaultRaftTuning.MaxRPCsInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -171,6 +199,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > fsm.MaxHitsPerLog {
 		errs = append(errs, fmt.Errorf("max batch %d must be 1..%d", c.MaxBatch, fsm.MaxHitsPerLog))
+	}
+	if c.Raft.MaxAppendEntries < 1 || c.Raft.MaxAppendEntries > 1024 {
+		errs = append(errs, fmt.Errorf("raft max append entries %d must be 1..1024", c.Raft.MaxAppendEntries))
+	}
+	if c.Raft.MaxRPCsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("raft max RPCs in flight %d must be at least 1", c.Raft.MaxRPCsInFlight))
 	}
 	if c.MaxInflight < 1 {
 		errs = append(errs, fmt.Errorf("max inflight %d must be at least 1", c.MaxInflight))

@@ -111,10 +111,11 @@ func (n *Node) open() error {
 	}
 	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: 8,
-		Timeout: 5 * time.Second,
-		Logger:  n.log.Named("transport"),
+		Stream:          stream,
+		MaxPool:         8,
+		MaxRPCsInFlight: cfg.Raft.MaxRPCsInFlight,
+		Timeout:         5 * time.Second,
+		Logger:          n.log.Named("transport"),
 	})
 
 	n.fsm = fsm.New(fsm.Config{OnFatal: func(err error) {
@@ -135,11 +136,9 @@ func (n *Node) open() error {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.NotifyCh = n.notifyCh
-	// Group commit already packs many hits per entry; raft's own batching
-	// then packs entries per disk write and per AppendEntries, so a burst
-	// of forwarded and local batches still costs one fsync round.
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 256
+	// See DefaultRaftTuning for the measured choices.
+	rc.BatchApplyCh = !cfg.Raft.NoBatchApply
+	rc.MaxAppendEntries = cfg.Raft.MaxAppendEntries
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("raft config: %w", err)
 	}

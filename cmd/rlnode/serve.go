@@ -22,7 +22,6 @@ import (
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
-	"github.com/rlnode/rlnode/tlsconf"
 )
 
 type serveConfig struct {
@@ -47,6 +46,8 @@ type serveConfig struct {
 	pprofAddr                                            string
 	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
+	raftTuning                                           cluster.RaftTuning
+	raftBatchApply                                       bool
 	sec                                                  securityConfig
 }
 
@@ -84,6 +85,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
+	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
+	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	return fs, c
@@ -168,22 +172,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	if c.sec.tokenFile != "" {
-		tok, err := readTokenFile(c.sec.tokenFile)
-		if err != nil {
-			return err
-		}
-		c.token = tok
-	}
-	var tlsSrc *tlsconf.Source
-	if c.sec.tls.Enabled() {
-		src, err := tlsconf.Load(c.sec.tls)
-		if err != nil {
-			return err
-		}
-		tlsSrc = src
-	}
-	if err := checkExposure(c, tlsSrc != nil && tlsSrc.Mutual()); err != nil {
+	tlsSrc, err := c.loadSecurity()
+	if err != nil {
 		return err
 	}
 	seed, err := c.seed()
@@ -217,6 +207,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
+		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: metrics,
 		OnFatal: func(err error) {
@@ -236,12 +227,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
-	if c.token == "" && !isLoopback(c.httpAddr) && (tlsSrc == nil || !tlsSrc.Mutual()) {
-		logger.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
-	}
-	if c.sec.tokenFlagGiven {
-		logger.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
-	}
+	c.warnSecurity(logger, tlsSrc)
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}

@@ -6,6 +6,7 @@ package proctest
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -374,4 +375,38 @@ func Run(t testing.TB, bin string, env []string, args ...string) (stdout, stderr
 		t.Fatalf("run %v: %v", args, err)
 	}
 	return out.String(), errb.String(), 0
+}
+
+// TLSInit runs `rlnode tls init --out dir --nodes ...`: a CA, one
+// certificate per node and client.pem for clients.
+func TLSInit(t testing.TB, bin, dir string, nodes ...string) {
+	t.Helper()
+	if out, stderr, code := Run(t, bin, nil, "tls", "init", "--out", dir, "--nodes", strings.Join(nodes, ",")); code != 0 {
+		t.Fatalf("tls init: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// TLSFlags are the serve flags for node id with certificates from TLSInit.
+func TLSFlags(dir, id string) []string {
+	return []string{"--tls-cert", filepath.Join(dir, id+".pem"), "--tls-key", filepath.Join(dir, id+"-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem")}
+}
+
+// ClientTLS is the client configuration of an application trusting
+// TLSInit's CA, presenting client.pem when withCert.
+func ClientTLS(t testing.TB, dir string, withCert bool) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("read CA in %s: %v", dir, err)
+	}
+	c := &tls.Config{RootCAs: pool}
+	if withCert {
+		kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c
 }
