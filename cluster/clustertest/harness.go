@@ -26,8 +26,10 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
-// FastTiming keeps elections well under a second.
-var FastTiming = cluster.Timing{Heartbeat: 50 * time.Millisecond, Election: 50 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+// FastTiming keeps elections well under a second. 150 ms rather than raft's
+// test 50 ms: at 50 ms a loaded 2-core CI machine saw leaders step down
+// mid-test ("failed to contact quorum") and hits answered outcome_unknown.
+var FastTiming = cluster.Timing{Heartbeat: 150 * time.Millisecond, Election: 150 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // Options shape every node of a harness cluster.
 type Options struct {
