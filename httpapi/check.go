@@ -110,7 +110,11 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	case h.Outcome == window.CostExceedsLimit:
 		costExceeds(c, h, body)
 	default:
-		retryMs := *body.RetryAfterMs
+		retryMs := int64(0)
+		if body.RetryAfterMs != nil {
+			retryMs = *body.RetryAfterMs
+		}
+		body.RetryAfterMs = &retryMs
 		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
 		m := h.MainPart()
 		c.Render(http.StatusTooManyRequests, jsonRender{contentType: problemJSON, v: quotaProblem{
