@@ -392,8 +392,19 @@ func BenchmarkRestore1M(b *testing.B) {
 // it adds per key (map, slab, key strings and expiry heap, after a full GC).
 func BenchmarkMemoryPerKey(b *testing.B) {
 	skipIfShort(b)
-	for _, p := range benchPolicies {
-		b.Run(p.Algorithm, func(b *testing.B) {
+	twoLimits := benchPolicies[0]
+	twoLimits.Algorithm = "fixed_window+day"
+	for _, p := range append(benchPolicies, twoLimits) {
+		if p.Algorithm == "fixed_window+day" {
+			// A second limit moves limits 2..8 into their own array.
+			p.Algorithm = "fixed_window"
+			p.Limits = append(p.Limits, policy.Limit{Limit: benchLimit, Window: policy.Duration(24 * time.Hour)})
+		}
+		name := p.Algorithm
+		if len(p.Limits) > 1 {
+			name += "_two_limits"
+		}
+		b.Run(name, func(b *testing.B) {
 			var perKey float64
 			for b.Loop() {
 				var before, after runtime.MemStats

@@ -52,16 +52,18 @@ type slot struct {
 	// deleting a policy kills its keys without visiting them.
 	epoch uint32
 	alg   window.Algorithm
-	n     uint8 // limits held: first, then more[:n-1]
+	n     uint8 // limits held: first, then (*more)[:n-1]
 	first limState
-	more  *[policy.MaxLimits - 1]limState
+	// more holds limits 2..n, allocated to size for multi-limit policies
+	// only (a pointer keeps the slot of a one-limit key small).
+	more *[]limState
 }
 
 func (s *slot) state(i int) *limState {
 	if i == 0 {
 		return &s.first
 	}
-	return &s.more[i-1]
+	return &(*s.more)[i-1]
 }
 
 // tablePolicy is a policy of the replicated table, converted once for the

@@ -37,6 +37,7 @@ type undoRec struct {
 	created bool
 	old     slot
 	states  [policy.MaxLimits - 1]limState
+	nstates int
 }
 
 func (f *FSM) applyHits(l *raft.Log) any {
@@ -172,8 +173,9 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 	}
 	w := &f.slab[idx]
 	w.alg, w.epoch, w.n = alg, epoch, uint8(len(limits))
-	if len(limits) > 1 && w.more == nil {
-		w.more = new([policy.MaxLimits - 1]limState)
+	if need := len(limits) - 1; need > 0 && (w.more == nil || len(*w.more) < need) {
+		m := make([]limState, need) // a new multi-limit key, or more limits than before
+		w.more = &m
 	}
 	exp := int64(0)
 	for i, l := range limits {
@@ -209,7 +211,7 @@ func (f *FSM) save(idx uint32, created bool) {
 	}
 	u.old = f.slab[idx]
 	if m := u.old.more; m != nil {
-		u.states = *m
+		u.nstates = copy(u.states[:], *m)
 	}
 }
 
@@ -218,13 +220,9 @@ func (f *FSM) rollback(u *undoRec) {
 		f.remove(u.idx)
 		return
 	}
-	s := &f.slab[u.idx]
-	more := s.more
-	*s = u.old
-	if u.old.more != nil {
-		*u.old.more = u.states
-	} else {
-		s.more = more // keep the allocation; n says what is valid
+	f.slab[u.idx] = u.old
+	if m := u.old.more; m != nil {
+		copy(*m, u.states[:u.nstates])
 	}
 }
 

@@ -98,6 +98,22 @@ func TestGroupsAreAllOrNothing(t *testing.T) {
 	if !res.Hits[2].Counted || res.Hits[2].Parts[0].Remaining != 0 {
 		t.Fatalf("three duplicates within the limit: %+v", res.Hits)
 	}
+	// A refused group puts back every limit of a multi-limit key, also when
+	// the group touched it twice.
+	tf.set(pol("multi", "token_bucket", lim(4, time.Minute), lim(9, time.Hour)))
+	tf.check(t0+4, nil, h2("multi", "k", 1))
+	before := digestOf(tf.f)
+	res = tf.check(t0+4, []int{3}, h2("multi", "k", 2), h2("multi", "k", 1), h2("org", "o7", 1))
+	if res.Hits[0].Outcome != window.Allowed || res.Hits[1].Outcome != window.Allowed || res.Hits[2].Outcome != window.Refused {
+		t.Fatalf("group over a spent org: %+v", res.Hits)
+	}
+	if digestOf(tf.f) != before {
+		t.Fatal("a refused group changed the multi-limit key")
+	}
+	v, _ := tf.f.Lookup("multi", "k")
+	if r0, r1 := window.Peek(window.TokenBucket, window.Limit{Limit: 4, WindowMs: 60_000}, v.States[0], t0+4), window.Peek(window.TokenBucket, window.Limit{Limit: 9, WindowMs: 3_600_000}, v.States[1], t0+4); r0.Remaining != 3 || r1.Remaining != 8 {
+		t.Fatalf("multi-limit key after a refused group: %d and %d left, want 3 and 8", r0.Remaining, r1.Remaining)
+	}
 }
 
 func TestPolicyChangeKeepsOpenWindows(t *testing.T) {

@@ -340,7 +340,8 @@ func (r *snapReader) slot() slot {
 	}
 	s.epoch = uint32(epoch)
 	if s.n > 1 {
-		s.more = new([policy.MaxLimits - 1]limState)
+		m := make([]limState, s.n-1)
+		s.more = &m
 	}
 	for i := range int(s.n) {
 		st := s.state(i)
