@@ -101,11 +101,14 @@ type Config struct {
 	// it; a node cut off from the majority stops holding callers.
 	NoLeaderWait time.Duration
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
-	// in flight at once (pipelining behind group commit). Measured on a
-	// 3-node cluster at 64 workers (scripts/bench.sh): 1 in flight gave
-	// 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k. Every entry in
-	// flight is its own Bolt commit (two fdatasyncs) on each node, so fewer,
-	// fuller entries beat pipelining on an fsync-bound disk.
+	// in flight at once (pipelining behind group commit). Measured on 3-node
+	// clusters (scripts/bench.sh, BENCH_VARIANTS, 3 interleaved repetitions,
+	// medians, 2-core VM shared with other work): on bolt at 64 workers, 1
+	// in flight gave 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k
+	// (every entry in flight is its own Bolt commit). On wal, at 64 workers
+	// 1 gave 4627, 2 gave 4275, 4 gave 4162 (1 fastest in 3 of 3
+	// repetitions); at 256 workers 6416, 6833, 7475, within the noise
+	// (repetitions spread 4966-7669). So 1 stays.
 	MaxBatch, MaxInflight int
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).
