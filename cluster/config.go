@@ -11,29 +11,9 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/tlsconf"
 )
-
-// Policy is a named budget: Limit hits (of cost 1) per Window.
-type Policy struct {
-	Name   string
-	Limit  int64
-	Window time.Duration
-}
-
-// Validate says what is wrong with a policy in words an operator can act on.
-func (p Policy) Validate() error {
-	if p.Name == "" || len(p.Name) > fsm.MaxPolicyLen {
-		return fmt.Errorf("policy name %q must be 1 to %d bytes", p.Name, fsm.MaxPolicyLen)
-	}
-	if p.Limit < 1 || p.Limit > fsm.MaxLimit {
-		return fmt.Errorf("policy %q: limit %d must be between 1 and %d", p.Name, p.Limit, int64(fsm.MaxLimit))
-	}
-	if p.Window < time.Millisecond || p.Window.Milliseconds() > fsm.MaxWindowMs {
-		return fmt.Errorf("policy %q: window %s must be between 1ms and 366 days", p.Name, p.Window)
-	}
-	return nil
-}
 
 // Timing holds Raft's timeouts. Production uses DefaultTiming; tests use
 // much shorter ones.
@@ -98,7 +78,11 @@ type Config struct {
 	RaftLog raftlog.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
-	Policies  []Policy
+	// Seed is the policy table this node writes when, as leader, it finds
+	// the replicated table never set (a new cluster, or one upgraded from
+	// the release before policies). Afterwards policies change only
+	// through the policy API.
+	Seed []policy.Policy
 
 	// SnapshotThreshold is how many log entries trigger a snapshot;
 	// SnapshotInterval how often raft checks; TrailingLogs how many entries
@@ -221,11 +205,8 @@ func (c *Config) Validate() error {
 	if len(c.ID) > 256 {
 		errs = append(errs, fmt.Errorf("node id is %d bytes, at most 256", len(c.ID)))
 	}
-	if len(c.Policies) == 0 {
-		errs = append(errs, errors.New("no policy configured"))
-	}
 	seen := map[string]bool{}
-	for _, p := range c.Policies {
+	for _, p := range c.Seed {
 		if err := p.Validate(); err != nil {
 			errs = append(errs, err)
 		}

@@ -23,10 +23,13 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/policy"
 )
 
-// FastTiming keeps elections well under a second.
-var FastTiming = cluster.Timing{Heartbeat: 50 * time.Millisecond, Election: 50 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+// FastTiming keeps elections well under a second. 150 ms rather than raft's
+// test 50 ms: at 50 ms a loaded 2-core CI machine saw leaders step down
+// mid-test ("failed to contact quorum") and hits answered outcome_unknown.
+var FastTiming = cluster.Timing{Heartbeat: 150 * time.Millisecond, Election: 150 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // Options shape every node of a harness cluster.
 type Options struct {
@@ -36,9 +39,15 @@ type Options struct {
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
 	Token             string
+	// Policies are seeded beside the fixed-window default of Limit per
+	// Window.
+	Policies []policy.Policy
 	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
 	// run the same tests on both kinds.
 	RaftLog raftlog.Kind
+	// WrapPeer, when set, wraps each node's transport to other nodes' HTTP
+	// APIs (e.g. to tamper with one node's forwarded requests).
+	WrapPeer func(from string, rt http.RoundTripper) http.RoundTripper
 }
 
 func (o *Options) defaults() {
@@ -168,10 +177,10 @@ func (n *Node) start(bootstrap bool) {
 	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
 	node, err := cluster.Open(cluster.Config{
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
-		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
+		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
-		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
+		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
 	})
 	if err != nil {
 		c.t.Fatalf("open %s: %v", n.ID, err)
@@ -363,3 +372,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = testWriter{}
+
+func (c *Cluster) peerTransport(from string) http.RoundTripper {
+	if c.opts.WrapPeer != nil {
+		return c.opts.WrapPeer(from, c.transport(from))
+	}
+	return c.transport(from)
+}
