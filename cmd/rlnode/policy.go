@@ -26,11 +26,12 @@ const policyUsage = `usage:
 
 // runPolicy dispatches `rlnode policy SUBCOMMAND`.
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, policyUsage)
+		return usageErr("a subcommand is required")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(stdout, policyUsage)
-		if len(args) == 0 {
-			return usageErr("a subcommand is required")
-		}
 		return nil
 	}
 	sub, args := args[0], args[1:]
@@ -102,7 +103,7 @@ func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("usage: rlnode policy get NAME")
+		return usageErr("rlnode policy get NAME")
 	}
 	var p policy.Policy
 	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
@@ -139,7 +140,7 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("usage: rlnode policy set NAME --algorithm A --limit N --window D [--burst B]")
+		return usageErr("rlnode policy set NAME --algorithm A --limit N --window D [--burst B]")
 	}
 	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts)
 	if err != nil {
@@ -193,7 +194,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("usage: rlnode policy delete NAME")
+		return usageErr("rlnode policy delete NAME")
 	}
 	if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
 		return err
@@ -218,7 +219,7 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if len(pos) > 0 || file == "" {
-		return usageErr("usage: rlnode policy apply -f FILE [--dry-run]")
+		return usageErr("rlnode policy apply -f FILE [--dry-run]")
 	}
 	want, err := policy.ReadFile(file)
 	if err != nil {
