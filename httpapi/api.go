@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,6 +54,9 @@ type Config struct {
 	Logger         hclog.Logger
 	// Metrics, when set, records checks and serves /metrics.
 	Metrics *Metrics
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
+	// forward-auth believes (key=ip).
+	TrustedProxies []netip.Prefix
 }
 
 // API is the HTTP handler of one node.
@@ -101,6 +105,8 @@ func New(cfg Config) *API {
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
+	e.Any(AuthPath+":policy", a.auth)
+	e.Any(AuthPath+":policy/*path", a.auth)
 	if cfg.Metrics != nil {
 		e.GET("/metrics", gin.WrapH(cfg.Metrics.Handler()))
 	}

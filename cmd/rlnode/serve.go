@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -41,6 +42,8 @@ type serveConfig struct {
 	pprofAddr                                            string
 	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
+	trustedProxies                                       string
+	trusted                                              []netip.Prefix
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -74,6 +77,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP forward-auth (/v1/auth, key=ip) believes")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	return fs, c
 }
@@ -121,6 +125,11 @@ func (c *serveConfig) validate() error {
 	}
 	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
 		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
+	}
+	if p, err := httpapi.ParseTrustedProxies(c.trustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	} else {
+		c.trusted = p
 	}
 	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
@@ -189,7 +198,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	metrics.WatchNode(node)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics})
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics,
+		TrustedProxies: c.trusted})
 	srv := httpapi.NewServer(api.Handler(), logger)
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
