@@ -18,9 +18,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -30,7 +29,8 @@ type Node struct {
 	log       hclog.Logger
 	raft      *raft.Raft
 	fsm       *fsm.FSM
-	store     *raftboltdb.BoltStore
+	stores    *raftlog.Stores
+	logKind   raftlog.Kind
 	snaps     *raft.FileSnapshotStore
 	transport *raft.NetworkTransport
 	policies  map[string]Policy
@@ -56,7 +56,6 @@ type Node struct {
 }
 
 const (
-	logFile     = "raft.db"
 	snapshotDir = "snapshots"
 	identity    = "node.json"
 )
@@ -73,8 +72,11 @@ func Open(cfg Config) (*Node, error) {
 		n.policies[p.Name] = p
 	}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken, cfg.PeerTransport)
+	n.peers = newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
 	if err := n.open(); err != nil {
+		if n.transport != nil && n.raft == nil {
+			n.transport.Close()
+		}
 		n.closeStores()
 		return nil, err
 	}
@@ -93,21 +95,12 @@ func (n *Node) open() error {
 	if err := checkIdentity(cfg.DataDir, cfg.ID); err != nil {
 		return err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, logFile),
-		// A second process on the same data dir gets a clear error
-		// instead of blocking forever on Bolt's file lock. (NoFreelistSync
-		// was tried to save a page write per commit: no faster here, so
-		// Bolt keeps its defaults.)
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
-	})
+	stores, err := raftlog.Open(cfg.DataDir, cfg.RaftLog, n.log)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return fmt.Errorf("open raft log in %s: it is locked by another process (is another rlnode using this data dir?)", cfg.DataDir)
-		}
-		return fmt.Errorf("open raft log %s (corrupt or not a Bolt file?): %w", filepath.Join(cfg.DataDir, logFile), err)
+		return err
 	}
-	n.store = store
+	n.stores, n.logKind = stores, stores.Kind
+	n.log.Info("raft log", "kind", stores.Kind)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotDir), 2, n.log.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
@@ -120,6 +113,7 @@ func (n *Node) open() error {
 			return err
 		}
 	}
+	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
 		MaxPool: 8,
@@ -154,12 +148,12 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	existing, err := raft.HasExistingState(store, store, snaps)
+	existing, err := raft.HasExistingState(stores.Log, stores.Stable, snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
-	r, err := raft.NewRaft(rc, (*raftFSM)(n), store, store, snaps, n.transport)
+	r, err := raft.NewRaft(rc, (*raftFSM)(n), stores.Log, stores.Stable, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft (is the data dir corrupt?): %w", err)
 	}
@@ -277,15 +271,12 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) closeStores() error {
-	if n.store == nil {
+	if n.stores == nil {
 		return nil
 	}
-	err := n.store.Close()
-	n.store = nil
-	if err != nil {
-		return fmt.Errorf("close raft log: %w", err)
-	}
-	return nil
+	err := n.stores.Close()
+	n.stores = nil
+	return err
 }
 
 // HadState reports whether the node found Raft state in its data dir at
@@ -351,6 +342,7 @@ func (n *Node) Ready(wait time.Duration) error {
 type Status struct {
 	ID                string `json:"id"`
 	State             string `json:"state"`
+	RaftLog           string `json:"raftLog"`
 	Term              uint64 `json:"term"`
 	LeaderID          string `json:"leaderId"`
 	LeaderHTTPAddr    string `json:"leaderHttpAddr"`
@@ -376,7 +368,7 @@ func (n *Node) Status() Status {
 	fs := n.fsm.Stats()
 	digest, at := n.fsm.Digest()
 	s := Status{
-		ID: n.cfg.ID, State: n.raft.State().String(), Term: n.raft.CurrentTerm(),
+		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.logKind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
 		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: fs.AppliedIndex,
 		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),
