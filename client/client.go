@@ -305,6 +305,15 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 	}))
 	resp, err := c.http.Do(req)
 	if err != nil {
+		var remote *net.OpError
+		var verify *tls.CertificateVerificationError
+		if errors.As(err, &remote) && remote.Op == "remote error" || errors.As(err, &verify) {
+			// The TLS handshake failed: the node sent an alert (with TLS 1.3
+			// its verdict on our certificate arrives after the request
+			// left) or its certificate is not trusted. The node never read
+			// the request, and another node would answer the same.
+			return a, &Error{Node: addr, kind: ErrUnauthorized, cause: err}
+		}
 		if !wrote {
 			// Nothing reached the node: not counted, try another.
 			return a, &Error{Node: addr, kind: ErrNotCounted, cause: err}

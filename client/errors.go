@@ -29,7 +29,9 @@ var (
 	// ErrInvalid: the request was malformed (bad key, bad cost, too many
 	// hits).
 	ErrInvalid = errors.New("rlnode: invalid request")
-	// ErrUnauthorized: the call needs the cluster token (Config.Token).
+	// ErrUnauthorized: the call needs the cluster token (Config.Token), or
+	// the TLS handshake failed (certificate refused or not trusted); nothing
+	// was counted.
 	ErrUnauthorized = errors.New("rlnode: unauthorized")
 )
 

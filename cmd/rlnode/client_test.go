@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -95,3 +96,39 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
+// The client over mutual TLS with the client certificate rlnode tls init
+// writes; without a certificate the node refuses it: ErrUnauthorized.
+func TestClientMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	tlsInit(t, dir, "n1")
+	n := startTLSNode(t, dir, "n1")
+	proctest.WaitReady(t, n, 15*time.Second)
+	t.Setenv(client.EnvTLSCert, filepath.Join(dir, "client.pem"))
+	t.Setenv(client.EnvTLSKey, filepath.Join(dir, "client-key.pem"))
+	t.Setenv(client.EnvTLSCA, filepath.Join(dir, "ca.pem"))
+	cfg, err := client.TLSFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Config{Addrs: []string{n.HTTPAddr}, TLS: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Check(context.Background(), "default", "tls-user", 1)
+	if err != nil || !res.Allowed || res.Remaining != 9 {
+		t.Fatalf("over mutual TLS: %+v, %v", res, err)
+	}
+	noCert, err := client.TLSFromFiles("", "", filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := client.New(client.Config{Addrs: []string{n.HTTPAddr}, TLS: noCert, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Check(context.Background(), "default", "tls-user", 1); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("a client without a certificate: %v, want ErrUnauthorized", err)
+	}
+}
