@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,4 +288,36 @@ func TestSnapshotTruncatesLogAndRestartKeepsState(t *testing.T) {
 		return nil
 	})
 	clustertest.MustRefuse(t, n, "user-5")
+}
+
+// roundTripFunc adapts a function to http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A follower passes on a definite refusal by the leader (here 401: its
+// forwarded requests carry a token the leader does not accept) instead of
+// answering outcome_unknown: nothing was counted.
+func TestFollowerPassesOnTheLeadersDefiniteRefusal(t *testing.T) {
+	var tampered atomic.Value // id of the node whose forwards carry a wrong token
+	tampered.Store("")
+	c := clustertest.Start(t, 3, clustertest.Options{Limit: 5, Token: "s3cret",
+		WrapPeer: func(from string, rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if tampered.Load() == from && r.URL.Path == cluster.ForwardPath {
+					r = r.Clone(r.Context())
+					r.Header.Set("Authorization", "Bearer wrong")
+				}
+				return rt.RoundTrip(r)
+			})
+		}})
+	leader := c.Leader(5 * time.Second)
+	f := c.Followers(leader)[0]
+	tampered.Store(f.ID)
+	r := clustertest.Hit(t, f, "alice")
+	if r.Status != http.StatusUnauthorized || r.Body.Code != "unauthorized" {
+		t.Fatalf("hit via %s whose forwards the leader refuses: %s; want the leader's 401", f.ID, r)
+	}
+	tampered.Store("")
+	clustertest.MustAllow(t, f, "alice", 4) // the refused hit did not count
 }

@@ -11,29 +11,9 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/tlsconf"
 )
-
-// Policy is a named budget: Limit hits (of cost 1) per Window.
-type Policy struct {
-	Name   string
-	Limit  int64
-	Window time.Duration
-}
-
-// Validate says what is wrong with a policy in words an operator can act on.
-func (p Policy) Validate() error {
-	if p.Name == "" || len(p.Name) > fsm.MaxPolicyLen {
-		return fmt.Errorf("policy name %q must be 1 to %d bytes", p.Name, fsm.MaxPolicyLen)
-	}
-	if p.Limit < 1 || p.Limit > fsm.MaxLimit {
-		return fmt.Errorf("policy %q: limit %d must be between 1 and %d", p.Name, p.Limit, int64(fsm.MaxLimit))
-	}
-	if p.Window < time.Millisecond || p.Window.Milliseconds() > fsm.MaxWindowMs {
-		return fmt.Errorf("policy %q: window %s must be between 1ms and 366 days", p.Name, p.Window)
-	}
-	return nil
-}
 
 // Timing holds Raft's timeouts. Production uses DefaultTiming; tests use
 // much shorter ones.
@@ -47,6 +27,25 @@ type Timing struct {
 // at the shorter settings we first tried made leaders step down under
 // benchmark load. Failover after a crash still takes about 1-2 s.
 var DefaultTiming = Timing{Heartbeat: time.Second, Election: time.Second, LeaderLease: 750 * time.Millisecond, Commit: 20 * time.Millisecond}
+
+// RaftTuning holds hashicorp/raft's batching and pipelining knobs.
+type RaftTuning struct {
+	// MaxAppendEntries bounds the entries per AppendEntries RPC (and per
+	// disk write on the leader).
+	MaxAppendEntries int
+	// MaxRPCsInFlight is the transport's pipelining depth to each
+	// follower; 1 turns pipelining off.
+	MaxRPCsInFlight int
+	// NoBatchApply turns raft's BatchApplyCh off: entries queued while the
+	// leader writes go to disk one at a time instead of together.
+	NoBatchApply bool
+}
+
+// DefaultRaftTuning: group commit already packs many hits per entry;
+// raft's own batching then packs entries per disk write and per
+// AppendEntries, so a burst of forwarded and local batches still costs one
+// fsync round. raft's default pipelining depth (2) is kept.
+var DefaultRaftTuning = RaftTuning{MaxAppendEntries: 256, MaxRPCsInFlight: 2}
 
 // Config configures a Node.
 type Config struct {
@@ -64,7 +63,11 @@ type Config struct {
 	RaftLog raftlog.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
-	Policies  []Policy
+	// Seed is the policy table this node writes when, as leader, it finds
+	// the replicated table never set (a new cluster, or one upgraded from
+	// the release before policies). Afterwards policies change only
+	// through the policy API.
+	Seed []policy.Policy
 
 	// SnapshotThreshold is how many log entries trigger a snapshot;
 	// SnapshotInterval how often raft checks; TrailingLogs how many entries
@@ -91,6 +94,9 @@ type Config struct {
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).
 	MaxForwardInflight int
+	// Raft is hashicorp/raft's batching and pipelining; zero values mean
+	// DefaultRaftTuning's.
+	Raft RaftTuning
 
 	// ClusterToken, when set, is sent on requests to peers and proven (never
 	// sent) on every Raft connection.
@@ -151,6 +157,12 @@ func (c *Config) setDefaults() {
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
 	}
+	if c.Raft.MaxAppendEntries == 0 {
+		c.Raft.MaxAppendEntries = DefaultRaftTuning.MaxAppendEntries
+	}
+	if c.Raft.MaxRPCsInFlight == 0 {
+		c.Raft.MaxRPCsInFlight = DefaultRaftTuning.MaxRPCsInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -175,11 +187,8 @@ func (c *Config) Validate() error {
 	if len(c.ID) > 256 {
 		errs = append(errs, fmt.Errorf("node id is %d bytes, at most 256", len(c.ID)))
 	}
-	if len(c.Policies) == 0 {
-		errs = append(errs, errors.New("no policy configured"))
-	}
 	seen := map[string]bool{}
-	for _, p := range c.Policies {
+	for _, p := range c.Seed {
 		if err := p.Validate(); err != nil {
 			errs = append(errs, err)
 		}
@@ -190,6 +199,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > fsm.MaxHitsPerLog {
 		errs = append(errs, fmt.Errorf("max batch %d must be 1..%d", c.MaxBatch, fsm.MaxHitsPerLog))
+	}
+	if c.Raft.MaxAppendEntries < 1 || c.Raft.MaxAppendEntries > 1024 {
+		errs = append(errs, fmt.Errorf("raft max append entries %d must be 1..1024", c.Raft.MaxAppendEntries))
+	}
+	if c.Raft.MaxRPCsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("raft max RPCs in flight %d must be at least 1", c.Raft.MaxRPCsInFlight))
 	}
 	if c.MaxInflight < 1 {
 		errs = append(errs, fmt.Errorf("max inflight %d must be at least 1", c.MaxInflight))

@@ -149,8 +149,9 @@ type guardedStream struct {
 	wg       sync.WaitGroup
 	once     sync.Once
 
-	mu    sync.Mutex
-	perIP map[string]int
+	mu      sync.Mutex
+	perIP   map[string]int
+	pending map[net.Conn]struct{} // connections still in their handshake
 }
 
 // GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
@@ -161,7 +162,7 @@ func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raf
 		log = hclog.NewNullLogger()
 	}
 	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
-		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}}
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}, pending: map[net.Conn]struct{}{}}
 	g.wg.Add(1)
 	go g.acceptLoop()
 	return g
@@ -201,6 +202,14 @@ func (g *guardedStream) acceptLoop() {
 
 func (g *guardedStream) admit(c *countedConn) {
 	defer g.wg.Done()
+	g.mu.Lock()
+	g.pending[c] = struct{}{}
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.pending, c)
+		g.mu.Unlock()
+	}()
 	var conn net.Conn = c
 	deadline := time.Now().Add(g.sec.HandshakeTimeout)
 	c.Conn.SetDeadline(deadline)
@@ -275,6 +284,17 @@ func (g *guardedStream) Close() error {
 	g.once.Do(func() {
 		close(g.done)
 		err = g.inner.Close()
+		// Handshakes in progress end now rather than at their timeout.
+		// (Closed outside the lock: closing releases the per-IP slot.)
+		g.mu.Lock()
+		pending := make([]net.Conn, 0, len(g.pending))
+		for c := range g.pending {
+			pending = append(pending, c)
+		}
+		g.mu.Unlock()
+		for _, c := range pending {
+			c.Close()
+		}
 		g.wg.Wait()
 	})
 	return err

@@ -77,16 +77,7 @@ func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in
 	if forwarded {
 		return ErrNotLeader
 	}
-	url, err := n.leaderURL()
-	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = n.leaderURL() {
-		// Right after an election the leader is briefly unknown; an admin
-		// call is rare enough to wait for it.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	url, err := n.waitLeaderURL(ctx)
 	if err != nil {
 		return err
 	}
@@ -94,6 +85,20 @@ func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in
 		return fmt.Errorf("forward to leader: %w", err)
 	}
 	return nil
+}
+
+// waitLeaderURL returns the leader's base URL. Right after an election the
+// leader is briefly unknown; an admin call is rare enough to wait for it.
+func (n *Node) waitLeaderURL(ctx context.Context) (string, error) {
+	url, err := n.leaderURL()
+	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = n.leaderURL() {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return url, err
 }
 
 // Join adds a server. A server with the same id and address is a no-op; one

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -35,10 +36,6 @@ const (
 	HeaderAuthKey  = "X-Rlnode-Key"
 	HeaderAuthCost = "X-Rlnode-Cost"
 )
-
-// codeAuthUnknownPolicy is the problem code of a check against a policy the
-// cluster does not define.
-const codeAuthUnknownPolicy = "unknown_policy"
 
 // keySource is one part of a forward-auth key.
 type keySource struct {
@@ -262,7 +259,11 @@ func (r authRequest) cost(spec string) (int64, error) {
 // auth is GET (or any method) /v1/auth/:policy[/*path].
 func (a *API) auth(c *gin.Context) {
 	start := time.Now()
-	policy := c.Param("policy")
+	policyName := c.Param("policy")
+	if err := policy.ValidateName(policyName); err != nil {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "forward-auth: policy "+err.Error())
+		return
+	}
 	r := authRequest{c: c, trusted: a.cfg.TrustedProxies}
 	spec, ok := c.GetQuery("key")
 	if !ok {
@@ -295,38 +296,41 @@ func (a *API) auth(c *gin.Context) {
 		}
 	}
 
+	if a.neverAllowed(c, policyName, cost, "forward-auth: ") {
+		a.cfg.Metrics.observeCheck(policyName, window.CostExceedsLimit.String(), start)
+		return
+	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.Check(ctx, policy, key, cost)
+	res, err := a.cfg.Node.Check(ctx, policyName, key, cost)
 	if err != nil {
-		a.cfg.Metrics.observeCheck(policy, resultFor(err), start)
-		if errors.Is(err, cluster.ErrUnknownPolicy) {
-			writeProblem(c, http.StatusNotFound, codeAuthUnknownPolicy, fmt.Sprintf("forward-auth: policy %q is not defined", policy))
-			return
-		}
+		a.cfg.Metrics.observeCheck(policyName, resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
-	d := res.Decision
-	a.cfg.Metrics.observeCheck(res.Policy, d.Outcome.String(), start)
-	a.setRateLimitHeaders(c, res)
+	h := res.Hits[0]
+	if h.UnknownPolicy {
+		a.cfg.Metrics.observeCheck(policyName, CodeUnknownPolicy, start)
+		unknownPolicy(c, policyName)
+		return
+	}
+	a.cfg.Metrics.observeCheck(policyName, h.Outcome.String(), start)
+	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	c.Header(HeaderAuthKey, key)
-	body := checkBody{Allowed: d.Outcome == window.Allowed, Remaining: d.Remaining, ResetAt: d.ResetAt, Limit: res.Limit, WindowMs: res.WindowMs, Policy: res.Policy}
-	switch d.Outcome {
-	case window.Allowed:
+	body := bodyOf(h, res.Allowed, false)
+	switch {
+	case res.Allowed:
 		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: body})
-	case window.Refused:
-		retryMs := d.RetryAfterMs(res.Now)
-		body.RetryAfterMs = &retryMs
+	case h.Outcome == window.CostExceedsLimit:
+		costExceeds(c, h, body)
+	default:
+		retryMs := *body.RetryAfterMs
 		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
 		c.Render(refuse, jsonRender{contentType: problemJSON, v: quotaProblem{
 			Type: "https://iana.org/assignments/http-problem-types#quota-exceeded", Title: "Request quota exceeded", Status: refuse,
-			Detail:    fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", res.Policy, retryMs),
+			Detail:    fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", policyName, retryMs),
 			Code:      CodeQuotaExceeded,
 			checkBody: body,
 		}})
-	default:
-		writeProblem(c, http.StatusUnprocessableEntity, CodeCostExceedsLimit,
-			fmt.Sprintf("forward-auth: cost %d exceeds the limit of %d: this request can never be allowed", cost, res.Limit))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // FastTiming keeps elections well under a second.
@@ -36,9 +37,15 @@ type Options struct {
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
 	Token             string
+	// Policies are seeded beside the fixed-window default of Limit per
+	// Window.
+	Policies []policy.Policy
 	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
 	// run the same tests on both kinds.
 	RaftLog raftlog.Kind
+	// WrapPeer, when set, wraps each node's transport to other nodes' HTTP
+	// APIs (e.g. to tamper with one node's forwarded requests).
+	WrapPeer func(from string, rt http.RoundTripper) http.RoundTripper
 }
 
 func (o *Options) defaults() {
@@ -168,10 +175,10 @@ func (n *Node) start(bootstrap bool) {
 	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
 	node, err := cluster.Open(cluster.Config{
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
-		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
+		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
-		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
+		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
 	})
 	if err != nil {
 		c.t.Fatalf("open %s: %v", n.ID, err)
@@ -363,3 +370,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = testWriter{}
+
+func (c *Cluster) peerTransport(from string) http.RoundTripper {
+	if c.opts.WrapPeer != nil {
+		return c.opts.WrapPeer(from, c.transport(from))
+	}
+	return c.transport(from)
+}

@@ -100,7 +100,7 @@ func boolInt(b bool) int64 {
 // writes; without a certificate the node refuses it: ErrUnauthorized.
 func TestClientMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	tlsInit(t, dir, "n1")
+	proctest.TLSInit(t, rlnodeBin, dir, "n1")
 	n := startTLSNode(t, dir, "n1")
 	proctest.WaitReady(t, n, 15*time.Second)
 	t.Setenv(client.EnvTLSCert, filepath.Join(dir, "client.pem"))

@@ -270,6 +270,19 @@ func TestRaftHeldOpenConnectionsClosed(t *testing.T) {
 	if r := proctest.MustGet(t, n.URL()+"/readyz"); r.Status != 200 {
 		t.Fatalf("node not ready after the flood: %d %s", r.Status, r.Raw)
 	}
+	// SIGHUP (a TLS reload) on a node without TLS is logged, not fatal.
+	if err := syscallHUP(n); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Poll(t, 5*time.Second, func() error {
+		if !strings.Contains(n.Output(), "nothing to reload") {
+			return errors.New("SIGHUP not logged")
+		}
+		return nil
+	})
+	if r := proctest.MustGet(t, n.URL()+"/readyz"); r.Status != 200 {
+		t.Fatalf("node not ready after SIGHUP: %d %s", r.Status, r.Raw)
+	}
 }
 
 func isTimeout(err error) bool {
@@ -293,6 +306,19 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
 		t.Errorf("refused node still created its Raft log")
+	}
+	// pprof has no authentication: beyond loopback only with --insecure.
+	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--cluster-token-file", writeToken(t, "tok"), "--pprof-addr", "0.0.0.0:0", "--data-dir", t.TempDir())
+	if code == 0 || !strings.Contains(stderr, "--pprof-addr") {
+		t.Errorf("pprof on 0.0.0.0: exit %d, %s", code, stderr)
+	}
+	// TLS without a CA authenticates no one who dials in: still refused.
+	certs := t.TempDir()
+	proctest.TLSInit(t, rlnodeBin, certs, "n1")
+	_, stderr, code = proctest.Run(t, rlnodeBin, nil, "serve", "--http-addr", "0.0.0.0:0", "--http-advertise", "127.0.0.1:1", "--data-dir", t.TempDir(),
+		"--tls-cert", filepath.Join(certs, "n1.pem"), "--tls-key", filepath.Join(certs, "n1-key.pem"))
+	if code == 0 || !strings.Contains(stderr, "refusing to start") {
+		t.Errorf("TLS without CA or token on 0.0.0.0: exit %d, %s", code, stderr)
 	}
 	// With a token from a file, or told --insecure, it starts.
 	for _, extra := range [][]string{{"--cluster-token-file", writeToken(t, "tok")}, {"--insecure"}} {
