@@ -22,6 +22,10 @@ const (
 // it.
 func (n *Node) Policy(name string) (policy.Policy, bool) { return n.fsm.Policy(name) }
 
+// PolicyVersion moves on whenever this node's policy table may have
+// changed.
+func (n *Node) PolicyVersion() uint64 { return n.fsm.PolicyVersion() }
+
 // Policies returns the replicated table, sorted by name.
 func (n *Node) Policies() []policy.Policy { return n.fsm.Policies() }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -90,6 +91,10 @@ type FSM struct {
 	policies  map[string]*tablePolicy
 	nextEpoch uint32
 	seeded    bool
+	// tableVersion moves on whenever the table may have changed; readers
+	// that derive something from the table (the gRPC service's descriptor
+	// tree) rebuild when it moves. Local to this node, not state.
+	tableVersion atomic.Uint64
 
 	// Time: lastNow is the clamped time of the last applied hits entry;
 	// term and offset implement the per-term catch-up of DESIGN.md.
@@ -122,6 +127,7 @@ func (f *FSM) reset() {
 	f.slab, f.free, f.heap = nil, nil, nil
 	f.nodes = make(map[string]Node)
 	f.policies = make(map[string]*tablePolicy)
+	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded = 0, false
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
 }

@@ -26,6 +26,9 @@ type Metrics struct {
 	batchHits prometheus.Histogram
 	forwarded prometheus.Counter
 	served    prometheus.Counter
+	// rlsDescriptors counts the gRPC rate limit service's descriptors by
+	// domain and result.
+	rlsDescriptors *prometheus.CounterVec
 }
 
 // NewMetrics registers rlnode's collectors on reg.
@@ -50,7 +53,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "rlnode_forward_requests_served_total", Help: "Forwarding requests (batches) this node served as leader.",
 		}),
 	}
-	reg.MustRegister(m.checks, m.duration, m.batchHits, m.forwarded, m.served,
+	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
+	}, []string{"domain", "result"})
+	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -96,5 +102,12 @@ func (m *Metrics) observeCheck(policy, result string, start time.Time) {
 func (m *Metrics) forwardedIn() {
 	if m != nil {
 		m.served.Inc()
+	}
+}
+
+// RLSDescriptor counts one descriptor the gRPC rate limit service decided.
+func (m *Metrics) RLSDescriptor(domain, result string) {
+	if m != nil {
+		m.rlsDescriptors.WithLabelValues(domain, result).Inc()
 	}
 }

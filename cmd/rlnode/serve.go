@@ -23,6 +23,7 @@ import (
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rls"
 )
 
 type serveConfig struct {
@@ -45,6 +46,7 @@ type serveConfig struct {
 	maxBatch, maxInflight, maxForwardInflight            int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
+	grpcAddr                                             string
 	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
 	trustedProxies                                       string
@@ -92,6 +94,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
 	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	return fs, c
@@ -251,6 +254,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stopPprof()
 	}
 
+	var grpcSrv *grpcServer
+	if c.grpcAddr != "" {
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: metrics}
+		if tlsSrc != nil {
+			rc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
+			node.Close()
+			return err
+		}
+	}
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -291,6 +306,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			done = true
 		case err := <-fatal:
 			runErr, done = fmt.Errorf("stopping: %w", err), true
+		case err := <-grpcSrv.done():
+			runErr, done = fmt.Errorf("grpc server: %w", err), true
 		case err := <-serveErr:
 			runErr, done = fmt.Errorf("http server: %w", err), true
 		case err := <-joined:
@@ -316,6 +333,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			logger.Info("left the cluster")
 		}
 	}
+	grpcSrv.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Warn("http shutdown", "error", err)
 	}
