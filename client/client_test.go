@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/client"
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
 func newClient(t *testing.T, cfg client.Config) *client.Client {
@@ -46,7 +47,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // A client given one follower learns the cluster, puts the leader first,
 // and spends a key's budget down to a typed refusal.
 func TestCheckFollowsTheCluster(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Limit: 3, Window: time.Minute})
+	cl := apitest.Start(t, 3, clustertest.Options{Limit: 3, Window: time.Minute})
 	leader := cl.Leader(10 * time.Second)
 	cl.WaitConverged(10 * time.Second)
 	follower := cl.Followers(leader)[0]
@@ -89,7 +90,7 @@ func TestCheckFollowsTheCluster(t *testing.T) {
 // A node that cannot be reached did not count the hit: the client moves on
 // to the next one.
 func TestCheckSkipsDeadNodes(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Limit: 5, Window: time.Minute})
+	cl := apitest.Start(t, 3, clustertest.Options{Limit: 5, Window: time.Minute})
 	c := newClient(t, client.Config{Addrs: []string{deadAddr(t), deadAddr(t), cl.Nodes[2].HTTPAddr}, RefreshInterval: time.Hour})
 	res, err := c.Check(context.Background(), "default", "k", 2)
 	if err != nil {
@@ -117,7 +118,7 @@ func TestCheckNothingReachable(t *testing.T) {
 // A cluster that lost its majority has no leader: the client reports
 // ErrNoLeader (which is also ErrNotCounted) rather than hanging.
 func TestCheckNoLeader(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Limit: 5, Window: time.Minute})
+	cl := apitest.Start(t, 3, clustertest.Options{Limit: 5, Window: time.Minute})
 	leader := cl.Leader(10 * time.Second)
 	fs := cl.Followers(leader)
 	fs[0].Stop()
@@ -144,7 +145,7 @@ func errString(err error) string {
 // typed errors.
 func TestLeaderLossMidTraffic(t *testing.T) {
 	const limit = 70
-	cl := clustertest.Start(t, 3, clustertest.Options{Limit: limit, Window: time.Hour})
+	cl := apitest.Start(t, 3, clustertest.Options{Limit: limit, Window: time.Hour})
 	leader := cl.Leader(10 * time.Second)
 	var addrs []string
 	for _, n := range cl.Nodes {

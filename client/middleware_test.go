@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/client"
 	"github.com/rlnode/rlnode/client/ginrl"
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
 type reply struct {
@@ -50,7 +51,7 @@ func upstream(calls *atomic.Int32) http.Handler {
 }
 
 func TestMiddleware(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Limit: 2, Window: time.Minute})
+	cl := apitest.Start(t, 3, clustertest.Options{Limit: 2, Window: time.Minute})
 	c := newClient(t, client.Config{Addrs: []string{cl.Nodes[1].HTTPAddr}})
 	var calls atomic.Int32
 	srv := httptest.NewServer(client.Middleware(c, "default", client.KeyHeader("X-Api-Key"))(upstream(&calls)))
@@ -112,7 +113,7 @@ func TestMiddlewareFailModes(t *testing.T) {
 }
 
 func TestGinAdapter(t *testing.T) {
-	cl := clustertest.Start(t, 1, clustertest.Options{Limit: 1, Window: time.Minute})
+	cl := apitest.Start(t, 1, clustertest.Options{Limit: 1, Window: time.Minute})
 	c := newClient(t, client.Config{Addrs: []string{cl.Nodes[0].HTTPAddr}})
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlnode/rlnode/client"
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -20,7 +21,7 @@ const token = "client-test-token"
 func TestPoliciesCheckAllPeekReset(t *testing.T) {
 	api := policy.Policy{Name: "api", Algorithm: "fixed_window", Limits: []policy.Limit{
 		{Limit: 3, Window: policy.Duration(time.Minute)}, {Limit: 5, Window: policy.Duration(time.Hour)}}}
-	cl := clustertest.Start(t, 3, clustertest.Options{Token: token, Policies: []policy.Policy{
+	cl := apitest.Start(t, 3, clustertest.Options{Token: token, Policies: []policy.Policy{
 		api, policy.Fixed("user", 2, time.Minute), policy.Fixed("org", 1, time.Minute)}})
 	leader := cl.Leader(10 * time.Second)
 	c := newClient(t, client.Config{Addrs: []string{cl.Followers(leader)[0].HTTPAddr}, Token: token})

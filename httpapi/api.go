@@ -1,5 +1,7 @@
-// Package httpapi is rlnode's HTTP surface: the public check API, reads,
-// health, the admin API and the internal forwarding endpoint, all on Gin.
+// Package httpapi is rlnode's public HTTP surface on Gin: the check API,
+// forward-auth, reads, health, the policy and admin API and the metrics
+// endpoint. The node-to-node endpoints are the cluster's own
+// (cluster.Node.InternalHandler); the binary mounts both.
 package httpapi
 
 import (
@@ -39,7 +41,6 @@ type Node interface {
 	Remove(ctx context.Context, id string, forwarded bool) error
 	TransferLeadership(ctx context.Context, id string, forwarded bool) (cluster.TransferResult, error)
 	Snapshot() (string, error)
-	ServeForward(ctx context.Context, body []byte) ([]byte, error)
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
 }
@@ -56,8 +57,10 @@ type Config struct {
 	// RequestTimeout bounds one check or read.
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
-	// Metrics, when set, records checks and serves /metrics.
-	Metrics *Metrics
+	// Metrics, when set, records every answered check.
+	Metrics Observer
+	// MetricsHandler, when set, serves GET /metrics.
+	MetricsHandler http.Handler
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
 	// forward-auth believes (key=ip).
 	TrustedProxies []netip.Prefix
@@ -118,8 +121,8 @@ func New(cfg Config) *API {
 	e.GET("/v1/cluster/peers", a.peers)
 	e.Any(AuthPath+":policy", a.auth)
 	e.Any(AuthPath+":policy/*path", a.auth)
-	if cfg.Metrics != nil {
-		e.GET("/metrics", gin.WrapH(cfg.Metrics.Handler()))
+	if cfg.MetricsHandler != nil {
+		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
 	}
 
 	guarded := e.Group("/", a.requireToken)
@@ -127,7 +130,6 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.RemovePath, a.remove)
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
-	guarded.POST(cluster.ForwardPath, a.forward)
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
@@ -313,22 +315,6 @@ func (a *API) snapshot(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"snapshot": id})
-}
-
-func (a *API) forward(c *gin.Context) {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<20)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "forward body: "+err.Error())
-		return
-	}
-	out, err := a.cfg.Node.ServeForward(c.Request.Context(), body)
-	if err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
-		return
-	}
-	a.cfg.Metrics.forwardedIn()
-	c.Data(http.StatusOK, "application/octet-stream", out)
 }
 
 type clockOffset struct {

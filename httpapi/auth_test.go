@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
 func doHeaders(t *testing.T, method, url string, header ...string) answer {
@@ -34,7 +35,7 @@ func TestForwardAuth(t *testing.T) {
 	// One node: forward-auth calls the same check as /check, whose
 	// forwarding is tested on three nodes elsewhere; a single node keeps
 	// this test free of elections on a loaded machine.
-	c := clustertest.Start(t, 1, clustertest.Options{Limit: 2, Window: time.Minute})
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 2, Window: time.Minute})
 	n := c.Leader(10 * time.Second)
 	url := n.URL() + "/v1/auth/default?key=header:X-Api-Key"
 
@@ -84,7 +85,7 @@ func TestForwardAuth(t *testing.T) {
 // Envoy); the key spec can come from a header when the proxy cannot set a
 // query; cost can come from a header.
 func TestForwardAuthSources(t *testing.T) {
-	c := clustertest.Start(t, 1, clustertest.Options{Limit: 3, Window: time.Minute})
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 3, Window: time.Minute})
 	n := c.Leader(5 * time.Second)
 	base := n.URL() + "/v1/auth/default"
 

@@ -22,6 +22,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rls"
 )
@@ -207,7 +208,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics := httpapi.NewMetrics(reg)
+	obs := metrics.New(reg)
 	if err := exportRaftMetrics(reg); err != nil {
 		logger.Warn("raft metrics unavailable", "error", err)
 	}
@@ -221,7 +222,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: metrics,
+		Logger: logger, Observer: obs,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -232,11 +233,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	metrics.WatchNode(node)
+	obs.WatchNode(node)
 	go warnIfDefaultDiffers(ctx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics,
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
-	srv := httpapi.NewServer(api.Handler(), logger)
+	// The public API, and the node-to-node endpoints the cluster serves
+	// itself.
+	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
@@ -256,7 +259,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var grpcSrv *grpcServer
 	if c.grpcAddr != "" {
-		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: metrics}
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}

@@ -1,4 +1,8 @@
-package httpapi
+// Package metrics holds rlnode's Prometheus collectors, shared by every
+// front end (the HTTP API, the gRPC rate limit service) and the cluster's
+// observer hooks. Each front end declares the small interface it records
+// through; this package implements them all.
+package metrics
 
 import (
 	"net/http"
@@ -31,8 +35,8 @@ type Metrics struct {
 	rlsDescriptors *prometheus.CounterVec
 }
 
-// NewMetrics registers rlnode's collectors on reg.
-func NewMetrics(reg *prometheus.Registry) *Metrics {
+// New registers rlnode's collectors on reg.
+func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -91,7 +95,8 @@ func (m *Metrics) BatchApplied(hits int) { m.batchHits.Observe(float64(hits)) }
 // Forwarded implements cluster.Observer.
 func (m *Metrics) Forwarded(hits int) { m.forwarded.Add(float64(hits)) }
 
-func (m *Metrics) observeCheck(policy, result string, start time.Time) {
+// ObserveCheck records one answered check and how long it took.
+func (m *Metrics) ObserveCheck(policy, result string, start time.Time) {
 	if m == nil {
 		return
 	}
@@ -99,7 +104,9 @@ func (m *Metrics) observeCheck(policy, result string, start time.Time) {
 	m.duration.Observe(time.Since(start).Seconds())
 }
 
-func (m *Metrics) forwardedIn() {
+// ForwardServed implements cluster.Observer: one forwarded batch served as
+// leader.
+func (m *Metrics) ForwardServed() {
 	if m != nil {
 		m.served.Inc()
 	}
