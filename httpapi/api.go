@@ -23,27 +23,62 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
-// Node is what the HTTP layer needs from the cluster.
-type Node interface {
-	ID() string
+// The roles the HTTP layer plays against the cluster, each the few calls
+// its handlers make. Node is all of them, as *cluster.Node provides.
+
+// Limiter decides hits: the check API and forward-auth.
+type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
+	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
+	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
+}
+
+// Reader reads state without counting.
+type Reader interface {
+	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
 	ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error)
+}
+
+// PolicyAdmin changes the policy table and resets keys.
+type PolicyAdmin interface {
 	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
 	DeletePolicy(ctx context.Context, name string, forwarded bool) error
 	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)
-	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
-	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
-	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
-	Ready(wait time.Duration) error
-	Status() cluster.Status
+}
+
+// ClusterAdmin changes membership and takes snapshots.
+type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
 	Join(ctx context.Context, j cluster.JoinRequest, forwarded bool) error
 	Remove(ctx context.Context, id string, forwarded bool) error
 	TransferLeadership(ctx context.Context, id string, forwarded bool) (cluster.TransferResult, error)
 	Snapshot() (string, error)
+}
+
+// Health is the node's view of itself for probes and status.
+type Health interface {
+	ID() string
+	Ready(wait time.Duration) error
+	Status() cluster.Status
+}
+
+// Debug is the test-only clock control.
+type Debug interface {
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
 }
+
+// Node is every role; *cluster.Node implements it.
+type Node interface {
+	Limiter
+	Reader
+	PolicyAdmin
+	ClusterAdmin
+	Health
+	Debug
+}
+
+var _ Node = (*cluster.Node)(nil)
 
 // Config configures the router.
 type Config struct {

@@ -37,6 +37,8 @@ type Limiter interface {
 	Ready(wait time.Duration) error
 }
 
+var _ Limiter = (*cluster.Node)(nil)
+
 // Observer records what the service decided, per descriptor. result is one
 // of ok, over_limit, shadow_over_limit, unlimited, no_match.
 type Observer interface {
