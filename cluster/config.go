@@ -41,11 +41,26 @@ type RaftTuning struct {
 	NoBatchApply bool
 }
 
-// DefaultRaftTuning: group commit already packs many hits per entry;
-// raft's own batching then packs entries per disk write and per
-// AppendEntries, so a burst of forwarded and local batches still costs one
-// fsync round. raft's default pipelining depth (2) is kept.
-var DefaultRaftTuning = RaftTuning{MaxAppendEntries: 256, MaxRPCsInFlight: 2}
+// DefaultRaftTuning, measured on 3-node wal clusters with scripts/bench.sh
+// (BENCH_VARIANTS, each variant its own cluster, repetitions interleaved
+// with rotating order, medians; 2-core VM shared with other work, so only
+// differences that hold across repetitions count):
+//
+//   - MaxRPCsInFlight 1 (raft's pipelining off) against raft's default 2:
+//     at 256 workers 7639 vs 6204 hits/s (4 reps, 1 faster in 3) and in an
+//     earlier 3-rep run faster in 3 of 3 (4791/4094, 4838/3031, 8026/6008);
+//     p99 91.6 vs 117.5 ms. At 64 workers a tie (3924 vs 4559 median, each
+//     faster in about half the pairs). With one entry in flight there is
+//     nothing to pipeline; raft's own notes (hashicorp/raft#541) found
+//     pipelining combines badly with batching. 8 was no better than 1.
+//   - MaxAppendEntries 64, 256, 1024: 5153, 4153, 4391 at 64 workers and
+//     5866, 5598, 5774 at 256, no order that held across repetitions: 256
+//     stays.
+//   - BatchApplyCh on vs off: on was faster in 3 of 3 at 64 workers in one
+//     run, off faster in 3 of 3 at 256; in the next run off was faster in 3
+//     of 4 at both but with the lower median at 64. Noise: it stays on (it
+//     packs entries that queue behind a leader write into one disk write).
+var DefaultRaftTuning = RaftTuning{MaxAppendEntries: 256, MaxRPCsInFlight: 1}
 
 // Config configures a Node.
 type Config struct {
@@ -85,11 +100,14 @@ type Config struct {
 	// it; a node cut off from the majority stops holding callers.
 	NoLeaderWait time.Duration
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
-	// in flight at once (pipelining behind group commit). Measured on a
-	// 3-node cluster at 64 workers (scripts/bench.sh): 1 in flight gave
-	// 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k. Every entry in
-	// flight is its own Bolt commit (two fdatasyncs) on each node, so fewer,
-	// fuller entries beat pipelining on an fsync-bound disk.
+	// in flight at once (pipelining behind group commit). Measured on 3-node
+	// clusters (scripts/bench.sh, BENCH_VARIANTS, 3 interleaved repetitions,
+	// medians, 2-core VM shared with other work): on bolt at 64 workers, 1
+	// in flight gave 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k
+	// (every entry in flight is its own Bolt commit). On wal, at 64 workers
+	// 1 gave 4627, 2 gave 4275, 4 gave 4162 (1 fastest in 3 of 3
+	// repetitions); at 256 workers 6416, 6833, 7475, within the noise
+	// (repetitions spread 4966-7669). So 1 stays.
 	MaxBatch, MaxInflight int
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).

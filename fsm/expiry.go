@@ -72,6 +72,28 @@ func (f *FSM) expire(now int64, budget int) {
 	}
 }
 
+// sweep visits up to budget slots after a policy was deleted and frees the
+// keys of dead epochs from the key map, leaving a tombstone (an empty key)
+// that expire frees when its heap item comes due. So a deleted policy's keys
+// go within a few entries even when their windows are long, at bounded work
+// per entry. Which keys go first does not matter: they are dead already.
+func (f *FSM) sweep(budget int) {
+	if len(f.slab) == 0 {
+		f.sweepLeft = 0
+	}
+	for ; f.sweepLeft > 0 && budget > 0; f.sweepLeft, budget = f.sweepLeft-1, budget-1 {
+		if f.sweepPos >= len(f.slab) {
+			f.sweepPos = 0
+		}
+		s := &f.slab[f.sweepPos]
+		f.sweepPos++
+		if s.key != "" && s.epoch != f.epochOf(policyOf(s.key)) {
+			delete(f.index, s.key)
+			s.key, s.more = "", nil
+		}
+	}
+}
+
 // rebuildExpiry recreates the heap after a restore, in a deterministic
 // order (by expiry, ties by key).
 func (f *FSM) rebuildExpiry() {

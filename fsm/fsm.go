@@ -95,6 +95,8 @@ type FSM struct {
 	// that derive something from the table (the gRPC service's descriptor
 	// tree) rebuild when it moves. Local to this node, not state.
 	tableVersion atomic.Uint64
+	// sweepLeft slots remain to visit from sweepPos after a delete.
+	sweepLeft, sweepPos int
 
 	// Time: lastNow is the clamped time of the last applied hits entry;
 	// term and offset implement the per-term catch-up of DESIGN.md.
@@ -110,6 +112,7 @@ type FSM struct {
 	key   []byte
 	undo  []undoRec
 	next  [policy.MaxLimits]window.State
+	last  *tablePolicy // lookupPolicy's cache, valid within one hits entry
 }
 
 // New returns an empty FSM.
@@ -128,7 +131,7 @@ func (f *FSM) reset() {
 	f.nodes = make(map[string]Node)
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
-	f.nextEpoch, f.seeded = 0, false
+	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
 }
 

@@ -54,12 +54,14 @@ func (f *FSM) applyHits(l *raft.Log) any {
 	}
 	now := f.clock(l.Term, stamped)
 	f.expire(now, f.cfg.ExpireBudget+len(views))
+	f.sweep(f.cfg.ExpireBudget)
 	res := &HitsResult{Now: now, Hits: make([]HitResult, len(views))}
 	nparts := 0
+	f.last = nil
 	for i := range views {
 		if views[i].limit > 0 {
 			nparts++
-		} else if p := f.policies[string(views[i].policy)]; p != nil {
+		} else if p := f.lookupPolicy(views[i].policy); p != nil {
 			nparts += len(p.limits)
 		}
 	}
@@ -90,7 +92,7 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 			// Version 1: the hit carries its fixed window.
 			legacy[0] = window.Limit{Limit: h.limit, WindowMs: h.windowMs}
 			epoch = f.epochOf(string(h.policy))
-		} else if p = f.policies[string(h.policy)]; p != nil {
+		} else if p = f.lookupPolicy(h.policy); p != nil {
 			limits, alg, epoch = p.limits, p.alg, p.epoch
 		} else {
 			out[i] = HitResult{UnknownPolicy: true}
@@ -137,8 +139,12 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 	f.key = appendKey(f.key[:0], h.policy, h.client)
 	idx, found := f.index[string(f.key)]
 	var s *slot
-	if found && f.alive(&f.slab[idx], now) && f.slab[idx].alg == alg {
-		s = &f.slab[idx]
+	// Live state of this policy incarnation (f.alive, with the epoch the
+	// caller already resolved) and algorithm; anything else decides as new.
+	if found {
+		if w := &f.slab[idx]; w.exp > now && w.epoch == epoch && w.alg == alg {
+			s = w
+		}
 	}
 	r.Outcome = window.Allowed
 	for i, l := range limits {
@@ -220,4 +226,18 @@ func (f *FSM) rollback(u *undoRec) {
 	} else {
 		s.more = more // keep the allocation; n says what is valid
 	}
+}
+
+// lookupPolicy resolves a hit's policy, remembering the last one: the hits
+// of an entry mostly share a few policies, and comparing the name is
+// cheaper than hashing it.
+func (f *FSM) lookupPolicy(name []byte) *tablePolicy {
+	if f.last != nil && f.last.p.Name == string(name) {
+		return f.last
+	}
+	if p := f.policies[string(name)]; p != nil {
+		f.last = p
+		return p
+	}
+	return nil
 }

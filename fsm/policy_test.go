@@ -142,6 +142,10 @@ func TestDeletePolicyDropsItsWindows(t *testing.T) {
 	if r := tf.check(t0+1, nil, h2("p", "a", 1)).Hits[0]; !r.UnknownPolicy {
 		t.Fatalf("check of a deleted policy: %+v", r)
 	}
+	// Its keys leave the key map within an entry (long before they lapse).
+	if n := tf.f.Stats().StoredWindows; n != 1 {
+		t.Fatalf("%d keys stored after the delete, want 1 (q/a)", n)
+	}
 	// Re-created, it starts from nothing: the old windows were dropped.
 	tf.set(pol("p", "fixed_window", lim(2, time.Minute)))
 	if r := tf.check(t0+2, nil, h2("p", "a", 1)).Hits[0]; r.Outcome != window.Allowed || r.Parts[0].Remaining != 1 {

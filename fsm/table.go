@@ -69,6 +69,7 @@ func (f *FSM) applyDeletePolicy(data []byte) (any, error) {
 	delete(f.policies, name)
 	f.tableVersion.Add(1)
 	f.nextEpoch = max(f.nextEpoch, p.epoch) + 1
+	f.sweepLeft = len(f.slab)
 	return &DeleteResult{Found: true}, nil
 }
 

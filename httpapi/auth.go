@@ -297,24 +297,24 @@ func (a *API) auth(c *gin.Context) {
 	}
 
 	if a.neverAllowed(c, policyName, cost, "forward-auth: ") {
-		a.observeCheck(policyName, window.CostExceedsLimit.String(), start)
+		a.observeCheck(a.policyLabel(policyName), window.CostExceedsLimit.String(), start)
 		return
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	res, err := a.cfg.Node.Check(ctx, policyName, key, cost)
 	if err != nil {
-		a.observeCheck(policyName, resultFor(err), start)
+		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
-		a.observeCheck(policyName, CodeUnknownPolicy, start)
+		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
 		unknownPolicy(c, policyName)
 		return
 	}
-	a.observeCheck(policyName, h.Outcome.String(), start)
+	a.observeCheck(a.policyLabel(policyName), h.Outcome.String(), start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	c.Header(HeaderAuthKey, key)
 	body := bodyOf(h, res.Allowed, false)

@@ -91,13 +91,13 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	defer cancel()
 	res, err := a.cfg.Node.Check(ctx, policyName, client, cost)
 	if err != nil {
-		a.observeCheck(policyName, resultFor(err), start)
+		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
-		a.observeCheck(policyName, CodeUnknownPolicy, start)
+		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
 		unknownPolicy(c, policyName)
 		return
 	}
@@ -110,7 +110,11 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	case h.Outcome == window.CostExceedsLimit:
 		costExceeds(c, h, body)
 	default:
-		retryMs := *body.RetryAfterMs
+		retryMs := int64(0)
+		if body.RetryAfterMs != nil {
+			retryMs = *body.RetryAfterMs
+		}
+		body.RetryAfterMs = &retryMs
 		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
 		m := h.MainPart()
 		c.Render(http.StatusTooManyRequests, jsonRender{contentType: problemJSON, v: quotaProblem{
@@ -150,6 +154,17 @@ func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) b
 		}
 	}
 	return false
+}
+
+// unknownLabel is the metrics label of checks of policies not in the table:
+// names clients make up must not grow the metric's label set.
+const unknownLabel = "(unknown)"
+
+func (a *API) policyLabel(name string) string {
+	if _, ok := a.cfg.Node.Policy(name); ok {
+		return name
+	}
+	return unknownLabel
 }
 
 func unknownPolicy(c *gin.Context, name string) {

@@ -134,3 +134,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The README's example file is a valid policy file.
+func TestREADMEExampleParses(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\n# policies.yaml\n")
+	if !ok {
+		t.Fatal("README has no ```yaml block starting with # policies.yaml")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	ps, err := Parse([]byte(block))
+	if err != nil || len(ps) < 3 {
+		t.Fatalf("README example: %d policies, %v", len(ps), err)
+	}
+}

@@ -48,7 +48,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	plan, err := s.plan(ctx, req)
+	t := s.currentTree()
+	plan, err := s.plan(ctx, t, req)
 	if err != nil {
 		return nil, err
 	}
@@ -68,12 +69,17 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, err
 	}
-	return s.respond(req.GetDomain(), plan, enforced, shadowed), nil
+	// Metrics name configured domains only: a caller's made-up domains
+	// must not grow the label set.
+	label := req.GetDomain()
+	if t.domains[label] == nil {
+		label = "(unknown)"
+	}
+	return s.respond(label, plan, enforced, shadowed), nil
 }
 
 // plan matches each descriptor to its policy and cost.
-func (s *Server) plan(ctx context.Context, req *rlsv3.RateLimitRequest) ([]planned, error) {
-	t := s.currentTree()
+func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest) ([]planned, error) {
 	plan := make([]planned, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {

@@ -3,7 +3,7 @@
 # log store asked for (127.0.0.1, free ports, data in a temp dir), and the
 # Redis-backed baseline (redis-server + bench/redislimiter), then drives them
 # all with the same `rlnode bench` in one run, repetitions interleaved
-# (A B A B ...), and prints medians, the worst repetition's p99, ratios and
+# (A B A B ..., who goes first rotating), and prints medians, the worst repetition's p99, ratios and
 # the targets, each PASS or MISS, and every server's CPU-seconds per 100k
 # requests (from /proc, user+system, during each run).
 #
@@ -68,7 +68,7 @@ if [ -n "${BENCH_VARIANTS:-}" ]; then
 	IFS=';' read -r -a variants <<<"$BENCH_VARIANTS"
 	for v in "${variants[@]}"; do
 		name="${v%%=*}"
-		case "$name" in '' | *[!a-z0-9_]*) echo "bench: BENCH_VARIANTS: bad name '$name' (want [a-z0-9_]+)" >&2; exit 1 ;; esac
+		case "$name" in '' | redis | *[!a-z0-9_]*) echo "bench: BENCH_VARIANTS: bad name '$name' (want [a-z0-9_]+)" >&2; exit 1 ;; esac
 		kinds+=("$name")
 		sys_flags[$name]="${v#*=}"
 	done
@@ -324,19 +324,30 @@ run() {
 
 for r in $(seq 1 "$reps"); do
 	say "---- repetition $r of $reps"
+	# Rotate who goes first each repetition, so no system always follows
+	# the same one.
+	all=("${kinds[@]}")
+	if [ "$baseline" = 1 ]; then all+=(redis); fi
+	order=()
+	for i in $(seq 0 $((${#all[@]} - 1))); do order+=("${all[$(((i + r - 1) % ${#all[@]}))]}"); done
 	if want_run livez; then run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64; fi
 	want_run check || continue
 	for c in 64 256; do
-		for k in "${kinds[@]}"; do
-			run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
+		for k in "${order[@]}"; do
+			if [ "$k" = redis ]; then
+				run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"
+			else
+				run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
+			fi
 		done
-		if [ "$baseline" = 1 ]; then run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"; fi
 	done
-	for k in "${kinds[@]}"; do
+	for k in "${order[@]}"; do
+		[ "$k" != redis ] || continue
 		want_run followers || break
 		run "r$r-$k-followers-64" --addr "${follower_urls[$k]}" --concurrency 64
 	done
-	for k in "${kinds[@]}"; do
+	for k in "${order[@]}"; do
+		[ "$k" != redis ] || continue
 		want_run open || break
 		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
 		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"

@@ -27,8 +27,10 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
-// FastTiming keeps elections well under a second.
-var FastTiming = cluster.Timing{Heartbeat: 50 * time.Millisecond, Election: 50 * time.Millisecond, LeaderLease: 50 * time.Millisecond, Commit: 5 * time.Millisecond}
+// FastTiming keeps elections well under a second. 150 ms rather than raft's
+// test 50 ms: at 50 ms a loaded 2-core CI machine saw leaders step down
+// mid-test ("failed to contact quorum") and hits answered outcome_unknown.
+var FastTiming = cluster.Timing{Heartbeat: 150 * time.Millisecond, Election: 150 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
 
 // Options shape every node of a harness cluster.
 type Options struct {
@@ -329,7 +331,7 @@ func (c *Cluster) Leader(timeout time.Duration) *Node {
 	Poll(c.t, timeout, func() error {
 		for _, n := range c.Live() {
 			if n.IsLeader() && !c.isCut(n.ID, "") {
-				if _, err := n.Peek(context.Background(), "default", "leader-probe", false, false); err == nil {
+				if _, err := n.Peek(context.Background(), policy.Default, "leader-probe", false, false); err == nil {
 					leader = n
 					return nil
 				}

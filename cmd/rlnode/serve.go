@@ -234,7 +234,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	obs.WatchNode(node)
-	go warnIfDefaultDiffers(ctx, node, seed, logger)
+	warnCtx, stopWarn := context.WithCancel(ctx)
+	defer stopWarn()
+	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves

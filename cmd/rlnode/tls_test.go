@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -165,6 +166,22 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 		out, stderr, code := proctest.Run(t, rlnodeBin, env, "peers", "--addr", n1.HTTPAddr, "--json")
 		if code != 0 || strings.Count(out, `"reachable": true`) != 3 {
 			t.Errorf("admin peers with the client certificate from RLNODE_TLS_*: exit %d\n%s%s", code, out, stderr)
+		}
+		// bench takes the same TLS flags: with client.pem every request
+		// is answered; without a certificate none is.
+		for _, withCert := range []bool{true, false} {
+			benv := []string{"RLNODE_TLS_CA=" + ca}
+			if withCert {
+				benv = env
+			}
+			out, stderr, _ := proctest.Run(t, rlnodeBin, benv, "bench", "--addr", n1.HTTPAddr, "--duration", "500ms", "--concurrency", "2", "--json")
+			var res struct{ Requests, Errors int64 }
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("bench output: %v\n%s%s", err, out, stderr)
+			}
+			if withCert && (res.Requests == 0 || res.Errors != 0) || !withCert && res.Errors != res.Requests {
+				t.Errorf("bench (client certificate %v): %d requests, %d errors", withCert, res.Requests, res.Errors)
+			}
 		}
 		// Raft: raft's own transport, plain and over TLS without a
 		// client certificate, cannot move leadership.

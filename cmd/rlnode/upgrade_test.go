@@ -35,7 +35,7 @@ func TestOldDataDirKeepsItsWindows(t *testing.T) {
 	// backwards, so the node continues from the fixture's applied time).
 	offset := time.Duration(then-time.Now().UnixMilli()) * time.Millisecond
 	n := proctest.StartNodeIn(t, rlnodeBin, "n1", filepath.Join(dir, "n1"),
-		"--limit", "5", "--window", "1h", "--debug-clock-offset", offset.String())
+		"--limit", "5", "--window", "1h", "--raft-log", "bolt", "--debug-clock-offset", offset.String())
 	proctest.WaitReady(t, n, 20*time.Second)
 
 	for client, used := range map[string]int64{"alice": 4, "bob": 1, "carol": 2} {
