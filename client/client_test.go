@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,5 +210,22 @@ func TestLeaderLossMidTraffic(t *testing.T) {
 	})
 	if slices.Contains(c.Members()[:1], leader.HTTPAddr) {
 		t.Fatalf("members %v still start with the stopped leader", c.Members())
+	}
+}
+
+// Bad arguments fail before any request, with a message that says why.
+func TestBadArguments(t *testing.T) {
+	c := newClient(t, client.Config{Addrs: []string{deadAddr(t)}})
+	ctx := context.Background()
+	for name, err := range map[string]error{
+		"empty key":      func() error { _, err := c.Check(ctx, "p", "", 1); return err }(),
+		"negative cost":  func() error { _, err := c.Check(ctx, "p", "k", -1); return err }(),
+		"no hits":        func() error { _, err := c.CheckAll(ctx); return err }(),
+		"peek empty key": func() error { _, err := c.Peek(ctx, "p", ""); return err }(),
+		"reset no key":   c.Reset(ctx, "p", ""),
+	} {
+		if !errors.Is(err, client.ErrInvalid) || strings.Contains(err.Error(), "answered") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -56,6 +56,10 @@ type Error struct {
 
 func (e *Error) Error() string {
 	switch {
+	case e.Node == "" && e.cause != nil:
+		return fmt.Sprintf("%v: %v", e.kind, e.cause)
+	case e.Node == "":
+		return fmt.Sprintf("%v: %s", e.kind, e.Detail)
 	case e.Status == 0 && e.cause != nil:
 		return fmt.Sprintf("%v: %s: %v", e.kind, e.Node, e.cause)
 	case e.Detail != "":
