@@ -243,9 +243,13 @@ type Observer interface {
 	// Forwarded is called with the number of hits this node sends to the
 	// leader in one forwarding request.
 	Forwarded(hits int)
+	// ForwardServed is called for each forwarded batch this node serves as
+	// leader.
+	ForwardServed()
 }
 
 type nopObserver struct{}
 
 func (nopObserver) BatchApplied(int) {}
 func (nopObserver) Forwarded(int)    {}
+func (nopObserver) ForwardServed()   {}

@@ -62,45 +62,6 @@ type TransferResult struct {
 	LeaderID string `json:"leaderId"`
 }
 
-// leaderURL returns the leader's base URL, or an error when it is unknown.
-func (n *Node) leaderURL() (string, error) {
-	id, addr := n.Leader()
-	if id == "" || addr == "" {
-		return "", ErrNoLeader
-	}
-	return BaseURL(addr), nil
-}
-
-// forwardAdmin sends an admin request on to the leader, unless it already is
-// a forwarded one (then the sender's view of the leader was stale).
-func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in, out any) error {
-	if forwarded {
-		return ErrNotLeader
-	}
-	url, err := n.waitLeaderURL(ctx)
-	if err != nil {
-		return err
-	}
-	if err := n.peers.postJSON(ctx, url+path, in, out); err != nil {
-		return fmt.Errorf("forward to leader: %w", err)
-	}
-	return nil
-}
-
-// waitLeaderURL returns the leader's base URL. Right after an election the
-// leader is briefly unknown; an admin call is rare enough to wait for it.
-func (n *Node) waitLeaderURL(ctx context.Context) (string, error) {
-	url, err := n.leaderURL()
-	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = n.leaderURL() {
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return url, err
-}
-
 // Join adds a server. A server with the same id and address is a no-op; one
 // that shares only the id or only the address is removed first. On a
 // follower the request goes to the leader.
@@ -109,7 +70,7 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 		return fmt.Errorf("join %s: %w", j.ID, err)
 	}
 	if !n.IsLeader() {
-		return n.forwardAdmin(ctx, forwarded, JoinPath, j, nil)
+		return n.fwd.admin(ctx, forwarded, JoinPath, j, nil)
 	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -155,7 +116,7 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 		return errors.New("remove: id is required")
 	}
 	if !n.IsLeader() {
-		return n.forwardAdmin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
+		return n.fwd.admin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
 	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -185,7 +146,7 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool) (TransferResult, error) {
 	var res TransferResult
 	if !n.IsLeader() {
-		err := n.forwardAdmin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
+		err := n.fwd.admin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
 		return res, err
 	}
 	var f raft.Future

@@ -34,7 +34,7 @@ type Node struct {
 	snaps     *raft.FileSnapshotStore
 	transport *raft.NetworkTransport
 	clock     leaderClock
-	peers     *peerClient
+	fwd       *forwarder
 
 	leaderBatch *groupCommit
 	fwdBatch    *groupCommit
@@ -68,7 +68,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
+	n.fwd = newForwarder(cfg, n, n.stop)
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -77,7 +77,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
-	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.forwardBatch)
+	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
 	n.wg.Add(1)
 	go n.watchLeadership()
 	return n, nil
@@ -256,7 +256,7 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 	}
 	n.wg.Wait()
-	n.peers.close()
+	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))
 	}

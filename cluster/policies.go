@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -22,6 +21,10 @@ const (
 // it.
 func (n *Node) Policy(name string) (policy.Policy, bool) { return n.fsm.Policy(name) }
 
+// PolicyVersion moves on whenever this node's policy table may have
+// changed.
+func (n *Node) PolicyVersion() uint64 { return n.fsm.PolicyVersion() }
+
 // Policies returns the replicated table, sorted by name.
 func (n *Node) Policies() []policy.Policy { return n.fsm.Policies() }
 
@@ -35,7 +38,7 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (
 		var out struct {
 			Result string `json:"result"`
 		}
-		err := n.forwardAdminMethod(ctx, forwarded, http.MethodPut, PoliciesPath+"/"+url.PathEscape(p.Name), p, &out)
+		err := n.fwd.adminMethod(ctx, forwarded, http.MethodPut, PoliciesPath+"/"+url.PathEscape(p.Name), p, &out)
 		return out.Result, err
 	}
 	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetUpsert, []policy.Policy{p}))
@@ -52,7 +55,7 @@ func (n *Node) DeletePolicy(ctx context.Context, name string, forwarded bool) er
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, name)
 	}
 	if !n.IsLeader() {
-		return n.forwardAdminMethod(ctx, forwarded, http.MethodDelete, PoliciesPath+"/"+url.PathEscape(name), nil, nil)
+		return n.fwd.adminMethod(ctx, forwarded, http.MethodDelete, PoliciesPath+"/"+url.PathEscape(name), nil, nil)
 	}
 	res, err := n.applyAdmin(fsm.EncodeDeletePolicy(name))
 	if err != nil {
@@ -77,7 +80,7 @@ func (n *Node) ResetKey(ctx context.Context, policyName, client string, forwarde
 		var out struct {
 			Reset bool `json:"reset"`
 		}
-		err := n.forwardAdminMethod(ctx, forwarded, http.MethodDelete,
+		err := n.fwd.adminMethod(ctx, forwarded, http.MethodDelete,
 			WindowsPath+"/"+url.PathEscape(policyName)+"/"+url.PathEscape(client), nil, &out)
 		return out.Reset, err
 	}
@@ -116,25 +119,6 @@ func (n *Node) seedPolicies() {
 	n.log.Info("seeded the policy table", "policies", len(n.cfg.Seed))
 }
 
-// forwardAdminMethod is forwardAdmin for any method.
-func (n *Node) forwardAdminMethod(ctx context.Context, forwarded bool, method, path string, in, out any) error {
-	if forwarded {
-		return ErrNotLeader
-	}
-	base, err := n.waitLeaderURL(ctx)
-	if err != nil {
-		return err
-	}
-	if err := n.peers.sendJSON(ctx, method, base+path, in, out); err != nil {
-		var he *HTTPError
-		if errors.As(err, &he) && he.Code == "unknown_policy" {
-			return fmt.Errorf("%w: %s", ErrUnknownPolicy, he.Detail)
-		}
-		return fmt.Errorf("forward to leader: %w", err)
-	}
-	return nil
-}
-
 // ReadPolicies returns the replicated table. Unless stale is set the read is
 // linearizable like Peek (a follower asks the leader), so a client that just
 // changed a policy reads its own write wherever it asks.
@@ -143,27 +127,7 @@ func (n *Node) ReadPolicies(ctx context.Context, stale, forwarded bool) ([]polic
 		if forwarded {
 			return nil, ErrNotLeader
 		}
-		base, err := n.waitLeaderURL(ctx)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := n.peers.do(ctx, http.MethodGet, base+PoliciesPath, "", nil)
-		if err != nil {
-			return nil, fmt.Errorf("forward read to leader: %w", err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b := make([]byte, 64<<10)
-			k, _ := resp.Body.Read(b)
-			return nil, fmt.Errorf("forward read to leader: %w", decodeHTTPError(resp.StatusCode, b[:k]))
-		}
-		var out struct {
-			Policies []policy.Policy `json:"policies"`
-		}
-		if err := decodeJSON(resp.Body, &out); err != nil {
-			return nil, fmt.Errorf("forward read to leader: %w", err)
-		}
-		return out.Policies, nil
+		return n.fwd.readPolicies(ctx)
 	}
 	if !stale {
 		if err := n.readBarrier(ctx); err != nil {

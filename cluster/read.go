@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 
 	"github.com/hashicorp/raft"
 
@@ -62,7 +60,7 @@ func (n *Node) Peek(ctx context.Context, policyName, client string, stale, forwa
 		if forwarded {
 			return PeekResult{}, ErrNotLeader
 		}
-		return n.forwardPeek(ctx, policyName, client)
+		return n.fwd.peek(ctx, policyName, client)
 	}
 	if !stale {
 		if err := n.readBarrier(ctx); err != nil {
@@ -132,30 +130,4 @@ func (n *Node) readBarrier(ctx context.Context) error {
 		return errors.Join(ErrNotLeader, errors.New("term changed during the read"))
 	}
 	return n.waitApplied(ctx, commit)
-}
-
-func (n *Node) forwardPeek(ctx context.Context, policyName, client string) (PeekResult, error) {
-	base, err := n.leaderURL()
-	if err != nil {
-		return PeekResult{}, err
-	}
-	resp, err := n.peers.do(ctx, http.MethodGet, base+PeekPath+url.PathEscape(policyName)+"/"+url.PathEscape(client), "", nil)
-	if err != nil {
-		return PeekResult{}, fmt.Errorf("forward read to leader: %w", err)
-	}
-	defer resp.Body.Close()
-	var r PeekResult
-	if resp.StatusCode != http.StatusOK {
-		b := make([]byte, 64<<10)
-		k, _ := resp.Body.Read(b)
-		herr := decodeHTTPError(resp.StatusCode, b[:k])
-		if he := herr.(*HTTPError); he.Code == "unknown_policy" {
-			return r, fmt.Errorf("%w: %s", ErrUnknownPolicy, he.Detail)
-		}
-		return r, fmt.Errorf("forward read to leader: %w", herr)
-	}
-	if err := decodeJSON(resp.Body, &r); err != nil {
-		return r, fmt.Errorf("forward read to leader: %w", err)
-	}
-	return r, nil
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -146,14 +147,31 @@ func EncodeSetPolicies(mode SetMode, ps []policy.Policy) []byte {
 	return b
 }
 
+// hasEnvoy marks, in a policy body's algorithm byte, that the body ends
+// with the policy's Envoy match as JSON. A policy without one encodes
+// exactly as before the match existed, so older entries and snapshots read
+// unchanged (and a node that predates it halts on the bit, as on any entry
+// it cannot read).
+const hasEnvoy = 0x80
+
 func appendPolicyBody(b []byte, p policy.Policy) []byte {
 	b = appendString(b, p.Name)
-	b = append(b, byte(p.Alg()))
+	alg := byte(p.Alg())
+	if p.Envoy != nil {
+		alg |= hasEnvoy
+	}
+	b = append(b, alg)
 	b = binary.AppendUvarint(b, uint64(len(p.Limits)))
 	for _, l := range p.Limits {
 		b = binary.AppendUvarint(b, uint64(l.Limit))
 		b = binary.AppendUvarint(b, uint64(l.Window.Milliseconds()))
 		b = binary.AppendUvarint(b, uint64(l.Burst))
+	}
+	if p.Envoy != nil {
+		// Strings, bools and numbers only: Marshal cannot fail, and its
+		// output is deterministic (the state digest hashes it).
+		envoy, _ := json.Marshal(p.Envoy)
+		b = appendString(b, string(envoy))
 	}
 	return b
 }
@@ -185,7 +203,8 @@ func decodeSetPolicies(buf []byte) (SetMode, []policy.Policy, error) {
 // policy decodes one policy and validates it with the same rules as the API.
 func (d *decoder) policy() (policy.Policy, error) {
 	p := policy.Policy{Name: string(d.bytes("policy name", MaxPolicyLen))}
-	p.Algorithm = window.Algorithm(d.byte("algorithm")).String()
+	alg := d.byte("algorithm")
+	p.Algorithm = window.Algorithm(alg &^ hasEnvoy).String()
 	n := d.uvarint("limit count")
 	if d.err == nil && n > policy.MaxLimits {
 		d.fail("%d limits", n)
@@ -197,6 +216,15 @@ func (d *decoder) policy() (policy.Policy, error) {
 		}
 		p.Limits = append(p.Limits, policy.Limit{Limit: int64(limit),
 			Window: policy.Duration(time.Duration(ms) * time.Millisecond), Burst: int64(burst)})
+	}
+	if alg&hasEnvoy != 0 {
+		raw := d.bytes("envoy match", policy.MaxEnvoyJSON)
+		if d.err == nil {
+			p.Envoy = new(policy.Envoy)
+			if err := json.Unmarshal(raw, p.Envoy); err != nil {
+				d.fail("envoy match: %v", err)
+			}
+		}
 	}
 	if d.err != nil {
 		return p, nil

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -92,6 +93,10 @@ type FSM struct {
 	policies  map[string]*tablePolicy
 	nextEpoch uint32
 	seeded    bool
+	// tableVersion moves on whenever the table may have changed; readers
+	// that derive something from the table (the gRPC service's descriptor
+	// tree) rebuild when it moves. Local to this node, not state.
+	tableVersion atomic.Uint64
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -127,6 +132,7 @@ func (f *FSM) reset() {
 	f.slab, f.free, f.heap = nil, nil, nil
 	f.nodes = make(map[string]Node)
 	f.policies = make(map[string]*tablePolicy)
+	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
 }

@@ -139,6 +139,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
 	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
+	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = fresh.lastNow, fresh.term, fresh.offset, fresh.appliedIndex
 	f.halted = nil

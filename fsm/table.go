@@ -30,6 +30,7 @@ func (f *FSM) applySetPolicies(data []byte) (any, error) {
 		return &SetResult{Skipped: true}, nil
 	}
 	f.seeded = true
+	f.tableVersion.Add(1)
 	res := &SetResult{Changes: make([]string, len(ps))}
 	for i, p := range ps {
 		old := f.policies[p.Name]
@@ -66,6 +67,7 @@ func (f *FSM) applyDeletePolicy(data []byte) (any, error) {
 		return &DeleteResult{}, nil
 	}
 	delete(f.policies, name)
+	f.tableVersion.Add(1)
 	f.nextEpoch = max(f.nextEpoch, p.epoch) + 1
 	f.sweepLeft = len(f.slab)
 	return &DeleteResult{Found: true}, nil
@@ -120,3 +122,8 @@ func (f *FSM) Seeded() bool {
 	defer f.mu.RUnlock()
 	return f.seeded
 }
+
+// PolicyVersion moves on whenever the policy table may have changed
+// (entries, restores); compare it to know whether something derived from
+// Policies is stale.
+func (f *FSM) PolicyVersion() uint64 { return f.tableVersion.Load() }

@@ -1,5 +1,7 @@
-// Package httpapi is rlnode's HTTP surface: the public check API, reads,
-// health, the admin API and the internal forwarding endpoint, all on Gin.
+// Package httpapi is rlnode's public HTTP surface on Gin: the check API,
+// forward-auth, reads, health, the policy and admin API and the metrics
+// endpoint. The node-to-node endpoints are the cluster's own
+// (cluster.Node.InternalHandler); the binary mounts both.
 package httpapi
 
 import (
@@ -9,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,28 +23,62 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
-// Node is what the HTTP layer needs from the cluster.
-type Node interface {
-	ID() string
+// The roles the HTTP layer plays against the cluster, each the few calls
+// its handlers make. Node is all of them, as *cluster.Node provides.
+
+// Limiter decides hits: the check API and forward-auth.
+type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
+	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
+	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
+}
+
+// Reader reads state without counting.
+type Reader interface {
+	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
 	ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error)
+}
+
+// PolicyAdmin changes the policy table and resets keys.
+type PolicyAdmin interface {
 	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
 	DeletePolicy(ctx context.Context, name string, forwarded bool) error
 	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)
-	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
-	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
-	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
-	Ready(wait time.Duration) error
-	Status() cluster.Status
+}
+
+// ClusterAdmin changes membership and takes snapshots.
+type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
 	Join(ctx context.Context, j cluster.JoinRequest, forwarded bool) error
 	Remove(ctx context.Context, id string, forwarded bool) error
 	TransferLeadership(ctx context.Context, id string, forwarded bool) (cluster.TransferResult, error)
 	Snapshot() (string, error)
-	ServeForward(ctx context.Context, body []byte) ([]byte, error)
+}
+
+// Health is the node's view of itself for probes and status.
+type Health interface {
+	ID() string
+	Ready(wait time.Duration) error
+	Status() cluster.Status
+}
+
+// Debug is the test-only clock control.
+type Debug interface {
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
 }
+
+// Node is every role; *cluster.Node implements it.
+type Node interface {
+	Limiter
+	Reader
+	PolicyAdmin
+	ClusterAdmin
+	Health
+	Debug
+}
+
+var _ Node = (*cluster.Node)(nil)
 
 // Config configures the router.
 type Config struct {
@@ -55,8 +92,13 @@ type Config struct {
 	// RequestTimeout bounds one check or read.
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
-	// Metrics, when set, records checks and serves /metrics.
-	Metrics *Metrics
+	// Metrics, when set, records every answered check.
+	Metrics Observer
+	// MetricsHandler, when set, serves GET /metrics.
+	MetricsHandler http.Handler
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
+	// forward-auth believes (key=ip).
+	TrustedProxies []netip.Prefix
 }
 
 // API is the HTTP handler of one node.
@@ -112,8 +154,10 @@ func New(cfg Config) *API {
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
-	if cfg.Metrics != nil {
-		e.GET("/metrics", gin.WrapH(cfg.Metrics.Handler()))
+	e.Any(AuthPath+":policy", a.auth)
+	e.Any(AuthPath+":policy/*path", a.auth)
+	if cfg.MetricsHandler != nil {
+		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
 	}
 
 	guarded := e.Group("/", a.requireToken)
@@ -121,7 +165,6 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.RemovePath, a.remove)
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
-	guarded.POST(cluster.ForwardPath, a.forward)
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
@@ -307,22 +350,6 @@ func (a *API) snapshot(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"snapshot": id})
-}
-
-func (a *API) forward(c *gin.Context) {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<20)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "forward body: "+err.Error())
-		return
-	}
-	out, err := a.cfg.Node.ServeForward(c.Request.Context(), body)
-	if err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
-		return
-	}
-	a.cfg.Metrics.forwardedIn()
-	c.Data(http.StatusOK, "application/octet-stream", out)
 }
 
 type clockOffset struct {

@@ -84,24 +84,24 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 		cost = v
 	}
 	if a.neverAllowed(c, policyName, cost, "") {
-		a.cfg.Metrics.observeCheck(policyName, window.CostExceedsLimit.String(), start)
+		a.observeCheck(policyName, window.CostExceedsLimit.String(), start)
 		return
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	res, err := a.cfg.Node.Check(ctx, policyName, client, cost)
 	if err != nil {
-		a.cfg.Metrics.observeCheck(a.policyLabel(policyName), resultFor(err), start)
+		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
-		a.cfg.Metrics.observeCheck(unknownLabel, CodeUnknownPolicy, start)
+		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
 		unknownPolicy(c, policyName)
 		return
 	}
-	a.cfg.Metrics.observeCheck(policyName, h.Outcome.String(), start)
+	a.observeCheck(policyName, h.Outcome.String(), start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	body := bodyOf(h, res.Allowed, false)
 	switch {
@@ -310,7 +310,7 @@ func (a *API) checkMany(c *gin.Context) {
 	}
 	for i, h := range hits {
 		if a.neverAllowed(c, h.Policy, h.Cost, fmt.Sprintf("hits[%d]: ", i)) {
-			a.cfg.Metrics.observeCheck("multi", window.CostExceedsLimit.String(), start)
+			a.observeCheck("multi", window.CostExceedsLimit.String(), start)
 			return
 		}
 	}
@@ -318,7 +318,7 @@ func (a *API) checkMany(c *gin.Context) {
 	defer cancel()
 	res, err := a.cfg.Node.CheckAll(ctx, hits)
 	if err != nil {
-		a.cfg.Metrics.observeCheck("multi", resultFor(err), start)
+		a.observeCheck("multi", resultFor(err), start)
 		a.hitError(c, err)
 		return
 	}
@@ -326,12 +326,12 @@ func (a *API) checkMany(c *gin.Context) {
 	retry := int64(0)
 	for i, h := range res.Hits {
 		if h.UnknownPolicy {
-			a.cfg.Metrics.observeCheck("multi", CodeUnknownPolicy, start)
+			a.observeCheck("multi", CodeUnknownPolicy, start)
 			writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("hits[%d]: policy %q is not defined (GET /v1/policies lists them); nothing was counted", i, h.Policy))
 			return
 		}
 		if h.Outcome == window.CostExceedsLimit {
-			a.cfg.Metrics.observeCheck("multi", h.Outcome.String(), start)
+			a.observeCheck("multi", h.Outcome.String(), start)
 			costExceeds(c, h, bodyOf(h, false, true))
 			return
 		}
@@ -346,9 +346,9 @@ func (a *API) checkMany(c *gin.Context) {
 	if !res.Allowed {
 		status = http.StatusTooManyRequests
 		c.Header("Retry-After", strconv.FormatInt(max(1, (retry+999)/1000), 10))
-		a.cfg.Metrics.observeCheck("multi", window.Refused.String(), start)
+		a.observeCheck("multi", window.Refused.String(), start)
 	} else {
-		a.cfg.Metrics.observeCheck("multi", window.Allowed.String(), start)
+		a.observeCheck("multi", window.Allowed.String(), start)
 	}
 	c.Render(status, jsonRender{contentType: "application/json; charset=utf-8", v: body})
 }

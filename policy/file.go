@@ -131,6 +131,12 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 				}
 				p.Limits = append(p.Limits, lim)
 			}
+		case "envoy":
+			e, err := envoyFromNode(field, f.Value)
+			if err != nil {
+				return p, err
+			}
+			p.Envoy = e
 		default:
 			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits)", field)
 		}

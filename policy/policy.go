@@ -30,6 +30,10 @@ type Policy struct {
 	Name      string  `json:"name"`
 	Algorithm string  `json:"algorithm"`
 	Limits    []Limit `json:"limits"`
+	// Envoy, when set, says which envoyproxy/ratelimit descriptor this
+	// policy answers for (rlnode policy import-envoy); the gRPC rate limit
+	// service matches requests against it.
+	Envoy *Envoy `json:"envoy,omitempty"`
 }
 
 // Limit is one limit of a policy: Limit hits of cost 1 per Window. Burst is
@@ -65,7 +69,7 @@ func (p Policy) Equal(q Policy) bool {
 			return false
 		}
 	}
-	return true
+	return p.Envoy.Equal(q.Envoy)
 }
 
 // String is a one-line summary, e.g. `api token_bucket 10/1s burst 20, 1000/24h0m0s`.
@@ -138,6 +142,11 @@ func (p Policy) Validate() error {
 			if p.Limits[j].Window == l.Window && w > 0 {
 				errs = append(errs, fmt.Errorf("%s.window %s repeats limits[%d].window: each limit needs its own window", field, w, j))
 			}
+		}
+	}
+	if p.Envoy != nil {
+		if err := p.Envoy.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("envoy: %w", err))
 		}
 	}
 	if len(errs) == 0 {

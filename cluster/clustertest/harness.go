@@ -1,7 +1,9 @@
 // Package clustertest runs real rlnode nodes in one test process: real TCP on
-// 127.0.0.1:0, real Bolt files in t.TempDir(), the real HTTP API, fast Raft
-// timeouts, raft logs routed to t.Log, and a fault layer that can cut every
-// link of a node (Raft and HTTP) and heal it.
+// 127.0.0.1:0, real Bolt files in t.TempDir(), the nodes' own internal
+// endpoints plus whatever public API the test mounts (Options.API;
+// httpapi/apitest mounts the real one), fast Raft timeouts, raft logs routed
+// to t.Log, and a fault layer that can cut every link of a node (Raft and
+// HTTP) and heal it.
 package clustertest
 
 import (
@@ -22,7 +24,6 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
-	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// WrapPeer, when set, wraps each node's transport to other nodes' HTTP
 	// APIs (e.g. to tamper with one node's forwarded requests).
 	WrapPeer func(from string, rt http.RoundTripper) http.RoundTripper
+	// API, when set, builds the public HTTP API each node serves beside
+	// its internal endpoints (token is Options.Token). Without it a node
+	// serves only the internal endpoints.
+	API func(node *cluster.Node, token string, logger hclog.Logger) http.Handler
 }
 
 func (o *Options) defaults() {
@@ -186,8 +191,12 @@ func (n *Node) start(bootstrap bool) {
 		c.t.Fatalf("open %s: %v", n.ID, err)
 	}
 	n.Node = node
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.opts.Token, DebugEndpoints: true, Logger: logger})
-	n.srv = httpapi.NewServer(api.Handler(), logger)
+	public := http.NotFoundHandler()
+	if c.opts.API != nil {
+		public = c.opts.API(node, c.opts.Token, logger)
+	}
+	n.srv = &http.Server{Handler: node.Mount(public), ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	go n.srv.Serve(n.httpLn)
 	n.up = true
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +23,7 @@ const policyUsage = `usage:
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...]
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--dry-run]
+  rlnode policy import-envoy [--dry-run] FILE...   (envoyproxy/ratelimit YAML)
 (and --addr, --cluster-token, --json as for every admin command)`
 
 // runPolicy dispatches `rlnode policy SUBCOMMAND`.
@@ -46,6 +48,8 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return policyDelete(ctx, args, stdout, stderr)
 	case "apply":
 		return policyApply(ctx, args, stdout, stderr)
+	case "import-envoy":
+		return policyImportEnvoy(ctx, args, stdout, stderr)
 	}
 	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
 }
@@ -225,9 +229,18 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	have, err := fetchPolicies(ctx, a)
+	all, err := fetchPolicies(ctx, a)
 	if err != nil {
 		return err
+	}
+	// Policies with an Envoy match belong to import-envoy (and to the
+	// gRPC service's limit overrides): apply leaves them alone unless the
+	// file names them.
+	var have []policy.Policy
+	for _, p := range all {
+		if p.Envoy == nil || slices.ContainsFunc(want, func(q policy.Policy) bool { return q.Name == p.Name }) {
+			have = append(have, p)
+		}
 	}
 	added, changed, removed := policy.Diff(have, want)
 	verb := ""

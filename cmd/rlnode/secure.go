@@ -126,8 +126,8 @@ func checkExposure(c *serveConfig, mutualTLS bool) error {
 		return nil
 	}
 	var open []string
-	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}} {
-		if !isLoopback(a.v) {
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}} {
+		if a.v != "" && !isLoopback(a.v) {
 			open = append(open, a.flag+" "+a.v)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -21,7 +22,9 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rls"
 )
 
 type serveConfig struct {
@@ -44,8 +47,11 @@ type serveConfig struct {
 	maxBatch, maxInflight, maxForwardInflight            int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
+	grpcAddr                                             string
 	waitForJoin                                          bool
 	raftTiming                                           cluster.Timing
+	trustedProxies                                       string
+	trusted                                              []netip.Prefix
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
 	sec                                                  securityConfig
@@ -85,9 +91,11 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP forward-auth (/v1/auth, key=ip) believes")
 	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
 	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	return fs, c
@@ -139,6 +147,11 @@ func (c *serveConfig) validate() error {
 	}
 	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
 		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
+	}
+	if p, err := httpapi.ParseTrustedProxies(c.trustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	} else {
+		c.trusted = p
 	}
 	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
@@ -195,7 +208,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics := httpapi.NewMetrics(reg)
+	obs := metrics.New(reg)
 	if err := exportRaftMetrics(reg); err != nil {
 		logger.Warn("raft metrics unavailable", "error", err)
 	}
@@ -209,7 +222,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: metrics,
+		Logger: logger, Observer: obs,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -220,12 +233,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	metrics.WatchNode(node)
+	obs.WatchNode(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics})
-	srv := httpapi.NewServer(api.Handler(), logger)
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
+		TrustedProxies: c.trusted})
+	// The public API, and the node-to-node endpoints the cluster serves
+	// itself.
+	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
@@ -241,6 +257,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer stopPprof()
+	}
+
+	var grpcSrv *grpcServer
+	if c.grpcAddr != "" {
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		if tlsSrc != nil {
+			rc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
+			node.Close()
+			return err
+		}
 	}
 
 	serveErr := make(chan error, 1)
@@ -283,6 +311,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			done = true
 		case err := <-fatal:
 			runErr, done = fmt.Errorf("stopping: %w", err), true
+		case err := <-grpcSrv.done():
+			runErr, done = fmt.Errorf("grpc server: %w", err), true
 		case err := <-serveErr:
 			runErr, done = fmt.Errorf("http server: %w", err), true
 		case err := <-joined:
@@ -308,6 +338,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			logger.Info("left the cluster")
 		}
 	}
+	grpcSrv.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Warn("http shutdown", "error", err)
 	}
