@@ -392,17 +392,34 @@ func (a *API) hitError(c *gin.Context, err error) {
 	switch {
 	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		writeProblem(c, http.StatusServiceUnavailable, CodeOutcomeUnknown,
-			"the outcome of this hit is unknown: it may or may not have counted ("+firstLine(err)+")")
+			"the outcome of this hit is unknown: it may or may not have counted"+cause(err))
 	case errors.Is(err, cluster.ErrNoLeader):
 		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader,
-			"the cluster has no leader right now; the hit was not counted ("+firstLine(err)+")")
+			"the cluster has no leader right now; the hit was not counted"+cause(err))
 	default:
 		writeProblem(c, http.StatusServiceUnavailable, CodeNotCounted,
-			"the hit was not counted ("+firstLine(err)+")")
+			"the hit was not counted"+cause(err))
 	}
 }
 
 // firstLine flattens errors.Join output into one line for a detail string.
 func firstLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// cause is " (why)" for a failed hit: the joined error without the
+// classifying sentinels, which the detail already says in words.
+func cause(err error) string {
+	var why []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		switch line {
+		case cluster.ErrOutcomeUnknown.Error(), cluster.ErrNotCounted.Error(), cluster.ErrNoLeader.Error(), cluster.ErrNotLeader.Error(), "":
+		default:
+			why = append(why, line)
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(why, "; ") + ")"
 }
