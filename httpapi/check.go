@@ -121,7 +121,7 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 			Type:   "https://iana.org/assignments/http-problem-types#quota-exceeded",
 			Title:  "Request quota exceeded",
 			Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, time.Duration(m.WindowMs)*time.Millisecond, retryMs),
+			Detail: fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond), retryMs),
 			Code:   CodeQuotaExceeded, checkBody: body,
 		}})
 	}
@@ -182,7 +182,7 @@ func costExceeds(c *gin.Context, h cluster.HitResult, body checkBody) {
 	c.Header("Cache-Control", "no-store")
 	c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
 		problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
-			Detail: fmt.Sprintf("cost %d exceeds the limit of %d per %s: this request can never be allowed, do not retry", h.Cost, m.Limit, time.Duration(m.WindowMs)*time.Millisecond),
+			Detail: fmt.Sprintf("cost %d exceeds the limit of %d per %s: this request can never be allowed, do not retry", h.Cost, m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond)),
 			Code:   CodeCostExceedsLimit},
 		Policy: h.Policy, Limits: body.Limits,
 	}})
