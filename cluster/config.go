@@ -58,7 +58,10 @@ type Config struct {
 	DataDir       string
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
-	Policies  []Policy
+	// RejoinEmpty moves a data dir's lost or damaged state aside and
+	// starts the node empty, to rejoin as a new member.
+	RejoinEmpty bool
+	Policies    []Policy
 
 	// SnapshotThreshold is how many log entries trigger a snapshot;
 	// SnapshotInterval how often raft checks; TrailingLogs how many entries

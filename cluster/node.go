@@ -5,11 +5,9 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -47,6 +45,9 @@ type Node struct {
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
+	// rejoined records that the node's old state was moved aside
+	// (RejoinEmpty) and it must rejoin as a new member.
+	rejoined bool
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -75,6 +76,9 @@ func Open(cfg Config) (*Node, error) {
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.peers = newPeerClient(cfg.ClusterToken, cfg.PeerTransport)
 	if err := n.open(); err != nil {
+		if n.transport != nil {
+			n.transport.Close()
+		}
 		n.closeStores()
 		return nil, err
 	}
@@ -87,32 +91,30 @@ func Open(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
-	}
-	if err := checkIdentity(cfg.DataDir, cfg.ID); err != nil {
+	rejoined, err := n.prepareDataDir()
+	if err != nil {
 		return err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, logFile),
-		// A second process on the same data dir gets a clear error
-		// instead of blocking forever on Bolt's file lock. (NoFreelistSync
-		// was tried to save a page write per commit: no faster here, so
-		// Bolt keeps its defaults.)
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
-	})
-	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return fmt.Errorf("open raft log in %s: it is locked by another process (is another rlnode using this data dir?)", cfg.DataDir)
+	err = n.openStores()
+	var corrupt *CorruptError
+	if errors.As(err, &corrupt) && cfg.RejoinEmpty && !rejoined {
+		n.closeStores()
+		aside, merr := moveAside(cfg.DataDir)
+		if merr != nil {
+			return errors.Join(err, merr)
 		}
-		return fmt.Errorf("open raft log %s (corrupt or not a Bolt file?): %w", filepath.Join(cfg.DataDir, logFile), err)
+		n.log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", err, "moved_to", aside)
+		rejoined, err = true, n.openStores()
 	}
-	n.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotDir), 2, n.log.Named("snapshots"))
 	if err != nil {
-		return fmt.Errorf("open snapshot store: %w", err)
+		return err
 	}
-	n.snaps = snaps
+	n.rejoined = rejoined
+	if id, _ := readIdentity(cfg.DataDir); id == "" {
+		if err := writeIdentity(cfg.DataDir, cfg.ID); err != nil {
+			return err
+		}
+	}
 
 	stream := cfg.Stream
 	if stream == nil {
@@ -154,14 +156,22 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	existing, err := raft.HasExistingState(store, store, snaps)
+	existing, err := raft.HasExistingState(n.store, n.store, n.snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
-	r, err := raft.NewRaft(rc, (*raftFSM)(n), store, store, snaps, n.transport)
+	var r *raft.Raft
+	err = guard(filepath.Join(cfg.DataDir, logFile), func() (err error) {
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.store, n.store, n.snaps, n.transport)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("start raft (is the data dir corrupt?): %w", err)
+		var corrupt *CorruptError
+		if !errors.As(err, &corrupt) {
+			err = &CorruptError{File: cfg.DataDir, Err: fmt.Errorf("start raft: %w", err)}
+		}
+		return err
 	}
 	n.raft = r
 	switch {
@@ -179,40 +189,44 @@ func (n *Node) open() error {
 	return nil
 }
 
+// openStores opens the Raft log and the snapshot store and reads both
+// through once, so damage shows up now as a CorruptError naming the file.
+func (n *Node) openStores() error {
+	cfg := n.cfg
+	logPath := filepath.Join(cfg.DataDir, logFile)
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path: logPath,
+		// A second process on the same data dir gets a clear error
+		// instead of blocking forever on Bolt's file lock. (NoFreelistSync
+		// was tried to save a page write per commit: no faster here, so
+		// Bolt keeps its defaults.)
+		BoltOptions: &bbolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("open raft log in %s: %w", cfg.DataDir, ErrLocked)
+		}
+		return &CorruptError{File: logPath, Err: err}
+	}
+	n.store = store
+	if err := CheckLogStore(logPath, store, store); err != nil {
+		return err
+	}
+	base := snapshotBase(cfg.DataDir)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, n.log.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	n.snaps = snaps
+	return CheckSnapshots(filepath.Join(base, snapshotDir), snaps)
+}
+
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
 func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
 func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
-
-// checkIdentity pins a data dir to one node id: a restart with another --id
-// would otherwise silently run as a stranger to its own log.
-func checkIdentity(dir, id string) error {
-	path := filepath.Join(dir, identity)
-	var rec struct {
-		ID string `json:"id"`
-	}
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		rec.ID = id
-		b, _ = json.Marshal(rec)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := json.Unmarshal(b, &rec); err != nil || rec.ID == "" {
-		return fmt.Errorf("%s is corrupt (want {\"id\":...}); restore it or remove the data dir", path)
-	}
-	if rec.ID != id {
-		return fmt.Errorf("data dir %s belongs to node %q, not %q: use --id %s or another --data-dir", dir, rec.ID, id, rec.ID)
-	}
-	return nil
-}
 
 // watchLeadership reacts to gaining leadership: it waits until everything
 // committed by earlier leaders is applied (so reads and the clock start from
@@ -291,6 +305,10 @@ func (n *Node) closeStores() error {
 // HadState reports whether the node found Raft state in its data dir at
 // start (so it must not bootstrap or join again).
 func (n *Node) HadState() bool { return n.hadState }
+
+// Rejoined reports that the node's old state was moved aside at start
+// (RejoinEmpty): it must rejoin the cluster as a new member.
+func (n *Node) Rejoined() bool { return n.rejoined }
 
 // ID is this node's server id.
 func (n *Node) ID() string { return n.cfg.ID }

@@ -40,6 +40,7 @@ type serveConfig struct {
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
 	waitForJoin                                          bool
+	rejoinEmpty                                          bool
 	raftTiming                                           cluster.Timing
 }
 
@@ -60,6 +61,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
+	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -94,6 +96,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.rejoinEmpty && c.join == "" {
+		errs = append(errs, errors.New("--rejoin-empty needs --join: the addresses of running members to rejoin through"))
 	}
 	if c.httpAdvertise == "" {
 		c.httpAdvertise = c.httpAddr
@@ -172,7 +177,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin,
+		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
