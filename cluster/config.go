@@ -89,6 +89,10 @@ type Config struct {
 	// flight to the leader at once (its own group commit).
 	MaxForwardInflight int
 
+	// JoinCatchupTimeout is how long a joining server may take to catch up
+	// as a non-voter before the leader removes it again.
+	JoinCatchupTimeout time.Duration
+
 	// ClusterToken, when set, is sent on requests to peers.
 	ClusterToken string
 	// ClockOffset skews this node's leader clock; testing only.
@@ -138,6 +142,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = 1
+	}
+	if c.JoinCatchupTimeout == 0 {
+		c.JoinCatchupTimeout = 2 * time.Minute
 	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4

@@ -25,8 +25,12 @@ type JoinRequest struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raftAddr"`
 	HTTPAddr string `json:"httpAddr"`
-	// Voter defaults to true when omitted.
+	// Voter defaults to true when omitted. A voter is added as a non-voter
+	// first and promoted once it has caught up.
 	Voter *bool `json:"voter,omitempty"`
+	// Rejoin says the server lost its state and comes back empty: a voter
+	// of the same id is its old incarnation and is removed first.
+	Rejoin bool `json:"rejoin,omitempty"`
 }
 
 // Validate checks a join request.
@@ -109,30 +113,34 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("join %s: read configuration: %w", j.ID, err)
 	}
-	present := false
+	present, isVoter := false, false
 	for _, s := range cf.Configuration().Servers {
 		sameID, sameAddr := s.ID == raft.ServerID(j.ID), s.Address == raft.ServerAddress(j.RaftAddr)
 		switch {
-		case sameID && sameAddr && (s.Suffrage == raft.Voter) == j.voter():
-			present = true
+		case sameID && sameAddr && !(j.Rejoin && s.Suffrage == raft.Voter):
+			present, isVoter = true, s.Suffrage == raft.Voter
 		case sameID || sameAddr:
-			n.log.Info("replacing member that shares id or address", "old_id", s.ID, "old_addr", s.Address, "id", j.ID, "addr", j.RaftAddr)
+			n.log.Info("replacing member that shares id or address", "old_id", s.ID, "old_addr", s.Address, "id", j.ID, "addr", j.RaftAddr, "rejoin", j.Rejoin)
 			if err := n.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
 				return fmt.Errorf("join %s: remove old member %s: %w", j.ID, s.ID, translate(err))
 			}
 		}
 	}
-	if !present {
-		var f raft.IndexFuture
-		if j.voter() {
-			f = n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
-		} else {
-			f = n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
+	switch {
+	case present && isVoter && !j.voter():
+		if err := n.raft.DemoteVoter(raft.ServerID(j.ID), 0, 0).Error(); err != nil {
+			return fmt.Errorf("join %s: demote to non-voter: %w", j.ID, translate(err))
 		}
-		if err := f.Error(); err != nil {
+	case !present:
+		// Every new server starts as a non-voter: it cannot cost the
+		// cluster its quorum until it has proved it keeps up.
+		if err := n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0).Error(); err != nil {
 			return fmt.Errorf("join %s: %w", j.ID, translate(err))
 		}
-		n.log.Info("server joined", "id", j.ID, "raft_addr", j.RaftAddr, "http_addr", j.HTTPAddr, "voter", j.voter())
+		n.log.Info("server joined as a non-voter", "id", j.ID, "raft_addr", j.RaftAddr, "http_addr", j.HTTPAddr, "wants_vote", j.voter())
+	}
+	if j.voter() && !isVoter {
+		n.promoter.stage(j.ID, n.raft.CommitIndex())
 	}
 	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
 	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type Node struct {
 	peers     *peerClient
 
 	leaderBatch *groupCommit
+	promoter    promoter
 	fwdBatch    *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
@@ -84,8 +86,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.forwardBatch)
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership()
+	go n.runPromoter()
 	return n, nil
 }
 
@@ -455,6 +458,13 @@ func (n *Node) Peers() ([]Peer, error) {
 // Snapshot takes a snapshot now and returns its id.
 func (n *Node) Snapshot() (string, error) {
 	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil && strings.Contains(err.Error(), "wait until the configuration entry") {
+		// A configuration change (a promotion) is the newest entry and
+		// the state machine has not passed it: a barrier moves it along.
+		if berr := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); berr == nil {
+			f = n.raft.Snapshot()
+		}
+	}
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return "", fmt.Errorf("nothing new to snapshot since the last one: %w", err)

@@ -125,7 +125,9 @@ func (c *Cluster) Join(n *Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, func(string, ...any) {})
+	// Joined servers start as non-voters; wait for the promotion, as a
+	// real node does.
+	err := n.Node.JoinAndWait(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, func(string, ...any) {})
 	if err != nil {
 		c.t.Fatalf("join %s: %v", n.ID, err)
 	}

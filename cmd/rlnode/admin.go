@@ -233,7 +233,11 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if a.json {
 		return printJSON(stdout, map[string]any{"joined": j.ID, "voter": voter})
 	}
-	fmt.Fprintf(stdout, "joined %s (raft %s, http %s, voter %v)\n", j.ID, j.RaftAddr, j.HTTPAddr, voter)
+	if voter {
+		fmt.Fprintf(stdout, "joined %s (raft %s, http %s) as a non-voter; the leader promotes it to voter once it has caught up, or removes it if it does not within the leader's --join-catchup-timeout\n", j.ID, j.RaftAddr, j.HTTPAddr)
+		return nil
+	}
+	fmt.Fprintf(stdout, "joined %s (raft %s, http %s, non-voter)\n", j.ID, j.RaftAddr, j.HTTPAddr)
 	return nil
 }
 

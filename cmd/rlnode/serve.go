@@ -41,6 +41,7 @@ type serveConfig struct {
 	pprofAddr                                            string
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
+	joinCatchupTimeout                                   time.Duration
 	raftTiming                                           cluster.Timing
 }
 
@@ -62,6 +63,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
 	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
+	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -177,7 +179,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty,
+		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
@@ -227,10 +229,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				joinDone <- nil
 				return
 			}
-			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}
-			err := cluster.JoinCluster(joinCtx, addrs, self, c.token, logger.Info)
+			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
+			err := node.JoinAndWait(joinCtx, addrs, self, logger.Info)
 			if err == nil {
-				logger.Info("joined the cluster", "via", c.join)
+				logger.Info("joined the cluster as a voter", "via", c.join)
 			}
 			joinDone <- err
 		}()

@@ -213,7 +213,37 @@ func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
 	for _, nd := range nodes {
 		WaitReady(t, nd, 15*time.Second)
 	}
+	WaitVoters(t, nodes[0], n, 20*time.Second)
 	return nodes
+}
+
+// WaitVoters waits until n's view of the configuration has want voters
+// (joined servers start as non-voters and are promoted once caught up).
+func WaitVoters(t testing.TB, n *Node, want int, timeout time.Duration) {
+	t.Helper()
+	Poll(t, timeout, func() error {
+		r, err := Get(n.URL() + "/v1/cluster/peers")
+		if err != nil {
+			return err
+		}
+		var ps []struct {
+			ID    string `json:"id"`
+			Voter bool   `json:"voter"`
+		}
+		if err := json.Unmarshal(r.Raw, &ps); err != nil {
+			return fmt.Errorf("peers: %w: %s", err, r.Raw)
+		}
+		voters := 0
+		for _, p := range ps {
+			if p.Voter {
+				voters++
+			}
+		}
+		if voters != want {
+			return fmt.Errorf("%d voters, want %d: %s", voters, want, r.Raw)
+		}
+		return nil
+	})
 }
 
 // Response is an HTTP answer with its JSON body decoded.
