@@ -58,6 +58,10 @@ type Config struct {
 	DataDir       string
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
+	// BootstrapExpect, when above zero, forms a cluster of that many
+	// voters together with the nodes listed to BootstrapExpect (see
+	// bootstrap.go) instead of bootstrapping alone.
+	BootstrapExpect int
 	// RejoinEmpty moves a data dir's lost or damaged state aside and
 	// starts the node empty, to rejoin as a new member.
 	RejoinEmpty bool

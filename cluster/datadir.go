@@ -75,7 +75,7 @@ func snapshotBase(dataDir string) string {
 func moveAside(dir string) (string, error) {
 	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
 	moved := false
-	for _, name := range []string{identity, logFile, snapshotDir, "wal"} {
+	for _, name := range []string{identity, logFile, snapshotDir, claimFile, "wal"} {
 		src := filepath.Join(dir, name)
 		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 			continue

@@ -38,6 +38,7 @@ type Node struct {
 
 	leaderBatch *groupCommit
 	promoter    promoter
+	claimMu     sync.Mutex
 	fwdBatch    *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied

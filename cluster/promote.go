@@ -200,12 +200,14 @@ func (n *Node) suffrage() (raft.ServerSuffrage, bool) {
 // then: a leader change forgets a staged join, and a join that did not
 // catch up in time was removed.
 func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
-	for {
+	for first := true; ; first = false {
+		// A node with no Raft state cannot be a voter of this
+		// incarnation (promotion needs its log), so a voter of its id is
+		// an old incarnation that lost its data: replace it.
+		self.Rejoin = (first && self.Rejoin) || !n.hasRaftState()
 		if err := JoinCluster(ctx, addrs, self, n.cfg.ClusterToken, log); err != nil {
 			return err
 		}
-		// Only the first request replaces an old incarnation.
-		self.Rejoin = false
 		deadline := time.After(5 * time.Second)
 		for waiting := true; waiting; {
 			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) {

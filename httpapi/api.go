@@ -37,6 +37,8 @@ type Node interface {
 	ServeForward(ctx context.Context, body []byte) ([]byte, error)
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
+	BootstrapInfo() cluster.BootstrapInfo
+	AcceptClaim(c cluster.BootstrapClaim) error
 }
 
 // Config configures the router.
@@ -111,6 +113,8 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
 	guarded.POST(cluster.ForwardPath, a.forward)
+	guarded.GET(cluster.BootstrapInfoPath, a.bootstrapInfo)
+	guarded.POST(cluster.BootstrapClaimPath, a.acceptClaim)
 	if cfg.DebugEndpoints {
 		guarded.GET("/debug/clock-offset", a.getClockOffset)
 		guarded.POST("/debug/clock-offset", a.setClockOffset)

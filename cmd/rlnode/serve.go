@@ -42,6 +42,7 @@ type serveConfig struct {
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
+	bootstrapExpect                                      int
 	raftTiming                                           cluster.Timing
 }
 
@@ -63,6 +64,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
 	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
+	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
 	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -98,6 +100,15 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.bootstrapExpect < 0 {
+		errs = append(errs, fmt.Errorf("--bootstrap-expect %d: must be 0 (off) or the number of voters to start with", c.bootstrapExpect))
+	}
+	if c.bootstrapExpect > 0 && c.join == "" {
+		errs = append(errs, errors.New("--bootstrap-expect needs --join: the HTTP addresses of all the nodes that form the cluster"))
+	}
+	if c.bootstrapExpect > 0 && c.waitForJoin {
+		errs = append(errs, errors.New("--bootstrap-expect and --wait-for-join exclude each other"))
 	}
 	if c.rejoinEmpty && c.join == "" {
 		errs = append(errs, errors.New("--rejoin-empty needs --join: the addresses of running members to rejoin through"))
@@ -179,7 +190,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout,
+		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
@@ -230,7 +241,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return
 			}
 			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
-			err := node.JoinAndWait(joinCtx, addrs, self, logger.Info)
+			var err error
+			if c.bootstrapExpect > 0 && !node.Rejoined() {
+				err = node.BootstrapExpect(joinCtx, addrs, logger.Info)
+			} else {
+				err = node.JoinAndWait(joinCtx, addrs, self, logger.Info)
+			}
 			if err == nil {
 				logger.Info("joined the cluster as a voter", "via", c.join)
 			}

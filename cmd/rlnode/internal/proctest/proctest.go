@@ -201,6 +201,25 @@ func StartNode(t testing.TB, bin, id string, extra ...string) *Node {
 	return n
 }
 
+// StartSymmetric starts n nodes at once, each with --bootstrap-expect n and
+// the same --join list of all n; it does not wait for them.
+func StartSymmetric(t testing.TB, bin string, n int, extra ...string) []*Node {
+	t.Helper()
+	nodes := make([]*Node, n)
+	var urls []string
+	for i := range nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		nodes[i] = &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+		urls = append(urls, nodes[i].URL())
+	}
+	for _, nd := range nodes {
+		args := append([]string{"serve", "--id", nd.ID, "--http-addr", nd.HTTPAddr, "--raft-addr", nd.RaftAddr, "--data-dir", nd.DataDir,
+			"--bootstrap-expect", fmt.Sprint(n), "--join", strings.Join(urls, ",")}, extra...)
+		nd.Proc = Start(t, bin, nd.ID, args...)
+	}
+	return nodes
+}
+
 // StartCluster starts n nodes: the first bootstraps, the rest --join it. It
 // waits until all are ready.
 func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
