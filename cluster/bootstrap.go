@@ -167,7 +167,7 @@ func syncRename(tmp, path string) error {
 // BootstrapExpect runs the symmetric bootstrap until this node belongs to
 // a cluster, then records its metadata through an ordinary join.
 func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
-	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.PeerTransport)
+	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.TLS, n.cfg.PeerTransport)
 	pc.forwarding = false
 	defer pc.close()
 	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/cluster/raftlog"
 )
 
 func TestFollowersForwardAndShareOneBudget(t *testing.T) {
@@ -157,7 +155,10 @@ func TestRemoveAndRejoinWiped(t *testing.T) {
 	fresh := c.AddNode(false)
 	c.WaitReady(10 * time.Second)
 	c.WaitConverged(10 * time.Second)
-	if st := fresh.Status(); st.LastSnapshotIndex == 0 {
+	// raft-wal drops truncated entries a whole 64 MiB segment at a time and
+	// keeps serving them until then, so on wal the new node may legitimately
+	// catch up from the log.
+	if st := fresh.Status(); st.LastSnapshotIndex == 0 && st.RaftLog != string(raftlog.WAL) {
 		t.Fatalf("new node caught up without a snapshot (status %+v); the log should have been truncated", st)
 	}
 	clustertest.MustAllow(t, fresh, "k7", 2)
@@ -267,13 +268,13 @@ func TestSnapshotTruncatesLogAndRestartKeepsState(t *testing.T) {
 	})
 	before := n.Status()
 	n.Stop()
-	store, err := raftboltdb.NewBoltStore(filepath.Join(n.Dir, "raft.db"))
+	stores, err := raftlog.Open(n.Dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, _ := store.FirstIndex()
-	last, _ := store.LastIndex()
-	store.Close()
+	first, _ := stores.Log.FirstIndex()
+	last, _ := stores.Log.LastIndex()
+	stores.Close()
 	if first <= 1 || last-first > 300 {
 		t.Fatalf("log spans %d..%d after snapshots; want it truncated behind the snapshot", first, last)
 	}

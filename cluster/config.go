@@ -9,7 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // Policy is a named budget: Limit hits (of cost 1) per Window.
@@ -56,6 +58,10 @@ type Config struct {
 	// (host:port); it is replicated so followers can forward to the leader.
 	HTTPAdvertise string
 	DataDir       string
+	// RaftLog is the Raft log store: "" means what DataDir holds, or
+	// raftlog.Default for a new dir; a kind that disagrees with DataDir is
+	// refused.
+	RaftLog raftlog.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
 	// BootstrapExpect, when above zero, forms a cluster of that many
@@ -97,8 +103,14 @@ type Config struct {
 	// as a non-voter before the leader removes it again.
 	JoinCatchupTimeout time.Duration
 
-	// ClusterToken, when set, is sent on requests to peers.
+	// ClusterToken, when set, is sent on requests to peers and proven (never
+	// sent) on every Raft connection.
 	ClusterToken string
+	// TLS, when set, secures the Raft port and requests to peers; with a CA,
+	// both ends present certificates signed by it.
+	TLS *tlsconf.Source
+	// RaftLimits bound Raft connections (zero values: defaults).
+	RaftLimits RaftLimits
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 

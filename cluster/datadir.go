@@ -7,7 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster/raftlog"
 )
+
+// logFile holds the stable store (term and vote) in every layout, and the
+// log too unless the data dir uses the WAL.
+const logFile = raftlog.BoltFile
 
 // ErrLostState means the data dir has an identity (node.json) but its Raft
 // log is gone: the node once was a member, and starting it empty would
@@ -75,7 +81,7 @@ func snapshotBase(dataDir string) string {
 func moveAside(dir string) (string, error) {
 	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
 	moved := false
-	for _, name := range []string{identity, logFile, snapshotDir, claimFile, "wal"} {
+	for _, name := range []string{identity, logFile, snapshotDir, claimFile, raftlog.WALDir} {
 		src := filepath.Join(dir, name)
 		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -150,5 +156,13 @@ func (n *Node) checkDataDir() error {
 	case statErr != nil:
 		return &CorruptError{File: logPath, Err: statErr}
 	}
-	return CheckBoltFile(logPath)
+	if err := CheckBoltFile(logPath); err != nil {
+		return err
+	}
+	// A WAL data dir keeps its segment index in a Bolt file too.
+	walMeta := filepath.Join(cfg.DataDir, raftlog.WALDir, "wal-meta.db")
+	if _, err := os.Stat(walMeta); err == nil {
+		return CheckBoltFile(walMeta)
+	}
+	return nil
 }

@@ -28,13 +28,17 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("%s is corrupt or unreadable: %v\n"+
+	what := ""
+	if filepath.Base(e.File) == "wal" || filepath.Base(filepath.Dir(e.File)) == "wal" {
+		what = "corrupt WAL: "
+	}
+	return fmt.Sprintf("%s%s is corrupt or unreadable: %v\n"+
 		"  This node must not start on it (it could serve or vote with lost or garbled history).\n"+
 		"  Recovery: if the other members are healthy, start this node again with --rejoin-empty\n"+
 		"  --join <members>: it moves its files aside and joins as a new member, copying the cluster's\n"+
 		"  state. If this was the last copy, restore the newest backup into a new cluster\n"+
 		"  (`rlnode restore`). See README, Recovery.",
-		e.File, e.Err)
+		what, e.File, e.Err)
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }

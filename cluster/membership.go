@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // Admin paths, served by the HTTP layer and used here to forward admin
@@ -254,8 +255,8 @@ func (n *Node) Leave(ctx context.Context) error {
 
 // JoinCluster asks the members at addrs (HTTP base URLs) to add self, trying
 // each in turn with backoff until one accepts or ctx ends.
-func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, log func(msg string, args ...any)) error {
-	pc := newPeerClient(token, nil)
+func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, src *tlsconf.Source, log func(msg string, args ...any)) error {
+	pc := newPeerClient(token, src, nil)
 	pc.forwarding = false
 	defer pc.close()
 	backoff := 100 * time.Millisecond

@@ -17,9 +17,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -29,7 +28,8 @@ type Node struct {
 	log       hclog.Logger
 	raft      *raft.Raft
 	fsm       *fsm.FSM
-	store     *raftboltdb.BoltStore
+	stores    *raftlog.Stores
+	logKind   raftlog.Kind
 	snaps     *raft.FileSnapshotStore
 	transport *raft.NetworkTransport
 	policies  map[string]Policy
@@ -60,7 +60,6 @@ type Node struct {
 }
 
 const (
-	logFile     = "raft.db"
 	snapshotDir = "snapshots"
 	identity    = "node.json"
 )
@@ -77,9 +76,9 @@ func Open(cfg Config) (*Node, error) {
 		n.policies[p.Name] = p
 	}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken, cfg.PeerTransport)
+	n.peers = newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
 	if err := n.open(); err != nil {
-		if n.transport != nil {
+		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
 		}
 		n.closeStores()
@@ -126,6 +125,7 @@ func (n *Node) open() error {
 			return err
 		}
 	}
+	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
 		MaxPool: 8,
@@ -160,14 +160,14 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	existing, err := raft.HasExistingState(n.store, n.store, n.snaps)
+	existing, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, n.snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
 	var r *raft.Raft
-	err = guard(filepath.Join(cfg.DataDir, logFile), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.store, n.store, n.snaps, n.transport)
+	err = guard(n.logPath(), func() (err error) {
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, n.transport)
 		return err
 	})
 	if err != nil {
@@ -197,23 +197,17 @@ func (n *Node) open() error {
 // through once, so damage shows up now as a CorruptError naming the file.
 func (n *Node) openStores() error {
 	cfg := n.cfg
-	logPath := filepath.Join(cfg.DataDir, logFile)
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: logPath,
-		// A second process on the same data dir gets a clear error
-		// instead of blocking forever on Bolt's file lock. (NoFreelistSync
-		// was tried to save a page write per commit: no faster here, so
-		// Bolt keeps its defaults.)
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
-	})
+	stores, err := raftlog.Open(cfg.DataDir, cfg.RaftLog, n.log)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return fmt.Errorf("open raft log in %s: %w", cfg.DataDir, ErrLocked)
+		var mismatch *raftlog.MismatchError
+		if errors.As(err, &mismatch) || strings.Contains(err.Error(), "locked by another process") {
+			return err
 		}
-		return &CorruptError{File: logPath, Err: err}
+		return &CorruptError{File: n.logPath(), Err: err}
 	}
-	n.store = store
-	if err := CheckLogStore(logPath, store, store); err != nil {
+	n.stores, n.logKind = stores, stores.Kind
+	n.log.Info("raft log", "kind", stores.Kind)
+	if err := CheckLogStore(n.logPath(), stores.Log, stores.Stable); err != nil {
 		return err
 	}
 	base := snapshotBase(cfg.DataDir)
@@ -223,6 +217,14 @@ func (n *Node) openStores() error {
 	}
 	n.snaps = snaps
 	return CheckSnapshots(filepath.Join(base, snapshotDir), snaps)
+}
+
+// logPath names the Raft log for messages: wal/ or raft.db.
+func (n *Node) logPath() string {
+	if kind, found, _ := raftlog.Detect(n.cfg.DataDir); found && kind == raftlog.WAL {
+		return filepath.Join(n.cfg.DataDir, raftlog.WALDir)
+	}
+	return filepath.Join(n.cfg.DataDir, raftlog.BoltFile)
 }
 
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
@@ -295,15 +297,12 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) closeStores() error {
-	if n.store == nil {
+	if n.stores == nil {
 		return nil
 	}
-	err := n.store.Close()
-	n.store = nil
-	if err != nil {
-		return fmt.Errorf("close raft log: %w", err)
-	}
-	return nil
+	err := n.stores.Close()
+	n.stores = nil
+	return err
 }
 
 // HadState reports whether the node found Raft state in its data dir at
@@ -373,6 +372,7 @@ func (n *Node) Ready(wait time.Duration) error {
 type Status struct {
 	ID                string `json:"id"`
 	State             string `json:"state"`
+	RaftLog           string `json:"raftLog"`
 	Term              uint64 `json:"term"`
 	LeaderID          string `json:"leaderId"`
 	LeaderHTTPAddr    string `json:"leaderHttpAddr"`
@@ -398,7 +398,7 @@ func (n *Node) Status() Status {
 	fs := n.fsm.Stats()
 	digest, at := n.fsm.Digest()
 	s := Status{
-		ID: n.cfg.ID, State: n.raft.State().String(), Term: n.raft.CurrentTerm(),
+		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.logKind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
 		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: fs.AppliedIndex,
 		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),

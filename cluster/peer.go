@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // Headers shared with the HTTP layer.
@@ -25,7 +27,9 @@ const (
 // peerClient talks to other nodes' HTTP APIs over pooled keep-alive
 // connections.
 type peerClient struct {
-	token  string
+	token string
+	// tls: peers are reached over HTTPS, whatever scheme an address names.
+	tls    bool
 	client *http.Client
 	// forwarding marks requests with HeaderForwarded: set for a node passing
 	// a request on to the leader, not for a joining node's first request
@@ -33,9 +37,11 @@ type peerClient struct {
 	forwarding bool
 }
 
-func newPeerClient(token string, rt http.RoundTripper) *peerClient {
+func newPeerClient(token string, src *tlsconf.Source, rt http.RoundTripper) *peerClient {
+	p := &peerClient{token: token, tls: src != nil, forwarding: true}
 	if rt != nil {
-		return &peerClient{token: token, client: &http.Client{Transport: rt}, forwarding: true}
+		p.client = &http.Client{Transport: rt}
+		return p
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -44,7 +50,12 @@ func newPeerClient(token string, rt http.RoundTripper) *peerClient {
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   false,
 	}
-	return &peerClient{token: token, client: &http.Client{Transport: tr}, forwarding: true}
+	if src != nil {
+		// Per connection, so a reloaded certificate or CA is used at once.
+		tr.DialTLSContext = src.DialTLS
+	}
+	p.client = &http.Client{Transport: tr}
+	return p
 }
 
 func (p *peerClient) close() { p.client.CloseIdleConnections() }
@@ -72,6 +83,9 @@ func (p *peerClient) do(ctx context.Context, method, url, contentType string, bo
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	if p.tls && req.URL.Scheme == "http" {
+		req.URL.Scheme = "https"
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

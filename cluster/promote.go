@@ -205,7 +205,7 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		// incarnation (promotion needs its log), so a voter of its id is
 		// an old incarnation that lost its data: replace it.
 		self.Rejoin = (first && self.Rejoin) || !n.hasRaftState()
-		if err := JoinCluster(ctx, addrs, self, n.cfg.ClusterToken, log); err != nil {
+		if err := JoinCluster(ctx, addrs, self, n.cfg.ClusterToken, n.cfg.TLS, log); err != nil {
 			return err
 		}
 		deadline := time.After(5 * time.Second)

@@ -86,7 +86,7 @@ func New(cfg Config) *API {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	a := &API{cfg: cfg, engine: e}
-	e.Use(a.recoverJSON)
+	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", c.Request.Method, c.Request.URL.Path))
 	})
@@ -375,16 +375,25 @@ func (a *API) adminError(c *gin.Context, what string, err error) {
 	var he *cluster.HTTPError
 	switch {
 	case errors.As(err, &he) && he.Status < 500:
-		writeProblem(c, he.Status, he.Code, what+": "+he.Detail)
+		writeProblem(c, he.Status, he.Code, withContext(what, he.Detail))
 	case errors.Is(err, cluster.ErrUnknownServer):
-		writeProblem(c, http.StatusNotFound, CodeNotFound, what+": "+firstLine(err))
+		writeProblem(c, http.StatusNotFound, CodeNotFound, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrNoLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, what+": "+firstLine(err))
+		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrNotLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNotLeader, what+": "+firstLine(err))
+		writeProblem(c, http.StatusServiceUnavailable, CodeNotLeader, withContext(what, firstLine(err)))
 	default:
-		writeProblem(c, http.StatusInternalServerError, CodeInternal, what+": "+firstLine(err))
+		writeProblem(c, http.StatusInternalServerError, CodeInternal, withContext(what, firstLine(err)))
 	}
+}
+
+// withContext prefixes detail with what, unless the node (or the leader it
+// forwarded to) already said it: "join n4: join n4: ..." helps no one.
+func withContext(what, detail string) string {
+	if strings.HasPrefix(detail, what+":") {
+		return detail
+	}
+	return what + ": " + detail
 }
 
 func forwarded(c *gin.Context) bool { return c.GetHeader(cluster.HeaderForwarded) != "" }

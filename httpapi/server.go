@@ -11,12 +11,12 @@ import (
 // endpoint needs: slow or huge headers cannot pin connections.
 func NewServer(h http.Handler, logger hclog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           guardHeaders(h),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    serverHeaderLimit,
 		ErrorLog:          logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 }

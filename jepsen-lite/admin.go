@@ -65,16 +65,18 @@ func (e *apiError) Error() string {
 // transport so the nemesis and the convergence check never queue behind
 // the workload's connections.
 type admin struct {
-	hc *http.Client
+	hc    *http.Client
+	token string
 }
 
-func newAdmin() *admin {
+func newAdmin(sec *security) *admin {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
+		TLSClientConfig:     sec.client,
 	}
-	return &admin{hc: &http.Client{Transport: tr}}
+	return &admin{hc: &http.Client{Transport: tr}, token: sec.token}
 }
 
 func (a *admin) close() { a.hc.CloseIdleConnections() }
@@ -98,6 +100,9 @@ func (a *admin) do(ctx context.Context, timeout time.Duration, method, url strin
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,6 +48,7 @@ type workloadConfig struct {
 	peekRatio float64
 	timeout   time.Duration
 	seed      uint64
+	tls       *tls.Config // client certificate and CA; nil for plain HTTP
 }
 
 // workload runs the client workers. start launches them; stop (called by
@@ -71,6 +73,7 @@ func newWorkload(cfg workloadConfig) *workload {
 		MaxIdleConnsPerHost: cfg.clients * 2,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
+		TLSClientConfig:     cfg.tls,
 	}
 	return &workload{cfg: cfg, hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}),
 		perWork: make([][]opRecord, cfg.clients)}

@@ -65,6 +65,7 @@ type options struct {
 	checkTimeout  time.Duration
 	serveArgs     string
 	cleanup       bool
+	insecure      bool
 
 	nemeses []string // parsed --nemesis
 	skipped []string // dropped from an alias because they need 5 nodes
@@ -95,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.binary, "binary", "", "use this rlnode binary instead of building ./cmd/rlnode")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 60*time.Second, "linearizability checker budget per key")
 	fs.StringVar(&o.serveArgs, "serve-args", "", "extra flags for every `rlnode serve`, space separated (e.g. \"--log-level debug\")")
+	fs.BoolVar(&o.insecure, "insecure", false, "run the nodes --insecure, without TLS and cluster token (default: mutual TLS from `rlnode tls init` and a token file)")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "only remove namespaces/bridges left by runs whose runner died, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./jepsen-lite [flags]\n\nFault-injection test for rlnode (see jepsen-lite/README.md).\n\n")

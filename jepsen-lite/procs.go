@@ -24,9 +24,16 @@ type nodeSpec struct {
 	raftAddr string
 	dataDir  string
 	logPath  string
+	scheme   string   // "https" with TLS; "" means http
+	extra    []string // serve flags of this node only (its certificate)
 }
 
-func (s nodeSpec) url() string { return "http://" + s.httpAddr }
+func (s nodeSpec) url() string {
+	if s.scheme != "" {
+		return s.scheme + "://" + s.httpAddr
+	}
+	return "http://" + s.httpAddr
+}
 
 // proc is one incarnation of a node's process.
 type proc struct {
@@ -92,6 +99,7 @@ func (c *cluster) args(i int) []string {
 	s := c.specs[i]
 	args := []string{"serve", "--id", s.id, "--http-addr", s.httpAddr, "--raft-addr", s.raftAddr, "--data-dir", s.dataDir}
 	args = append(args, c.common...)
+	args = append(args, s.extra...)
 	c.mu.Lock()
 	join := c.join[i]
 	c.mu.Unlock()

@@ -108,12 +108,18 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	if err != nil {
 		return 0, "", err
 	}
+	sec, secFlags, err := setupSecurity(ctx, bin, o.out, specs, o.insecure)
+	if err != nil {
+		return 0, "", err
+	}
+	r.log.Printf("security: %s", sec.describe())
 	common := []string{"--limit", fmt.Sprint(o.limit), "--window", o.window.String()}
 	common = append(common, nodeFixedFlags...)
+	common = append(common, secFlags...)
 	common = append(common, strings.Fields(o.serveArgs)...)
 	r.cl = newCluster(bin, specs, common, r.log, r.t0)
 	defer r.cl.killAll()
-	r.adm = newAdmin()
+	r.adm = newAdmin(sec)
 	defer r.adm.close()
 
 	if err := r.startCluster(ctx); err != nil {
@@ -125,7 +131,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%d", i)
 	}
-	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, keys: keys, clients: o.clients, rate: o.rate,
+	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, keys: keys, tls: sec.client, clients: o.clients, rate: o.rate,
 		peekRatio: o.peekRatio, timeout: o.timeout, seed: o.seed})
 	wl.start(ctx)
 	defer wl.stop()

@@ -1,39 +1,51 @@
 #!/usr/bin/env bash
-# Cluster benchmark: builds rlnode, starts a local 3-node cluster on
-# 127.0.0.1 (free ports, data in a temp dir), drives it with `rlnode bench`,
-# and prints throughput, latency and the targets, each PASS or MISS.
+# Cluster benchmark: builds rlnode, starts one local 3-node cluster per Raft
+# log store asked for (127.0.0.1, free ports, data in a temp dir), and the
+# Redis-backed baseline (redis-server + bench/redislimiter), then drives them
+# all with the same `rlnode bench` in one run, repetitions interleaved
+# (A B A B ...), and prints medians, the worst repetition's p99, ratios and
+# the targets, each PASS or MISS.
 #
 # Usage: scripts/bench.sh            (from anywhere; builds from this checkout)
 #
-# Runs (closed loop = N workers back to back; open loop = fixed request rate):
-#   livez@64       GET /livez on the leader, 64 workers: the HTTP ceiling of
-#                  one node with the same client
-#   check@64       GET /check/{key} on the leader, 64 workers
-#   check@256      the same, 256 workers
-#   followers@64   GET /check/{key} round-robin over the two followers (they
-#                  forward to the leader), 64 workers
-#   open@half      open loop on the leader at half of check@64's throughput
+# Each repetition runs, in this order (closed loop = N workers back to back;
+# open loop = fixed request rate; K = each log store in BENCH_RAFT_LOGS):
+#   livez-64            GET /livez on the first cluster's leader, 64 workers:
+#                       the HTTP ceiling of one node with the same client
+#   K-check-64, redis-check-64
+#                       GET /check/{key} on K's leader / on the baseline
+#   K-check-256, redis-check-256     the same at 256 workers
+#   K-followers-64      /check round-robin over K's two followers (forwarded)
+#   K-open-half         open loop on K's leader at half of K-check-64's rate
 #
-# Targets:
-#   check@64 / livez@64 >= 0.5        check@256 >= check@64
-#   followers@64 / check@64 >= 0.7    p99 at 64 workers <= 10 ms
-#   open-loop p99 at half rate <= 5 ms
+# Targets (per log store, on medians unless said):
+#   check@256 / redis@256 >= 1.0      check@64 / redis@64 >= 0.75
+#   followers@64 / check@64 >= 0.8    check@256 >= check@64
+#   p99 check@64 <= 10 ms and p99 check@256 <= 20 ms in EVERY repetition
+#   open-loop p99 at half rate <= 5 ms (median)
 #
 # Environment:
-#   BENCH_DURATION  measured length of each run (default 10s, a Go duration)
-#   BENCH_WARMUP    unmeasured warmup before each run (default 1s)
-#   BENCH_KEYS      distinct client ids, uniform (default 10000)
-#   BENCH_OUT       results dir (default ./bench-out/<timestamp>); gets one
-#                   JSON file per run, summary.txt and env.txt
-#   BENCH_KEEP=1    keep the temp dir (node logs, data) and copy the node logs
-#                   into the results dir
-#   BENCH_STRICT=1  exit 1 if any target is missed (default: report only)
-#   GO              go command (default: go)
-#   BENCH_JSON      force the JSON reader: jq or python3 (default: jq if installed)
+#   BENCH_RAFT_LOGS  log stores to measure, space-separated (default "wal bolt")
+#   BENCH_REPS       interleaved repetitions (default 3)
+#   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
+#                    message when redis-server is not installed)
+#   BENCH_DURATION   measured length of each run (default 10s, a Go duration)
+#   BENCH_WARMUP     unmeasured warmup before each run (default 1s)
+#   BENCH_KEYS       distinct client ids, uniform (default 10000)
+#   BENCH_TRACE      1 adds a per-second p99/max trace to every run's JSON and
+#                    prints the worst second of each run (default 1)
+#   BENCH_OUT        results dir (default ./bench-out/<timestamp>); gets one
+#                    JSON file per run, summary.txt and env.txt
+#   BENCH_KEEP=1     keep the temp dir (node logs, data) and copy the node logs
+#                    into the results dir
+#   BENCH_STRICT=1   exit 1 if any target is missed (default: report only)
+#   BENCH_NODE_ARGS  extra `rlnode serve` flags for every node
+#   GO               go command (default: go)
 #
-# Needs bash, go and python3 (jq, when installed, reads the JSON). The client
-# and all three nodes share this machine's CPUs, so the numbers compare runs
-# on one machine; they are not what one node per host would do.
+# Needs bash, go and python3; redis-server (Debian: apt-get install
+# redis-server) for the baseline. The client, every cluster and Redis share
+# this machine's CPUs, so the numbers compare systems within one run; they
+# are not what one node per host would do. Idle clusters only heartbeat.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +53,11 @@ go="${GO:-go}"
 duration="${BENCH_DURATION:-10s}"
 warmup="${BENCH_WARMUP:-1s}"
 keys="${BENCH_KEYS:-10000}"
+reps="${BENCH_REPS:-3}"
+read -r -a kinds <<<"${BENCH_RAFT_LOGS:-wal bolt}"
+baseline="${BENCH_BASELINE:-1}"
+trace="${BENCH_TRACE:-1}"
+read -r -a node_args <<<"${BENCH_NODE_ARGS:-}"
 stamp="$(date +%Y%m%d-%H%M%S)"
 out="${BENCH_OUT:-./bench-out/$stamp}"
 mkdir -p "$out"
@@ -50,20 +67,19 @@ say() { printf 'bench: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 command -v "$go" >/dev/null || die "$go not found in PATH (set GO=/path/to/go)"
-json_tool="${BENCH_JSON:-}" # jq or python3; default: jq if installed
-if [ -z "$json_tool" ]; then
-	if command -v jq >/dev/null; then json_tool=jq; else json_tool=python3; fi
-fi
-command -v python3 >/dev/null || die "need python3 (free ports, JSON)"
-command -v "$json_tool" >/dev/null || die "need $json_tool to read JSON"
+command -v python3 >/dev/null || die "need python3 (free ports, JSON, report)"
+[ "${#kinds[@]}" -gt 0 ] || die "BENCH_RAFT_LOGS is empty"
+for k in "${kinds[@]}"; do
+	case "$k" in wal | bolt) ;; *) die "BENCH_RAFT_LOGS: unknown log store $k (want wal or bolt)" ;; esac
+done
 
-# ---- cleanup: stop the nodes we started, remove the temp dir ----
+# ---- cleanup: stop what we started, remove the temp dir ----
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/rlnode-bench.XXXXXX")"
 pids=()
 bench_pid=""
 
-stop_nodes() {
+stop_all() {
 	local pid alive
 	if [ -n "$bench_pid" ]; then kill "$bench_pid" 2>/dev/null || true; fi
 	for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -83,9 +99,9 @@ stop_nodes() {
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	stop_nodes
+	stop_all
 	if [ "${BENCH_KEEP:-0}" = 1 ]; then
-		cp "$tmp"/n*.log "$out"/ 2>/dev/null || true
+		cp "$tmp"/*.log "$out"/ 2>/dev/null || true
 		say "kept $tmp (node logs and data); logs also copied to $out"
 	else
 		rm -rf "$tmp"
@@ -96,105 +112,143 @@ trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT
 trap 'say "terminated"; exit 143' TERM
 
-# ---- JSON ----
-
 # jget FILE PATH: prints the value at a dotted PATH (e.g. .latencyMs.p99).
 jget() {
-	if [ "$json_tool" = jq ]; then
-		jq -r "$2 // empty" "$1"
-	else
-		python3 - "$1" "$2" <<-'EOF'
-			import json, sys
-			v = json.load(open(sys.argv[1]))
-			for k in sys.argv[2].strip(".").split("."):
-			    if k == "":
-			        continue
-			    v = v.get(k) if isinstance(v, dict) else None
-			    if v is None:
-			        break
-			if v is not None:
-			    print(str(v).lower() if isinstance(v, bool) else v)
-		EOF
-	fi
+	python3 - "$1" "$2" <<-'EOF'
+		import json, sys
+		v = json.load(open(sys.argv[1]))
+		for k in sys.argv[2].strip(".").split("."):
+		    if k == "":
+		        continue
+		    v = v.get(k) if isinstance(v, dict) else None
+		    if v is None:
+		        break
+		if v is not None:
+		    print(str(v).lower() if isinstance(v, bool) else v)
+	EOF
 }
 
-# ---- build and start ----
+# free_ports N: N free ports from the kernel. There is a small race between
+# closing them here and the servers binding them; a clash shows up as a
+# failed start.
+free_ports() {
+	python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))
+for s in ss: s.close()
+' "$1"
+}
+
+# ---- build ----
 
 say "building rlnode"
 (cd "$repo" && "$go" build -o "$tmp/rlnode" ./cmd/rlnode)
 rl="$tmp/rlnode"
 
-# Six free ports from the kernel. There is a small race between closing
-# them here and the nodes binding them; a clash shows up as a failed start.
-read -r -a ports <<<"$(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(6)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-')"
-http=("${ports[0]}" "${ports[1]}" "${ports[2]}")
-raft=("${ports[3]}" "${ports[4]}" "${ports[5]}")
-url() { printf 'http://127.0.0.1:%s' "${http[$1]}"; }
+if [ "$baseline" = 1 ]; then
+	if ! command -v redis-server >/dev/null; then
+		say "redis-server not installed: skipping the Redis baseline (Debian: apt-get install redis-server)"
+		baseline=0
+	else
+		say "building bench/redislimiter"
+		if ! (cd "$repo/bench/redislimiter" && "$go" build -o "$tmp/redislimiter" .) >"$tmp/redislimiter-build.log" 2>&1; then
+			cat "$tmp/redislimiter-build.log" >&2
+			say "could not build bench/redislimiter: skipping the Redis baseline"
+			baseline=0
+		fi
+	fi
+fi
 
-start_node() { # index, extra flags...
-	local i=$1 id="n$(($1 + 1))"
-	shift
-	"$rl" serve --id "$id" \
-		--http-addr "127.0.0.1:${http[$i]}" --raft-addr "127.0.0.1:${raft[$i]}" \
-		--data-dir "$tmp/$id" --limit 1000000000 --window 60s --log-level warn \
-		"$@" >"$tmp/$id.log" 2>&1 &
-	pids+=("$!")
-}
+# ---- clusters ----
 
-wait_healthy() { # index
-	local i=$1
+declare -A leader_url follower_urls leader_id
+url() { printf 'http://127.0.0.1:%s' "$1"; }
+
+wait_healthy() { # name url pid log
 	for _ in $(seq 1 300); do # 30s
-		"$rl" health --addr "$(url "$i")" >/dev/null 2>&1 && return 0
-		kill -0 "${pids[$i]}" 2>/dev/null || { cat "$tmp/n$((i + 1)).log" >&2; die "n$((i + 1)) exited"; }
+		"$rl" health --addr "$2" >/dev/null 2>&1 && return 0
+		kill -0 "$3" 2>/dev/null || { cat "$4" >&2; die "$1 exited"; }
 		sleep 0.1
 	done
-	cat "$tmp/n$((i + 1)).log" >&2
-	die "n$((i + 1)) not ready at $(url "$i") after 30s"
+	cat "$4" >&2
+	die "$1 not ready at $2 after 30s"
 }
 
-say "starting n1 (bootstrap) on $(url 0)"
-start_node 0
-wait_healthy 0
-for i in 1 2; do
-	say "starting n$((i + 1)) on $(url "$i"), joining n1"
-	start_node "$i" --join "$(url 0)"
-done
-wait_healthy 1
-wait_healthy 2
-
-# The leader is the node whose own status says so; wait until all three
-# agree on it and the configuration has three voters.
-leader=""
-for _ in $(seq 1 300); do
-	ids=()
-	leader=""
+start_cluster() { # kind
+	local kind=$1 i id ports http=() raftp=() npids=() leader="" ids
+	read -r -a ports <<<"$(free_ports 6)"
+	http=("${ports[@]:0:3}")
+	raftp=("${ports[@]:3:3}")
 	for i in 0 1 2; do
-		"$rl" status --json --addr "$(url "$i")" >"$tmp/status$i.json" 2>/dev/null || continue
-		ids+=("$(jget "$tmp/status$i.json" .leaderId)")
-		if [ "$(jget "$tmp/status$i.json" .state)" = Leader ]; then leader=$i; fi
+		id="n$((i + 1))"
+		local join=()
+		if [ "$i" != 0 ]; then join=(--join "$(url "${http[0]}")"); fi
+		"$rl" serve --id "$id" --raft-log "$kind" \
+			--http-addr "127.0.0.1:${http[$i]}" --raft-addr "127.0.0.1:${raftp[$i]}" \
+			--data-dir "$tmp/$kind/$id" --limit 1000000000 --window 60s --log-level warn \
+			${join[@]+"${join[@]}"} ${node_args[@]+"${node_args[@]}"} >"$tmp/$kind-$id.log" 2>&1 &
+		pids+=("$!")
+		npids+=("$!")
+		if [ "$i" = 0 ]; then wait_healthy "$kind n1" "$(url "${http[0]}")" "$!" "$tmp/$kind-n1.log"; fi
 	done
-	"$rl" peers --json --addr "$(url 0)" >"$tmp/peers.json" 2>/dev/null || true
-	voters="$(python3 -c 'import json,sys; print(sum(1 for p in json.load(open(sys.argv[1])) if p.get("voter")))' "$tmp/peers.json" 2>/dev/null || echo 0)"
-	if [ -n "$leader" ] && [ "${#ids[@]}" = 3 ] && [ "$voters" = 3 ] &&
-		[ "${ids[0]}" = "${ids[1]}" ] && [ "${ids[1]}" = "${ids[2]}" ] && [ -n "${ids[0]}" ]; then
-		break
-	fi
-	leader=""
-	sleep 0.1
+	for i in 1 2; do wait_healthy "$kind n$((i + 1))" "$(url "${http[$i]}")" "${npids[$i]}" "$tmp/$kind-n$((i + 1)).log"; done
+	# The leader is the node whose own status says so; wait until all three
+	# agree on it and the configuration has three voters.
+	for _ in $(seq 1 300); do
+		ids=()
+		leader=""
+		for i in 0 1 2; do
+			"$rl" status --json --addr "$(url "${http[$i]}")" >"$tmp/status.json" 2>/dev/null || continue
+			ids+=("$(jget "$tmp/status.json" .leaderId)")
+			if [ "$(jget "$tmp/status.json" .state)" = Leader ]; then leader=$i; fi
+		done
+		"$rl" peers --json --addr "$(url "${http[0]}")" >"$tmp/peers.json" 2>/dev/null || true
+		voters="$(python3 -c 'import json,sys; print(sum(1 for p in json.load(open(sys.argv[1])) if p.get("voter")))' "$tmp/peers.json" 2>/dev/null || echo 0)"
+		if [ -n "$leader" ] && [ "${#ids[@]}" = 3 ] && [ "$voters" = 3 ] &&
+			[ "${ids[0]}" = "${ids[1]}" ] && [ "${ids[1]}" = "${ids[2]}" ] && [ -n "${ids[0]}" ]; then
+			break
+		fi
+		leader=""
+		sleep 0.1
+	done
+	[ -n "$leader" ] || die "$kind: no agreed leader with 3 voters after 30s"
+	leader_url[$kind]="$(url "${http[$leader]}")"
+	leader_id[$kind]="n$((leader + 1))"
+	local f=()
+	for i in 0 1 2; do
+		if [ "$i" != "$leader" ]; then f+=("$(url "${http[$i]}")"); fi
+	done
+	follower_urls[$kind]="${f[0]},${f[1]}"
+	say "$kind cluster: leader ${leader_id[$kind]} ${leader_url[$kind]}, followers ${follower_urls[$kind]}"
+}
+
+for k in "${kinds[@]}"; do
+	say "starting a 3-node cluster on the $k log store"
+	start_cluster "$k"
 done
-[ -n "$leader" ] || die "no agreed leader with 3 voters after 30s"
-followers=()
-for i in 0 1 2; do
-	if [ "$i" != "$leader" ]; then followers+=("$i"); fi
-done
-leader_id="$(jget "$tmp/status$leader.json" .id)"
-say "leader n$((leader + 1)) ($(url "$leader")), followers n$((followers[0] + 1)) n$((followers[1] + 1))"
+
+redis_url=""
+if [ "$baseline" = 1 ]; then
+	read -r rport lport <<<"$(free_ports 2)"
+	mkdir -p "$tmp/redis"
+	# Redis as people run it for a limiter: in memory, no persistence.
+	redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp/redis" \
+		--daemonize no >"$tmp/redis.log" 2>&1 &
+	pids+=("$!")
+	"$tmp/redislimiter" --addr "127.0.0.1:$lport" --redis "127.0.0.1:$rport" \
+		--limit 1000000000 --window 60s >"$tmp/redislimiter.log" 2>&1 &
+	lpid=$!
+	pids+=("$lpid")
+	redis_url="$(url "$lport")"
+	for _ in $(seq 1 100); do
+		python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1]+"/livez", timeout=1)' "$redis_url" 2>/dev/null && break
+		kill -0 "$lpid" 2>/dev/null || { cat "$tmp/redislimiter.log" "$tmp/redis.log" >&2; die "redislimiter exited"; }
+		sleep 0.1
+	done
+	say "Redis baseline: redis-server :$rport, redislimiter $redis_url"
+fi
 
 {
 	echo "date:       $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -202,9 +256,10 @@ say "leader n$((leader + 1)) ($(url "$leader")), followers n$((followers[0] + 1)
 	echo "go:         $("$go" version)"
 	echo "cpus:       $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')"
 	echo "loadavg:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
-	echo "runs:       duration $duration, warmup $warmup, keys $keys uniform"
-	echo "leader:     $leader_id $(url "$leader")"
-	echo "followers:  $(url "${followers[0]}") $(url "${followers[1]}")"
+	echo "runs:       duration $duration, warmup $warmup, keys $keys uniform, $reps interleaved repetitions"
+	echo "log stores: ${kinds[*]}"
+	echo "node args:  ${node_args[*]:-(none)}"
+	if [ "$baseline" = 1 ]; then echo "baseline:   $(redis-server --version | cut -d' ' -f1-3), in memory (no fsync), redislimiter $redis_url"; else echo "baseline:   skipped"; fi
 } >"$out/env.txt"
 
 # ---- runs ----
@@ -213,8 +268,10 @@ say "leader n$((leader + 1)) ($(url "$leader")), followers n$((followers[0] + 1)
 run() {
 	local name=$1
 	shift
+	local extra=()
+	if [ "$trace" = 1 ]; then extra=(--trace); fi
 	say "run $name: rlnode bench $*"
-	"$rl" bench --json --duration "$duration" --warmup "$warmup" --keys "$keys" "$@" \
+	"$rl" bench --json --duration "$duration" --warmup "$warmup" --keys "$keys" ${extra[@]+"${extra[@]}"} "$@" \
 		>"$out/$name.json" 2>"$tmp/$name.err" &
 	bench_pid=$!
 	if ! wait "$bench_pid"; then
@@ -225,69 +282,37 @@ run() {
 	bench_pid=""
 }
 
-L="$(url "$leader")"
-F="$(url "${followers[0]}"),$(url "${followers[1]}")"
-run livez-64 --addr "$L" --path /livez --concurrency 64
-run check-64 --addr "$L" --concurrency 64
-run check-256 --addr "$L" --concurrency 256
-run followers-64 --addr "$F" --concurrency 64
-half="$(awk -v t="$(jget "$out/check-64.json" .throughputRps)" 'BEGIN { r = t / 2; if (r < 1) r = 1; printf "%.0f", r }')"
-run open-half --addr "$L" --rate "$half"
+for r in $(seq 1 "$reps"); do
+	say "---- repetition $r of $reps"
+	run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64
+	for c in 64 256; do
+		for k in "${kinds[@]}"; do
+			run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
+		done
+		if [ "$baseline" = 1 ]; then run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"; fi
+	done
+	for k in "${kinds[@]}"; do
+		run "r$r-$k-followers-64" --addr "${follower_urls[$k]}" --concurrency 64
+	done
+	for k in "${kinds[@]}"; do
+		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
+		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"
+	done
+done
 
-now_leader=""
-"$rl" status --json --addr "$L" >"$tmp/status-after.json" 2>/dev/null && now_leader="$(jget "$tmp/status-after.json" .leaderId)"
-[ "$now_leader" = "$leader_id" ] || say "warning: leadership moved during the runs ($leader_id -> ${now_leader:-none}); ratios may be off"
+for k in "${kinds[@]}"; do
+	now=""
+	"$rl" status --json --addr "${leader_url[$k]}" >"$tmp/status-after.json" 2>/dev/null && now="$(jget "$tmp/status-after.json" .leaderId)"
+	if [ "$now" != "${leader_id[$k]}" ]; then
+		say "warning: $k leadership moved during the runs (${leader_id[$k]} -> ${now:-none}); ratios may be off"
+		echo "warning: $k leadership moved during the runs (${leader_id[$k]} -> ${now:-none})" >>"$out/env.txt"
+	fi
+done
 
 # ---- report ----
 
-tp() { jget "$out/$1.json" .throughputRps; }
-p50() { jget "$out/$1.json" .latencyMs.p50; }
-p99() { jget "$out/$1.json" .latencyMs.p99; }
-errs() { jget "$out/$1.json" .errors; }
-
-misses=0
-{
-	cat "$out/env.txt"
-	echo
-	printf '%-14s %-26s %12s %9s %9s %8s\n' run workload req/s p50_ms p99_ms errors
-	for r in livez-64:"/livez leader, 64 workers" check-64:"/check leader, 64 workers" \
-		check-256:"/check leader, 256 workers" followers-64:"/check followers, 64 wkrs" \
-		open-half:"/check leader, open ${half}/s"; do
-		name=${r%%:*}
-		printf '%-14s %-26s %12.0f %9.3f %9.3f %8s\n' "$name" "${r#*:}" "$(tp "$name")" "$(p50 "$name")" "$(p99 "$name")" "$(errs "$name")"
-	done
-	dropped="$(jget "$out/open-half.json" .dropped)"
-	[ "${dropped:-0}" = 0 ] || echo "note: the open-loop run dropped $dropped requests (all in-flight slots busy)"
-	echo
-	printf '%-32s %10s %10s  %-6s %s\n' target value goal result margin
-	# check NAME VALUE OP GOAL UNIT: one target row; OP is >= or <=.
-	check() {
-		local name=$1 value=$2 op=$3 goal=$4 unit=$5
-		awk -v n="$name" -v v="$value" -v op="$op" -v g="$goal" -v u="$unit" 'BEGIN {
-			ok = (op == ">=") ? (v >= g) : (v <= g)
-			if (g == 0) m = ""
-			else if (ok) m = sprintf("%.1f%% headroom", (op == ">=" ? (v - g) / g : (g - v) / g) * 100)
-			else if (op == ">=") m = sprintf("%.1f%% short", (g - v) / g * 100)
-			else m = sprintf("%.1fx the limit", v / g)
-			printf "%-32s %10.3f %10s  %-6s %s\n", n, v, op " " g u, ok ? "PASS" : "MISS", m
-			exit ok ? 0 : 1
-		}' || misses=$((misses + 1))
-	}
-	check "check@64 / livez@64" "$(awk -v a="$(tp check-64)" -v b="$(tp livez-64)" 'BEGIN{print (b > 0 ? a / b : 0)}')" ">=" 0.5 ""
-	check "check@256 / check@64" "$(awk -v a="$(tp check-256)" -v b="$(tp check-64)" 'BEGIN{print (b > 0 ? a / b : 0)}')" ">=" 1 ""
-	check "followers@64 / check@64" "$(awk -v a="$(tp followers-64)" -v b="$(tp check-64)" 'BEGIN{print (b > 0 ? a / b : 0)}')" ">=" 0.7 ""
-	check "p99 check@64 leader (ms)" "$(p99 check-64)" "<=" 10 ms
-	check "p99 check@64 followers (ms)" "$(p99 followers-64)" "<=" 10 ms
-	check "p99 open loop @ half rate (ms)" "$(p99 open-half)" "<=" 5 ms
-	echo
-	echo "results: $out"
-	[ "$misses" = 0 ] && echo "all targets met" || echo "$misses target(s) missed"
-} | tee "$out/summary.txt"
+python3 "$repo/scripts/bench_report.py" "$out" "$reps" "$baseline" "${kinds[@]}" | tee "$out/summary.txt"
 misses="$(grep -c ' MISS ' "$out/summary.txt" || true)"
-for name in livez-64 check-64 check-256 followers-64 open-half; do
-	e="$(errs "$name")"
-	[ "${e:-0}" = 0 ] || say "warning: $name had $e errors: $(jget "$out/$name.json" .errorKinds)"
-done
 if [ "${BENCH_STRICT:-0}" = 1 ] && [ "$misses" != 0 ]; then
 	exit 1
 fi

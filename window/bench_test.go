@@ -42,3 +42,45 @@ func BenchmarkDecide(b *testing.B) {
 	}
 	decideSink = d
 }
+
+// applySink keeps the compiler from discarding Apply's result.
+var applySink window.Result
+
+// BenchmarkApply measures one decision per algorithm. Like BenchmarkDecide
+// it cycles over a precomputed table: states reached by replaying random
+// hits (so windows are partly spent, buckets partly drained, some hits
+// refused, some costs over the limit), at realistic times and limits.
+func BenchmarkApply(b *testing.B) {
+	for _, alg := range []window.Algorithm{window.FixedWindow, window.SlidingWindow, window.TokenBucket} {
+		b.Run(alg.String(), func(b *testing.B) {
+			type in struct {
+				l         window.Limit
+				s         window.State
+				now, cost int64
+			}
+			const n = 1024 // power of two: the index is a mask
+			r := rand.New(rand.NewPCG(5, 6))
+			ins := make([]in, n)
+			for i := range ins {
+				l := window.Limit{Limit: 1 + r.Int64N(100), WindowMs: 1_000 * (1 + r.Int64N(3_600))}
+				l.Burst = l.Limit + r.Int64N(10)
+				now := 1_700_000_000_000 + r.Int64N(1_000_000)
+				var s window.State
+				for range r.IntN(2 * int(l.Limit)) {
+					now += r.Int64N(l.WindowMs/l.Limit + 1)
+					_, s = window.Apply(alg, l, s, now, 1+r.Int64N(3))
+				}
+				ins[i] = in{l: l, s: s, now: now + r.Int64N(l.WindowMs), cost: 1 + r.Int64N(l.Limit+l.Limit/8+1)}
+			}
+			b.ReportAllocs()
+			var res window.Result
+			i := 0
+			for b.Loop() {
+				x := &ins[i&(n-1)]
+				res, _ = window.Apply(alg, x.l, x.s, x.now, x.cost)
+				i++
+			}
+			applySink = res
+		})
+	}
+}

@@ -1,7 +1,3 @@
-// Package window holds the fixed-window decision rlnode applies to every hit.
-//
-// Decide is a pure function of its inputs: it reads no clock and does no I/O,
-// so every replica that applies the same log entry reaches the same decision.
 package window
 
 // Outcome says what Decide made of a hit.

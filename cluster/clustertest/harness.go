@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
 )
 
@@ -34,9 +36,15 @@ type Options struct {
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
 	Token             string
+	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
+	// run the same tests on both kinds.
+	RaftLog raftlog.Kind
 }
 
 func (o *Options) defaults() {
+	if o.RaftLog == "" {
+		o.RaftLog = raftlog.Kind(os.Getenv("RLNODE_RAFT_LOG"))
+	}
 	if o.Limit == 0 {
 		o.Limit = 5
 	}
@@ -161,7 +169,7 @@ func (n *Node) start(bootstrap bool) {
 
 	logger := hclog.New(&hclog.LoggerOptions{Name: n.ID, Level: hclog.Warn, Output: testWriter{c.t}})
 	node, err := cluster.Open(cluster.Config{
-		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, Bootstrap: bootstrap,
+		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,

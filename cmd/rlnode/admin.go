@@ -16,25 +16,60 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // adminFlags are shared by every command that talks to a running node.
 type adminFlags struct {
-	addr    string
-	token   string
-	json    bool
-	timeout time.Duration
+	addr      string
+	token     string
+	tokenFile string
+	json      bool
+	timeout   time.Duration
+	tls       tlsconf.Files
+	client    *http.Client
 }
 
-func newAdminFlags(name string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+// newAdminFlags makes the flag set of an admin command; args names its
+// positional arguments for --help ("" for none).
+func newAdminFlags(name, args string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
 	a := &adminFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node")
+	setUsage(fs, name, args)
+	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node (https:// is used when a --tls-* flag is given)")
 	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
+	fs.StringVar(&a.tokenFile, "cluster-token-file", os.Getenv("RLNODE_CLUSTER_TOKEN_FILE"), "file holding the cluster token (default $RLNODE_CLUSTER_TOKEN_FILE)")
 	fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long to wait for the node")
+	tlsFlags(fs, &a.tls)
 	return fs, a
+}
+
+// prepare reads the token file and TLS files once, before any request.
+func (a *adminFlags) prepare() error {
+	if a.client != nil {
+		return nil
+	}
+	if a.tokenFile != "" {
+		if a.token != "" {
+			return usageErr("--cluster-token-file and --cluster-token (or $RLNODE_CLUSTER_TOKEN) exclude each other: give the token one way")
+		}
+		tok, err := readTokenFile(a.tokenFile)
+		if err != nil {
+			return err
+		}
+		a.token = tok
+	}
+	a.client = http.DefaultClient
+	if a.tls.Enabled() {
+		src, err := tlsconf.Load(a.tls)
+		if err != nil {
+			return err
+		}
+		a.client = &http.Client{Transport: &http.Transport{DialTLSContext: src.DialTLS}}
+	}
+	return nil
 }
 
 // parseAdmin parses flags; flags may come before or after positional args.
@@ -67,7 +102,13 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 		}
 		body = bytes.NewReader(b)
 	}
+	if err := a.prepare(); err != nil {
+		return err
+	}
 	url := cluster.BaseURL(a.addr) + path
+	if a.tls.Enabled() {
+		url = strings.Replace(url, "http://", "https://", 1)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return usageErr("bad --addr %q: %v", a.addr, err)
@@ -78,7 +119,7 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, url, err)
 	}
@@ -124,7 +165,7 @@ type peerRow struct {
 }
 
 func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("peers", stderr)
+	fs, a := newAdminFlags("peers", "", stderr)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -178,7 +219,7 @@ func orDash(s string) string {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("status", stderr)
+	fs, a := newAdminFlags("status", "", stderr)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -210,7 +251,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("join", stderr)
+	fs, a := newAdminFlags("join", "", stderr)
 	var j cluster.JoinRequest
 	var nonVoter bool
 	fs.StringVar(&j.ID, "id", "", "id of the server to add (required)")
@@ -242,13 +283,13 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("remove", stderr)
+	fs, a := newAdminFlags("remove", "ID", stderr)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("usage: rlnode remove [--addr URL] ID")
+		return usageErr("remove takes one argument, the server ID: rlnode remove [--addr URL] ID")
 	}
 	if err := a.call(ctx, http.MethodPost, cluster.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
 		return err
@@ -261,13 +302,13 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("transfer-leadership", stderr)
+	fs, a := newAdminFlags("transfer-leadership", "[ID]", stderr)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 1 {
-		return usageErr("usage: rlnode transfer-leadership [--addr URL] [ID]")
+		return usageErr("transfer-leadership takes at most one argument, the target ID: rlnode transfer-leadership [--addr URL] [ID]")
 	}
 	var req cluster.TransferRequest
 	if len(pos) == 1 {
@@ -285,7 +326,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("snapshot", stderr)
+	fs, a := newAdminFlags("snapshot", "", stderr)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -305,7 +346,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("health", stderr)
+	fs, a := newAdminFlags("health", "", stderr)
 	live := fs.Bool("live", false, "check liveness (/livez) instead of readiness (/readyz)")
 	a.timeout = 3 * time.Second
 	if pos, err := parseAdmin(fs, args); err != nil {

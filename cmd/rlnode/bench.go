@@ -2,16 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/bench"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, jsonOut, err := bench.ParseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
 	if err != nil {
-		return usageErr("%v", err)
+		// ParseArgs says "bench: ..."; main already names the command.
+		return usageErr("%s", strings.TrimPrefix(err.Error(), "bench: "))
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		cfg.Progress = stderr

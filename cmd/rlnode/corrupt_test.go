@@ -17,6 +17,8 @@ import (
 // corruption damages one file of a copied data dir.
 type corruption struct {
 	name string
+	// kind is the --raft-log the data dir was made with.
+	kind string
 	// glob picks the file inside the data dir (the newest match).
 	glob string
 	// damage changes the file; it gets the file's path.
@@ -27,10 +29,15 @@ type corruption struct {
 	mayBeHarmless bool
 }
 
-// Every store file of a data dir, damaged several ways. A log store added
-// later (a WAL directory) adds its rows here.
+// Every store file of a data dir, damaged several ways, for both log
+// kinds (bolt: raft.db holds everything; wal: wal/ holds the log and
+// raft.db the term and vote).
 func corruptions() []corruption {
 	var out []corruption
+	for _, c := range walCorruptions() {
+		c.kind = "wal"
+		out = append(out, c)
+	}
 	for _, g := range []struct{ glob string }{{"raft.db"}} {
 		out = append(out,
 			corruption{name: g.glob + "/zeroed first page", glob: g.glob, damage: zeroAt(0, 4096)},
@@ -49,12 +56,35 @@ func corruptions() []corruption {
 			corruption{name: snap + "/truncated", glob: snap, damage: truncateTo(func(n int64) int64 { return n / 2 })},
 		)
 	}
+	for i := range out {
+		if out[i].kind == "" {
+			out[i].kind = "bolt"
+		}
+	}
 	out = append(out,
 		corruption{name: "node.json/garbage", glob: "node.json", damage: randomMid},
 		corruption{name: "node.json/empty", glob: "node.json", damage: truncateTo(func(int64) int64 { return 0 })},
 		corruption{name: "node.json/truncated", glob: "node.json", damage: truncateTo(func(n int64) int64 { return n / 2 })},
 	)
+	for i := range out[len(out)-3:] {
+		out[len(out)-3+i].kind = "bolt"
+	}
 	return out
+}
+
+// walCorruptions damages raft-wal's segment files and its meta database.
+// raft-wal checksums every entry, but it recovers the open (tail) segment
+// up to the last valid entry, as after a torn write: damage there drops
+// the entries after it without an error, so those rows only require no
+// panic and a serving node.
+func walCorruptions() []corruption {
+	seg := "wal/*.wal"
+	return []corruption{
+		{name: "wal segment/random bytes in the first entries", glob: seg, damage: func(t *testing.T, p string) { writeAt(t, p, 64, randomBytes(512)) }, mayBeHarmless: true},
+		{name: "wal segment/truncated to 100 bytes", glob: seg, damage: truncateTo(func(int64) int64 { return 100 }), mayBeHarmless: true},
+		{name: "wal meta/zeroed first page", glob: "wal/wal-meta.db", damage: zeroAt(0, 4096)},
+		{name: "wal raft.db (term, vote)/zeroed first page", glob: "raft.db", damage: zeroAt(0, 4096)},
+	}
 }
 
 func zeroAt(off, n int64) func(*testing.T, string) {
@@ -153,33 +183,17 @@ func copyDir(t *testing.T, src, dst string) {
 // exits 1 naming the file and the recovery path, or (when the damage hit
 // bytes no check can see) starts and serves.
 func TestCorruptDataDirNeverPanics(t *testing.T) {
-	n := proctest.StartNode(t, rlnodeBin, "c1", "--limit", "100")
-	proctest.WaitReady(t, n, 15*time.Second)
-	hit := func(k int) {
-		for i := range k {
-			if r := proctest.MustGet(t, fmt.Sprintf("%s/check/client-%d", n.URL(), i)); r.Status != 200 {
-				t.Fatalf("hit: %d %s", r.Status, r.Raw)
-			}
-		}
+	t.Setenv("RLNODE_RAFT_LOG", "")
+	sources := map[string]string{}
+	digests := map[string]any{}
+	for _, kind := range []string{"bolt", "wal"} {
+		sources[kind], digests[kind] = corruptSource(t, kind)
 	}
-	hit(150)
-	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "snapshot", "--addr", n.URL()); code != 0 {
-		t.Fatalf("snapshot: %s", stderr)
-	}
-	hit(60)
-	st, err := proctest.Status(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	digest := st["digest"]
-	if code := n.Signal(syscall.SIGTERM, 20*time.Second); code != 0 {
-		t.Fatalf("stop: exit %d", code)
-	}
-
 	for _, c := range corruptions() {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "c1")
-			copyDir(t, n.DataDir, dir)
+			copyDir(t, sources[c.kind], dir)
+			digest := digests[c.kind]
 			matches, _ := filepath.Glob(filepath.Join(dir, c.glob))
 			if len(matches) == 0 {
 				t.Fatalf("no file %s in the data dir", c.glob)
@@ -187,7 +201,7 @@ func TestCorruptDataDirNeverPanics(t *testing.T) {
 			target := matches[len(matches)-1]
 			c.damage(t, target)
 			httpAddr := proctest.FreeAddr(t)
-			p := proctest.Start(t, rlnodeBin, "c1", "serve", "--id", "c1", "--data-dir", dir,
+			p := proctest.Start(t, rlnodeBin, "c1", "serve", "--id", "c1", "--data-dir", dir, "--raft-log", c.kind,
 				"--http-addr", httpAddr, "--raft-addr", proctest.FreeAddr(t), "--limit", "100")
 			url := "http://" + httpAddr
 			var code int
@@ -212,7 +226,7 @@ func TestCorruptDataDirNeverPanics(t *testing.T) {
 				if r.Status != 200 {
 					t.Fatalf("damaged %s: node neither exited nor serves: %d %s", c.glob, r.Status, r.Raw)
 				}
-				t.Logf("damage passed the checks (digest %v, before %v): it hit free space or an entry's payload", r.JSON["digest"], digest)
+				t.Logf("damage passed the checks (digest %v, before %v): it hit free space, an entry's payload or the WAL's tail", r.JSON["digest"], digest)
 				return
 			}
 			base := filepath.Base(target)
@@ -221,4 +235,31 @@ func TestCorruptDataDirNeverPanics(t *testing.T) {
 			}
 		})
 	}
+}
+
+// corruptSource makes a stopped node's data dir of the given log kind with
+// a snapshot and log entries after it, and returns it with its digest.
+func corruptSource(t *testing.T, kind string) (string, any) {
+	n := proctest.StartNode(t, rlnodeBin, "c1", "--limit", "100", "--raft-log", kind)
+	proctest.WaitReady(t, n, 15*time.Second)
+	hit := func(k int) {
+		for i := range k {
+			if r := proctest.MustGet(t, fmt.Sprintf("%s/check/client-%d", n.URL(), i)); r.Status != 200 {
+				t.Fatalf("hit: %d %s", r.Status, r.Raw)
+			}
+		}
+	}
+	hit(150)
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "snapshot", "--addr", n.URL()); code != 0 {
+		t.Fatalf("snapshot: %s", stderr)
+	}
+	hit(60)
+	st, err := proctest.Status(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := n.Signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("stop: exit %d", code)
+	}
+	return n.DataDir, st["digest"]
 }

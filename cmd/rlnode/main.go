@@ -32,7 +32,10 @@ func commands() []command {
 		{"transfer-leadership", "hand leadership to another server: rlnode transfer-leadership [ID]", runTransfer},
 		{"snapshot", "make a node take a Raft snapshot now", runSnapshot},
 		{"health", "exit 0 if a node is ready (for container health checks)", runHealth},
+		{"migrate-log", "convert a stopped node's Raft log: rlnode migrate-log --data-dir D --to wal|bolt", runMigrateLog},
 		{"bench", "load-test nodes and report throughput and latency", runBench},
+		{"tls", "write a CA and node/client certificates: rlnode tls init --out DIR --nodes n1,n2,n3", runTLS},
+		{"version", "print the version", runVersion},
 	}
 }
 
@@ -46,6 +49,10 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
 		usage(stdout)
+		return 0
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
 	name := "serve"
@@ -86,4 +93,18 @@ func usage(w io.Writer) {
 // usageErr wraps a flag or argument problem so it exits with status 2.
 func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// setUsage makes --help name the command's positional arguments ("" for
+// none) before listing its flags.
+func setUsage(fs *flag.FlagSet, name, args string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		if args == "" {
+			fmt.Fprintf(w, "usage: rlnode %s [flags]   (no positional arguments)\n\nflags:\n", name)
+		} else {
+			fmt.Fprintf(w, "usage: rlnode %s [flags] %s\n\nflags:\n", name, args)
+		}
+		fs.PrintDefaults()
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,12 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 type serveConfig struct {
 	id, httpAddr, raftAddr, httpAdvertise, raftAdvertise string
 	dataDir                                              string
+	raftLog                                              string
 	limit                                                int64
 	window                                               time.Duration
 	join                                                 string
@@ -44,18 +48,21 @@ type serveConfig struct {
 	joinCatchupTimeout                                   time.Duration
 	bootstrapExpect                                      int
 	raftTiming                                           cluster.Timing
+	sec                                                  securityConfig
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "serve", "")
 	fs.StringVar(&c.id, "id", "", "node id (default: the raft advertise address)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:8300", "address Raft listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes use to reach this one (default: --http-addr)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
 	fs.StringVar(&c.dataDir, "data-dir", "rlnode-data", "directory for the Raft log, stable store and snapshots")
+	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(raftlog.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
 	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
 	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
@@ -81,6 +88,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
+	c.sec.flags(fs)
 	return fs, c
 }
 
@@ -97,6 +105,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if _, err := raftlog.ParseKind(c.raftLog); err != nil {
+		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
@@ -143,6 +154,7 @@ func (c *serveConfig) validate() error {
 	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
 	}
+	errs = append(errs, c.sec.validate(c.token)...)
 	return errors.Join(errs...)
 }
 
@@ -167,8 +179,27 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return usageErr("unexpected arguments %q", fs.Args())
 	}
+	fs.Visit(func(f *flag.Flag) { c.sec.tokenFlagGiven = c.sec.tokenFlagGiven || f.Name == "cluster-token" })
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	if c.sec.tokenFile != "" {
+		tok, err := readTokenFile(c.sec.tokenFile)
+		if err != nil {
+			return err
+		}
+		c.token = tok
+	}
+	var tlsSrc *tlsconf.Source
+	if c.sec.tls.Enabled() {
+		src, err := tlsconf.Load(c.sec.tls)
+		if err != nil {
+			return err
+		}
+		tlsSrc = src
+	}
+	if err := checkExposure(c, tlsSrc != nil && tlsSrc.Mutual()); err != nil {
+		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
@@ -180,6 +211,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
 	defer ln.Close()
+	if tlsSrc != nil {
+		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
+	}
 
 	reg := prometheus.NewRegistry()
 	metrics := httpapi.NewMetrics(reg)
@@ -190,11 +224,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fatal := make(chan error, 1)
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, Bootstrap: c.join == "" && !c.waitForJoin, RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect,
+		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
-		ClusterToken: c.token, ClockOffset: c.debugClockOffset,
+		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: metrics,
 		OnFatal: func(err error) {
 			select {
@@ -212,8 +247,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
-	if c.token == "" && !isLoopback(c.httpAddr) {
-		logger.Warn("no --cluster-token: join, remove, transfer-leadership, snapshot and forwarding endpoints are open to anyone who can reach " + c.httpAddr)
+	if c.token == "" && !isLoopback(c.httpAddr) && (tlsSrc == nil || !tlsSrc.Mutual()) {
+		logger.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
+	}
+	if c.sec.tokenFlagGiven {
+		logger.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
 	}
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
@@ -230,6 +268,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+
+	reloadCtx, stopReload := context.WithCancel(context.Background())
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		reloadTLS(reloadCtx, tlsSrc, c.sec.tlsReload, logger.Named("tls"))
+	}()
+	defer func() { stopReload(); <-reloadDone }()
 
 	joinCtx, cancelJoin := context.WithCancel(ctx)
 	joinDone := make(chan error, 1)

@@ -88,7 +88,8 @@ func TestServeRefusesCorruptOrBusyDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"serve", "--data-dir", dir, "--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t)}
-	_, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
+	// No --raft-log from the environment: the junk raft.db reads as a bolt log.
+	_, stderr, code := proctest.Run(t, rlnodeBin, []string{"RLNODE_RAFT_LOG="}, args...)
 	if code != 1 || !strings.Contains(stderr, "raft.db is corrupt") {
 		t.Fatalf("corrupt raft.db: exit %d, stderr %q", code, stderr)
 	}

@@ -453,3 +453,55 @@ func TestResultOutput(t *testing.T) {
 		}
 	}
 }
+
+// --trace: every measured request lands in exactly one second, and a stall
+// the server makes shows up as that second's max.
+func TestTraceFindsAStall(t *testing.T) {
+	var once sync.Once
+	start := time.Now()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /check/{client}", func(w http.ResponseWriter, r *http.Request) {
+		if time.Since(start) > 1200*time.Millisecond {
+			once.Do(func() { time.Sleep(300 * time.Millisecond) })
+		}
+		io.WriteString(w, "{}")
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	res := run(t, Config{Addrs: []string{srv.URL}, Concurrency: 4, Duration: 3 * time.Second, Keys: 10, Trace: true})
+	if len(res.Trace) < 3 {
+		t.Fatalf("trace has %d seconds, want at least 3: %+v", len(res.Trace), res.Trace)
+	}
+	var sum int64
+	stalled := false
+	for _, s := range res.Trace {
+		sum += s.Requests
+		if s.Max >= 300*time.Millisecond && s.P99 <= s.Max {
+			stalled = true
+		}
+	}
+	if sum != res.Requests {
+		t.Fatalf("trace seconds hold %d requests, the run %d", sum, res.Requests)
+	}
+	if !stalled {
+		t.Fatalf("no second shows the 300ms stall: %+v", res.Trace)
+	}
+	var buf bytes.Buffer
+	if err := res.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Trace []struct {
+			Second int     `json:"second"`
+			MaxMs  float64 `json:"maxMs"`
+		} `json:"trace"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &j); err != nil || len(j.Trace) != len(res.Trace) || j.Trace[0].Second != 1 {
+		t.Fatalf("JSON trace: %v %+v", err, j.Trace)
+	}
+	buf.Reset()
+	res.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "p99 ms") {
+		t.Fatalf("table has no trace:\n%s", buf.String())
+	}
+}

@@ -44,6 +44,7 @@ type Config struct {
 	Dist        string        // "uniform" (default) or "zipf" (s=1.1, key 0 hottest)
 	Path        string        // default "/check/{key}"; every "{key}" becomes a 16-byte client id; may carry a ?query
 	Token       string        // optional bearer token sent as Authorization
+	Trace       bool          // record each measured second's p99 and max (Result.Trace)
 	Progress    io.Writer     // if non-nil, receives a live progress line rewritten with \r every 500ms
 }
 
@@ -135,11 +136,12 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 	dist := fs.String("dist", DefaultDist, "key distribution: uniform or zipf (s=1.1)")
 	path := fs.String("path", DefaultPath, "request path; {key} is replaced by a 16-byte client id (e.g. /livez has none)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	trace := fs.Bool("trace", false, "also report each second's requests, errors, p99 and max latency (finds stalls a whole-run p99 hides)")
 	// The default comes from the environment after parsing, so that usage
 	// output never prints the secret.
 	token := fs.String("cluster-token", "", "bearer token for the nodes (default $RLNODE_CLUSTER_TOKEN)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]")
+		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]   (no positional arguments)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -172,6 +174,7 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 		Dist:        *dist,
 		Path:        *path,
 		Token:       *token,
+		Trace:       *trace,
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, false, err

@@ -48,6 +48,10 @@ type Result struct {
 	Latency Latency
 
 	Interrupted bool // the context was cancelled before the run completed
+
+	// Trace is each measured second (Config.Trace); the last one may be
+	// partial.
+	Trace []TraceSecond
 }
 
 // Latency summarises a latency distribution (percentiles to within ~1%).
@@ -83,6 +87,9 @@ func (r *runner) result(measured time.Duration, dropped int64) Result {
 			Mean: t.hist.mean(),
 		},
 		Interrupted: r.ctx.Err() != nil,
+	}
+	if r.cfg.Trace {
+		res.Trace = t.trace.seconds()
 	}
 	if r.cfg.Rate > 0 {
 		res.Mode = "open"
@@ -137,6 +144,12 @@ func (r Result) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)
 	}
+	if len(r.Trace) > 0 {
+		fmt.Fprintln(w)
+		if err := writeTrace(w, r.Trace); err != nil {
+			return fmt.Errorf("bench: write table: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -181,6 +194,15 @@ type jsonResult struct {
 	GoodputRps    float64          `json:"goodputRps"`
 	LatencyMs     jsonLatency      `json:"latencyMs"`
 	Interrupted   bool             `json:"interrupted"`
+	Trace         []jsonSecond     `json:"trace,omitempty"`
+}
+
+type jsonSecond struct {
+	Second   int     `json:"second"`
+	Requests int64   `json:"requests"`
+	Errors   int64   `json:"errors"`
+	P99      float64 `json:"p99Ms"`
+	Max      float64 `json:"maxMs"`
 }
 
 type jsonLatency struct {
@@ -197,6 +219,10 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	kinds := r.ErrorKinds
 	if kinds == nil {
 		kinds = map[string]int64{}
+	}
+	var trace []jsonSecond
+	for _, s := range r.Trace {
+		trace = append(trace, jsonSecond{Second: s.Second, Requests: s.Requests, Errors: s.Errors, P99: ms(s.P99), Max: ms(s.Max)})
 	}
 	return json.Marshal(jsonResult{
 		Mode:          r.Mode,
@@ -224,6 +250,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 			Mean: ms(r.Latency.Mean),
 		},
 		Interrupted: r.Interrupted,
+		Trace:       trace,
 	})
 }
 

@@ -242,6 +242,7 @@ type stats struct {
 	ok, refused, errors int64
 	kinds               map[string]int64
 	hist                histogram // latency of decided (2xx and 429) requests
+	trace               trace     // per second, when Config.Trace
 }
 
 func (s *stats) add(o outcome, kind string, latency time.Duration) {
@@ -272,6 +273,7 @@ func (s *stats) merge(o *stats) {
 		s.kinds[k] += v
 	}
 	s.hist.merge(&o.hist)
+	s.trace.merge(&o.trace)
 }
 
 // worker sends requests one at a time. Everything it mutates is its own,
@@ -375,6 +377,9 @@ func (w *worker) hit(intended time.Duration) {
 	}
 	if intended >= w.r.warmupEnd {
 		w.st.add(o, kind, latency)
+		if w.r.cfg.Trace {
+			w.st.trace.add(intended-w.r.warmupEnd, o == outcomeError, latency)
+		}
 	}
 }
 

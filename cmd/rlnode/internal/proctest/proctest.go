@@ -5,6 +5,7 @@ package proctest
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -186,10 +187,28 @@ func (p *Proc) Output() string {
 type Node struct {
 	*Proc
 	ID, HTTPAddr, RaftAddr, DataDir string
+	// TLS, when set, is the client configuration the harness reaches the
+	// node's HTTP API with (over https); set it right after StartNode.
+	TLS *tls.Config
 }
 
 // URL is the node's HTTP base URL.
-func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+func (n *Node) URL() string {
+	if n.TLS != nil {
+		return "https://" + n.HTTPAddr
+	}
+	return "http://" + n.HTTPAddr
+}
+
+// Do performs a request on the node (path is e.g. "/v1/status"), over TLS
+// when n.TLS is set.
+func (n *Node) Do(method, path, token string, body any) (Response, error) {
+	c := client
+	if n.TLS != nil {
+		c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: n.TLS, DisableKeepAlives: true}}
+	}
+	return DoWith(c, method, n.URL()+path, token, body)
+}
 
 // StartNode starts `rlnode serve` on free ports with a data dir in the test's
 // temp dir; extra flags are appended.
@@ -289,6 +308,11 @@ func Get(url string) (Response, error) {
 
 // Do performs a request with an optional bearer token and JSON body.
 func Do(method, url, token string, body any) (Response, error) {
+	return DoWith(client, method, url, token, body)
+}
+
+// DoWith is Do with a given HTTP client (e.g. one presenting a certificate).
+func DoWith(c *http.Client, method, url, token string, body any) (Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -304,7 +328,7 @@ func Do(method, url, token string, body any) (Response, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return Response{}, err
 	}
@@ -338,7 +362,7 @@ func Poll(t testing.TB, timeout time.Duration, cond func() error) {
 func WaitReady(t testing.TB, n *Node, timeout time.Duration) {
 	t.Helper()
 	Poll(t, timeout, func() error {
-		r, err := Get(n.URL() + "/readyz")
+		r, err := n.Do("GET", "/readyz", "", nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.ID, err)
 		}
@@ -351,7 +375,7 @@ func WaitReady(t testing.TB, n *Node, timeout time.Duration) {
 
 // Status reads GET /v1/status.
 func Status(n *Node) (map[string]any, error) {
-	r, err := Get(n.URL() + "/v1/status")
+	r, err := n.Do("GET", "/v1/status", "", nil)
 	if err != nil {
 		return nil, err
 	}

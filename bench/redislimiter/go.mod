@@ -1,0 +1,14 @@
+// The Redis-backed baseline of scripts/bench.sh, in its own module so that
+// rlnode's module does not depend on Redis. go-redis/v9 is Redis's own Go
+// client.
+module github.com/rlnode/rlnode/bench/redislimiter
+
+go 1.26.8
+
+require github.com/redis/go-redis/v9 v9.23.0
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,330 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/tlsconf"
+)
+
+// RaftSecurity says how the Raft stream layer admits connections.
+type RaftSecurity struct {
+	// TLS, when set, wraps every Raft connection in TLS; with a CA both
+	// sides present certificates signed by it.
+	TLS *tlsconf.Source
+	// Token, when set, must be proven on every connection by the handshake
+	// below before any Raft RPC is read.
+	Token string
+	RaftLimits
+}
+
+// RaftLimits bound what a connection to the Raft port can hold.
+type RaftLimits struct {
+	// HandshakeTimeout bounds the TLS and token handshakes of a new
+	// connection; IdleTimeout closes an admitted connection on which
+	// nothing arrives for that long.
+	HandshakeTimeout, IdleTimeout time.Duration
+	// MaxConnsPerIP caps the open Raft connections from one remote IP.
+	MaxConnsPerIP int
+}
+
+// Defaults for RaftSecurity. A live peer sends a heartbeat at least every
+// heartbeat timeout; pooled connections raft keeps idle close after
+// IdleTimeout and are redialled on next use. A peer keeps at most a pool of
+// 8 connections plus a pipeline and a snapshot to each other node.
+const (
+	DefaultRaftHandshakeTimeout = 5 * time.Second
+	DefaultRaftIdleTimeout      = 5 * time.Minute
+	DefaultRaftMaxConnsPerIP    = 64
+)
+
+func (s *RaftLimits) setDefaults() {
+	if s.HandshakeTimeout <= 0 {
+		s.HandshakeTimeout = DefaultRaftHandshakeTimeout
+	}
+	if s.IdleTimeout <= 0 {
+		s.IdleTimeout = DefaultRaftIdleTimeout
+	}
+	if s.MaxConnsPerIP <= 0 {
+		s.MaxConnsPerIP = DefaultRaftMaxConnsPerIP
+	}
+}
+
+// The token handshake: the dialer sends magic and a nonce Nc; the acceptor
+// answers a nonce Ns and HMAC(token, "rlnode-raft server"|Nc|Ns); the
+// dialer checks it and answers HMAC(token, "rlnode-raft client"|Nc|Ns).
+// The token never crosses the wire, each side proves it, and neither proof
+// can be replayed on another connection or reflected to the other role.
+const (
+	handshakeMagic = "RLNR\x01"
+	nonceLen       = 32
+	macLen         = sha256.Size
+)
+
+var errHandshake = errors.New("raft handshake failed: the peer does not know the cluster token")
+
+func handshakeMAC(token []byte, role string, nc, ns []byte) []byte {
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte("rlnode-raft " + role))
+	m.Write(nc)
+	m.Write(ns)
+	return m.Sum(nil)
+}
+
+func clientHandshake(conn net.Conn, token []byte) error {
+	hello := make([]byte, len(handshakeMagic)+nonceLen)
+	copy(hello, handshakeMagic)
+	nc := hello[len(handshakeMagic):]
+	if _, err := rand.Read(nc); err != nil {
+		return err
+	}
+	if _, err := conn.Write(hello); err != nil {
+		return fmt.Errorf("raft handshake: %w", err)
+	}
+	answer := make([]byte, nonceLen+macLen)
+	if _, err := io.ReadFull(conn, answer); err != nil {
+		return fmt.Errorf("raft handshake (does the peer use the same --cluster-token?): %w", err)
+	}
+	ns, mac := answer[:nonceLen], answer[nonceLen:]
+	if !hmac.Equal(mac, handshakeMAC(token, "server", nc, ns)) {
+		return errHandshake
+	}
+	if _, err := conn.Write(handshakeMAC(token, "client", nc, ns)); err != nil {
+		return fmt.Errorf("raft handshake: %w", err)
+	}
+	return nil
+}
+
+func serverHandshake(conn net.Conn, token []byte) error {
+	hello := make([]byte, len(handshakeMagic)+nonceLen)
+	if _, err := io.ReadFull(conn, hello); err != nil {
+		return fmt.Errorf("raft handshake: %w", err)
+	}
+	if !bytes.Equal(hello[:len(handshakeMagic)], []byte(handshakeMagic)) {
+		return errors.New("raft handshake: the peer did not start one (no --cluster-token on it, or not an rlnode node)")
+	}
+	nc := hello[len(handshakeMagic):]
+	answer := make([]byte, nonceLen, nonceLen+macLen)
+	if _, err := rand.Read(answer); err != nil {
+		return err
+	}
+	answer = append(answer, handshakeMAC(token, "server", nc, answer[:nonceLen])...)
+	if _, err := conn.Write(answer); err != nil {
+		return fmt.Errorf("raft handshake: %w", err)
+	}
+	mac := make([]byte, macLen)
+	if _, err := io.ReadFull(conn, mac); err != nil {
+		return fmt.Errorf("raft handshake: %w", err)
+	}
+	if !hmac.Equal(mac, handshakeMAC(token, "client", nc, answer[:nonceLen])) {
+		return errHandshake
+	}
+	return nil
+}
+
+// guardedStream admits Raft connections only after TLS and/or the token
+// handshake, caps connections per remote IP and closes idle ones. Its
+// accept loop runs the handshakes concurrently, so a slow or silent client
+// cannot hold up the others.
+type guardedStream struct {
+	inner raft.StreamLayer
+	sec   RaftSecurity
+	token []byte
+	log   hclog.Logger
+
+	admitted chan net.Conn
+	done     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
+
+	mu    sync.Mutex
+	perIP map[string]int
+}
+
+// GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
+// the checks sec asks for. It owns inner: Close closes it.
+func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raft.StreamLayer {
+	sec.setDefaults()
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}}
+	g.wg.Add(1)
+	go g.acceptLoop()
+	return g
+}
+
+func (g *guardedStream) acceptLoop() {
+	defer g.wg.Done()
+	for {
+		conn, err := g.inner.Accept()
+		if err != nil {
+			select {
+			case <-g.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			g.log.Warn("raft accept failed", "error", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		ip := remoteIP(conn)
+		if !g.take(ip) {
+			g.log.Warn("raft connection refused: too many open from this address", "remote", conn.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
+			conn.Close()
+			continue
+		}
+		g.wg.Add(1)
+		go g.admit(&countedConn{Conn: conn, release: func() { g.release(ip) }, idle: g.sec.IdleTimeout})
+	}
+}
+
+func (g *guardedStream) admit(c *countedConn) {
+	defer g.wg.Done()
+	var conn net.Conn = c
+	deadline := time.Now().Add(g.sec.HandshakeTimeout)
+	c.Conn.SetDeadline(deadline)
+	if g.sec.TLS != nil {
+		tc := tls.Server(c, g.sec.TLS.ServerConfig())
+		if err := tc.Handshake(); err != nil {
+			g.reject(c, fmt.Errorf("TLS handshake: %w", err))
+			return
+		}
+		conn = tc
+	}
+	if len(g.token) > 0 {
+		if err := serverHandshake(conn, g.token); err != nil {
+			g.reject(c, err)
+			return
+		}
+	}
+	c.Conn.SetDeadline(time.Time{})
+	c.live = true
+	select {
+	case g.admitted <- conn:
+	case <-g.done:
+		conn.Close()
+	}
+}
+
+func (g *guardedStream) reject(c net.Conn, err error) {
+	g.log.Warn("raft connection rejected", "remote", c.RemoteAddr().String(), "error", err)
+	c.Close()
+}
+
+func (g *guardedStream) take(ip string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.perIP[ip] >= g.sec.MaxConnsPerIP {
+		return false
+	}
+	g.perIP[ip]++
+	return true
+}
+
+func (g *guardedStream) release(ip string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.perIP[ip]--; g.perIP[ip] <= 0 {
+		delete(g.perIP, ip)
+	}
+}
+
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	if err != nil {
+		return c.RemoteAddr().String()
+	}
+	return host
+}
+
+func (g *guardedStream) Accept() (net.Conn, error) {
+	select {
+	case c := <-g.admitted:
+		return c, nil
+	case <-g.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (g *guardedStream) Close() error {
+	var err error
+	g.once.Do(func() {
+		close(g.done)
+		err = g.inner.Close()
+		g.wg.Wait()
+	})
+	return err
+}
+
+func (g *guardedStream) Addr() net.Addr { return g.inner.Addr() }
+
+func (g *guardedStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	conn, err := g.inner.Dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Now().Add(timeout))
+	if g.sec.TLS != nil {
+		host, _, _ := net.SplitHostPort(string(addr))
+		tc := tls.Client(conn, g.sec.TLS.ClientConfig(host))
+		if err := tc.Handshake(); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
+		}
+		conn = tc
+	}
+	if len(g.token) > 0 {
+		if err := clientHandshake(conn, g.token); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("%s: %w", addr, err)
+		}
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+// countedConn is an accepted connection: it frees its slot in the per-IP
+// count once, when closed, and closes itself when no data arrives for idle.
+type countedConn struct {
+	net.Conn
+	release func()
+	idle    time.Duration
+	live    bool // set once admitted: from then on reads carry the idle deadline
+	once    sync.Once
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	if c.live {
+		c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
+}

@@ -1,0 +1,189 @@
+// Package raftlog opens a node's Raft log and stable store in its data dir,
+// in one of two kinds, and converts a stopped node's log from one kind to
+// the other.
+//
+// Layout of a data dir:
+//
+//	bolt: raft.db holds the log and the stable store (raft-boltdb/v2).
+//	wal:  wal/ holds the log (hashicorp/raft-wal segments and its own
+//	      wal-meta.db); raft.db holds the stable store only.
+//
+// The kind is read from the disk: a wal/ directory means wal, else a raft.db
+// means bolt, else the dir is new. Both layouts keep raft.db, so the stable
+// store (term and vote) never moves and a conversion switches kind with one
+// rename.
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"go.etcd.io/bbolt"
+)
+
+// Kind is a Raft log store.
+type Kind string
+
+const (
+	// Bolt keeps the log in raft.db (raft-boltdb/v2): two fdatasyncs per
+	// append (data pages, then meta page).
+	Bolt Kind = "bolt"
+	// WAL keeps the log in segment files (hashicorp/raft-wal): one fsync per
+	// append.
+	WAL Kind = "wal"
+)
+
+// Default is the kind a new data dir gets when none is asked for.
+const Default = Bolt
+
+// File names inside a data dir.
+const (
+	BoltFile = "raft.db"
+	WALDir   = "wal"
+)
+
+// ParseKind reads "wal" or "bolt"; "" stays "" (no preference).
+func ParseKind(s string) (Kind, error) {
+	switch k := Kind(s); k {
+	case "", Bolt, WAL:
+		return k, nil
+	}
+	return "", fmt.Errorf("raft log kind %q: want wal or bolt", s)
+}
+
+// Detect reports the kind of log dir holds; found is false for a dir with
+// neither (a new node).
+func Detect(dir string) (kind Kind, found bool, err error) {
+	st, err := os.Stat(filepath.Join(dir, WALDir))
+	switch {
+	case err == nil && st.IsDir():
+		return WAL, true, nil
+	case err == nil:
+		return "", false, fmt.Errorf("%s is not a directory; a wal data dir keeps its log there", filepath.Join(dir, WALDir))
+	case !errors.Is(err, os.ErrNotExist):
+		return "", false, fmt.Errorf("look for a raft log in %s: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, BoltFile)); err == nil {
+		return Bolt, true, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("look for a raft log in %s: %w", dir, err)
+	}
+	return "", false, nil
+}
+
+// MismatchError is returned when the kind asked for is not the kind the
+// data dir holds.
+type MismatchError struct {
+	Dir          string
+	OnDisk, Want Kind
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("data dir %s holds a %s raft log, not %s: run with the %s log (drop --raft-log or set it to %s), or stop the node and convert it with `rlnode migrate-log --data-dir %s --to %s`",
+		e.Dir, e.OnDisk, e.Want, e.OnDisk, e.OnDisk, e.Dir, e.Want)
+}
+
+// Stores is an open log and stable store.
+type Stores struct {
+	Kind   Kind
+	Log    raft.LogStore
+	Stable raft.StableStore
+	bolt   *raftboltdb.BoltStore
+	wal    *wal.WAL
+}
+
+// Open opens the stores in dir (which must exist). want "" means the kind
+// on disk, or Default for a new dir; a want that disagrees with the disk is
+// a *MismatchError.
+func Open(dir string, want Kind, logger hclog.Logger) (*Stores, error) {
+	onDisk, found, err := Detect(dir)
+	if err != nil {
+		return nil, err
+	}
+	kind := want
+	switch {
+	case found && want != "" && want != onDisk:
+		return nil, &MismatchError{Dir: dir, OnDisk: onDisk, Want: want}
+	case found:
+		kind = onDisk
+	case want == "":
+		kind = Default
+	}
+	return open(dir, kind, logger)
+}
+
+func open(dir string, kind Kind, logger hclog.Logger) (*Stores, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	b, err := openBolt(filepath.Join(dir, BoltFile))
+	if err != nil {
+		return nil, err
+	}
+	s := &Stores{Kind: kind, Log: b, Stable: b, bolt: b}
+	if kind == Bolt {
+		return s, nil
+	}
+	w, err := openWAL(filepath.Join(dir, WALDir), logger)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	s.wal, s.Log = w, w
+	return s, nil
+}
+
+// openBolt opens a raft-boltdb file. A second process on the same file gets
+// a clear error instead of blocking forever on Bolt's lock. (NoFreelistSync
+// was tried to save a page write per commit: no faster here, so Bolt keeps
+// its defaults.)
+func openBolt(path string) (*raftboltdb.BoltStore, error) {
+	b, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("open raft log in %s: it is locked by another process (is another rlnode using this data dir?)", filepath.Dir(path))
+		}
+		return nil, fmt.Errorf("open raft log %s (corrupt or not a Bolt file?): %w", path, err)
+	}
+	return b, nil
+}
+
+// openWAL opens (creating) a raft-wal directory. raft-wal reports most
+// damage as errors; a panic on a damaged file is turned into one too, so a
+// corrupt log never crashes the process with a stack trace.
+func openWAL(dir string, logger hclog.Logger) (w *wal.WAL, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create raft log dir: %w", err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			w, err = nil, fmt.Errorf("open raft log %s: it is corrupt (reading it failed: %v); restore the data dir from a backup or remove it and let the node rejoin", dir, r)
+		}
+	}()
+	w, err = wal.Open(dir, wal.WithLogger(logger.Named("wal")))
+	if err != nil {
+		return nil, fmt.Errorf("open raft log %s (corrupt WAL? restore the data dir from a backup or remove it and let the node rejoin): %w", dir, err)
+	}
+	return w, nil
+}
+
+// Close closes both stores.
+func (s *Stores) Close() error {
+	var errs []error
+	if s.wal != nil {
+		if err := s.wal.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft log: %w", err))
+		}
+	}
+	if err := s.bolt.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close %s: %w", BoltFile, err))
+	}
+	return errors.Join(errs...)
+}

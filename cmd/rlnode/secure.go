@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/tlsconf"
+)
+
+// securityConfig is what `serve` needs to admit peers and clients: the
+// cluster token, TLS files and the Raft connection limits.
+type securityConfig struct {
+	tokenFile      string
+	tokenFlagGiven bool
+	insecure       bool
+	tls            tlsconf.Files
+	tlsReload      time.Duration
+	raftLimits     cluster.RaftLimits
+}
+
+// tlsFlags registers --tls-cert/--tls-key/--tls-ca, defaulting to the
+// RLNODE_TLS_* variables; serve and the admin commands share them.
+func tlsFlags(fs *flag.FlagSet, f *tlsconf.Files) {
+	env := tlsconf.FilesFromEnv()
+	fs.StringVar(&f.Cert, "tls-cert", env.Cert, "PEM certificate (chain) to present (default $"+tlsconf.EnvCert+")")
+	fs.StringVar(&f.Key, "tls-key", env.Key, "PEM private key of --tls-cert (default $"+tlsconf.EnvKey+")")
+	fs.StringVar(&f.CA, "tls-ca", env.CA, "PEM CA bundle peers' certificates must chain to; on a node it makes every port require client certificates (default $"+tlsconf.EnvCA+")")
+}
+
+func (s *securityConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.tokenFile, "cluster-token-file", os.Getenv("RLNODE_CLUSTER_TOKEN_FILE"), "file holding the cluster token (not visible in ps, unlike --cluster-token) (default $RLNODE_CLUSTER_TOKEN_FILE)")
+	fs.BoolVar(&s.insecure, "insecure", false, "allow listening beyond loopback with neither a cluster token nor mutual TLS (anyone who reaches the ports can then change the cluster)")
+	tlsFlags(fs, &s.tls)
+	fs.DurationVar(&s.tlsReload, "tls-reload-interval", 5*time.Second, "how often to check the TLS files for changes (0: only on SIGHUP)")
+	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", cluster.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
+	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", cluster.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
+	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", cluster.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
+}
+
+// validate checks the security flags alone (no I/O).
+func (s *securityConfig) validate(token string) []error {
+	var errs []error
+	if err := s.tls.Validate(true); err != nil {
+		errs = append(errs, err)
+	}
+	if s.tokenFile != "" && token != "" {
+		errs = append(errs, errors.New("--cluster-token-file and --cluster-token (or $RLNODE_CLUSTER_TOKEN) exclude each other: give the token one way"))
+	}
+	if s.tlsReload < 0 {
+		errs = append(errs, fmt.Errorf("--tls-reload-interval %s: must not be negative", s.tlsReload))
+	}
+	l := s.raftLimits
+	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 {
+		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP))
+	}
+	return errs
+}
+
+// readTokenFile returns the token a file holds, without surrounding space.
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read --cluster-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--cluster-token-file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// checkExposure refuses to run a node that listens beyond loopback while
+// nothing proves who its peers are, unless --insecure says so.
+func checkExposure(c *serveConfig, mutualTLS bool) error {
+	if c.token != "" || mutualTLS || c.sec.insecure {
+		return nil
+	}
+	var open []string
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}} {
+		if !isLoopback(a.v) {
+			open = append(open, a.flag+" "+a.v)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: %s listens beyond loopback with neither a cluster token nor mutual TLS, "+
+		"so anyone who can reach it could send Raft RPCs that replace every window or move leadership, and call the admin API.\n"+
+		"  Fix: give every node the same token with --cluster-token-file FILE (or $RLNODE_CLUSTER_TOKEN_FILE, $RLNODE_CLUSTER_TOKEN),\n"+
+		"  and/or certificates with --tls-cert, --tls-key and --tls-ca (`rlnode tls init --out DIR --nodes n1,n2,n3` writes them);\n"+
+		"  or listen on 127.0.0.1; or pass --insecure on a network you trust completely",
+		strings.Join(open, " and "))
+}
+
+// reloadTLS reloads the certificates on SIGHUP and, every interval, when
+// the files changed, until ctx ends. Without TLS, SIGHUP is logged and
+// ignored (instead of ending the process, its default).
+func reloadTLS(ctx context.Context, src *tlsconf.Source, interval time.Duration, log hclog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if src != nil && interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	lastErr := ""
+	for {
+		var why string
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			why = "SIGHUP"
+			lastErr = ""
+		case <-tick:
+			why = "file change"
+		}
+		if src == nil {
+			log.Info("SIGHUP: no TLS configured, nothing to reload")
+			continue
+		}
+		changed, err := src.Reload()
+		switch {
+		case err != nil && err.Error() != lastErr:
+			lastErr = err.Error()
+			log.Error("TLS reload failed; keeping the previous certificates", "trigger", why, "error", err)
+		case changed:
+			lastErr = ""
+			log.Info("TLS certificates reloaded", "trigger", why, "cert", src.Files().Cert, "ca", src.Files().CA)
+		case err == nil && why == "SIGHUP":
+			log.Info("SIGHUP: TLS files unchanged")
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Header limits. net/http itself answers a plain-text 431 (before any
+// handler runs) once the request line and headers pass serverHeaderLimit;
+// between MaxHeaderBytes and that, the guard below answers 431 as a problem
+// document. The other answers net/http writes on its own, which cannot be
+// problem documents, are listed in the README.
+const (
+	MaxHeaderBytes    = 64 << 10
+	serverHeaderLimit = 256 << 10
+)
+
+// guardHeaders answers 431 as a problem document for requests whose request
+// line and headers exceed MaxHeaderBytes.
+func guardHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeProblemHTTP(w, http.StatusRequestHeaderFieldsTooLarge, CodeInvalidRequest,
+				fmt.Sprintf("request line and headers are %d bytes; at most %d are accepted", n, MaxHeaderBytes))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeProblemHTTP is writeProblem for plain net/http handlers.
+func writeProblemHTTP(w http.ResponseWriter, status int, code, detail string) {
+	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
+	w.Header().Set("Content-Type", problemJSON)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// rejectAmbiguousQuery answers 400 for a query string that does not parse
+// or names a parameter twice (cost=50&cost=1): which one counts would
+// otherwise depend on the parser, and a proxy may have checked the other.
+func rejectAmbiguousQuery(c *gin.Context) {
+	raw := c.Request.URL.RawQuery
+	if raw == "" {
+		return
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "malformed query string: "+err.Error())
+		return
+	}
+	for k, vs := range q {
+		if len(vs) > 1 {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs)))
+			return
+		}
+	}
+}

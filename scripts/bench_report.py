@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Report of scripts/bench.sh: medians over interleaved repetitions, the
+worst repetition's p99, ratios against the Redis baseline, and the targets.
+
+Usage: bench_report.py OUT_DIR REPS BASELINE(0|1) KIND...
+Reads OUT_DIR/r<rep>-<name>.json (rlnode bench --json) and OUT_DIR/env.txt.
+"""
+import json
+import os
+import statistics
+import sys
+
+
+def load(out, reps, name):
+    runs = []
+    for r in range(1, reps + 1):
+        p = os.path.join(out, "r%d-%s.json" % (r, name))
+        if os.path.exists(p):
+            with open(p) as f:
+                runs.append(json.load(f))
+    return runs
+
+
+def med(runs, key, sub=None):
+    vals = [(r[key][sub] if sub else r[key]) for r in runs]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def worst(runs, sub):
+    vals = [r["latencyMs"][sub] for r in runs]
+    return max(vals) if vals else float("nan")
+
+
+def worst_second(runs):
+    """The slowest second of any repetition: (p99, max, rep) or None."""
+    best = None
+    for i, r in enumerate(runs):
+        for s in r.get("trace") or []:
+            if best is None or s["maxMs"] > best[1]:
+                best = (s["p99Ms"], s["maxMs"], i + 1, s["second"])
+    return best
+
+
+def main():
+    out, reps, baseline, kinds = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
+    with open(os.path.join(out, "env.txt")) as f:
+        print(f.read().rstrip())
+    print()
+    names = ["livez-64"]
+    for c in (64, 256):
+        names += ["%s-check-%d" % (k, c) for k in kinds]
+        if baseline:
+            names.append("redis-check-%d" % c)
+    names += ["%s-followers-64" % k for k in kinds]
+    names += ["%s-open-half" % k for k in kinds]
+
+    print("medians of %d interleaved repetitions; p99 worst = the worst repetition's p99" % reps)
+    print("%-18s %10s %8s %8s %10s %9s %9s %8s %s" % (
+        "run", "req/s", "p50_ms", "p99_ms", "p99_worst", "p99.9_ms", "max_ms", "errors", "slowest second (p99/max ms)"))
+    runs = {}
+    for n in names:
+        rs = load(out, reps, n)
+        runs[n] = rs
+        if not rs:
+            continue
+        ws = worst_second(rs)
+        wtxt = "" if ws is None else "%.1f / %.1f (rep %d, s %d)" % ws
+        print("%-18s %10.0f %8.3f %8.3f %10.3f %9.3f %9.1f %8d %s" % (
+            n, med(rs, "throughputRps"), med(rs, "latencyMs", "p50"), med(rs, "latencyMs", "p99"),
+            worst(rs, "p99"), med(rs, "latencyMs", "p999"), worst(rs, "max"),
+            sum(r["errors"] for r in rs), wtxt))
+    for n, rs in runs.items():
+        for i, r in enumerate(rs):
+            if r["errors"]:
+                print("note: %s rep %d had %d errors: %s" % (n, i + 1, r["errors"], r["errorKinds"]))
+            if r.get("dropped"):
+                print("note: %s rep %d dropped %d requests (all in-flight slots busy)" % (n, i + 1, r["dropped"]))
+
+    def tp(n):
+        return med(runs[n], "throughputRps") if runs.get(n) else float("nan")
+
+    def ratio(a, b):
+        return a / b if b and b == b else float("nan")
+
+    print()
+    print("per repetition, req/s (interleaved in this order):")
+    order = [n for n in names if n.endswith("-check-64") or n.endswith("-check-256")]
+    print("  %-18s %s" % ("", " ".join("%9s" % ("rep%d" % (i + 1)) for i in range(reps))))
+    for n in order:
+        print("  %-18s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
+
+    rows = []
+
+    def target(name, value, op, goal, unit=""):
+        ok = value >= goal if op == ">=" else value <= goal
+        if value != value:
+            ok, margin = False, "no data"
+        elif ok:
+            margin = "%.1f%% headroom" % ((value - goal) / goal * 100 if op == ">=" else (goal - value) / goal * 100)
+        elif op == ">=":
+            margin = "%.1f%% short" % ((goal - value) / goal * 100)
+        else:
+            margin = "%.1fx the limit" % (value / goal)
+        rows.append("%-40s %10.3f %10s  %-6s %s" % (name, value, "%s %g%s" % (op, goal, unit), "PASS" if ok else "MISS", margin))
+
+    for k in kinds:
+        if baseline:
+            target("%s check@256 / redis@256" % k, ratio(tp("%s-check-256" % k), tp("redis-check-256")), ">=", 1.0)
+            target("%s check@64 / redis@64" % k, ratio(tp("%s-check-64" % k), tp("redis-check-64")), ">=", 0.75)
+        target("%s check@256 / check@64" % k, ratio(tp("%s-check-256" % k), tp("%s-check-64" % k)), ">=", 1.0)
+        target("%s followers@64 / check@64" % k, ratio(tp("%s-followers-64" % k), tp("%s-check-64" % k)), ">=", 0.8)
+        target("%s p99 check@64, worst rep (ms)" % k, worst(runs["%s-check-64" % k], "p99"), "<=", 10, "ms")
+        target("%s p99 check@256, worst rep (ms)" % k, worst(runs["%s-check-256" % k], "p99"), "<=", 20, "ms")
+        target("%s p99 open loop @ half rate (ms)" % k, med(runs["%s-open-half" % k], "latencyMs", "p99"), "<=", 5, "ms")
+    print()
+    print("%-40s %10s %10s  %-6s %s" % ("target", "value", "goal", "result", "margin"))
+    for r in rows:
+        print(r)
+    if len(kinds) > 1:
+        print()
+        a, b = kinds[0], kinds[1]
+        for c in (64, 256):
+            print("%s / %s at %d workers: %.2fx req/s (median)" % (a, b, c, ratio(tp("%s-check-%d" % (a, c)), tp("%s-check-%d" % (b, c)))))
+    print()
+    print("results: %s" % out)
+    misses = sum(1 for r in rows if " MISS " in r)
+    print("all targets met" if misses == 0 else "%d target(s) missed" % misses)
+
+
+if __name__ == "__main__":
+    main()
