@@ -39,6 +39,8 @@ type Node interface {
 	ClockOffset() time.Duration
 	BootstrapInfo() cluster.BootstrapInfo
 	AcceptClaim(c cluster.BootstrapClaim) error
+	Backup(ctx context.Context, w io.Writer) error
+	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error
 }
 
 // Config configures the router.
@@ -113,6 +115,8 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
 	guarded.POST(cluster.ForwardPath, a.forward)
+	guarded.GET(cluster.BackupPath, a.backup)
+	guarded.POST(cluster.RestorePath, a.restore)
 	guarded.GET(cluster.BootstrapInfoPath, a.bootstrapInfo)
 	guarded.POST(cluster.BootstrapClaimPath, a.acceptClaim)
 	if cfg.DebugEndpoints {
