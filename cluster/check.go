@@ -64,6 +64,12 @@ func (n *Node) applyBatch(reqs []hitReq) func() []outcome {
 		p := n.policies[r.Policy]
 		hits[i] = fsm.Hit{Policy: r.Policy, Client: r.Client, Limit: p.Limit, WindowMs: p.Window.Milliseconds(), Cost: r.Cost}
 	}
+	if n.clockCheck.skewed.Load() {
+		// Never stamp hits with a clock that is off: not counted, so
+		// the caller's node retries with the next leader.
+		err := errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+		return func() []outcome { return failAll(len(reqs), err) }
+	}
 	n.cfg.Observer.BatchApplied(len(reqs))
 	now := n.clock.nowMs(n.raft.CurrentTerm())
 	f := n.raft.Apply(fsm.AppendHits(make([]byte, 0, 16+len(reqs)*40), now, hits), n.cfg.ApplyTimeout)

@@ -111,6 +111,9 @@ type Config struct {
 	TLS *tlsconf.Source
 	// RaftLimits bound Raft connections (zero values: defaults).
 	RaftLimits RaftLimits
+	// MaxClockOffset is how far this node's clock may be from the
+	// majority of the cluster's before it refuses to lead.
+	MaxClockOffset time.Duration
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 
@@ -158,6 +161,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = 1
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = 500 * time.Millisecond
 	}
 	if c.JoinCatchupTimeout == 0 {
 		c.JoinCatchupTimeout = 2 * time.Minute

@@ -192,6 +192,11 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		return res, err
 	}
 	var f raft.Future
+	if best, ok := n.bestClockPeer(); id == "" && ok {
+		// Hand over to the peer whose clock agrees best, never to one
+		// whose clock is off.
+		id = string(best.ID)
+	}
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
@@ -210,6 +215,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		}
 		if id == n.cfg.ID {
 			return TransferResult{LeaderID: id}, nil
+		}
+		if off, ms := n.peerSkewed(id); off {
+			return res, fmt.Errorf("transfer leadership to %s: its clock is %s off from this leader's: %w", id, time.Duration(ms)*time.Millisecond, ErrClockSkew)
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}

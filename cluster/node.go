@@ -39,6 +39,7 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
+	clockCheck  clockCheck
 	fwdBatch    *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
@@ -86,9 +87,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.forwardBatch)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runPromoter()
+	go n.runClockCheck()
 	return n, nil
 }
 
@@ -167,7 +169,7 @@ func (n *Node) open() error {
 	n.hadState = existing
 	var r *raft.Raft
 	err = guard(n.logPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, n.transport)
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, voteGate{n.transport, n})
 		return err
 	})
 	if err != nil {
@@ -387,6 +389,11 @@ type Status struct {
 	DigestIndex       uint64 `json:"digestIndex"`
 	AppliedNow        int64  `json:"appliedNow"`
 	ClockOffsetMs     int64  `json:"clockOffsetMs,omitempty"`
+	// ClockSkewMs is this node's clock minus the median of its peers'
+	// (measured once a second); ClockSkewed means it refuses to lead.
+	ClockSkewMs    int64 `json:"clockSkewMs"`
+	ClockSkewed    bool  `json:"clockSkewed"`
+	MaxClockOffset int64 `json:"maxClockOffsetMs"`
 	Halted            string `json:"halted,omitempty"`
 }
 
@@ -405,6 +412,7 @@ func (n *Node) Status() Status {
 		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows,
 		Digest: fmt.Sprintf("%016x", digest), DigestIndex: at, AppliedNow: fs.AppliedNow,
 		ClockOffsetMs: n.clock.debugOffset.Load(),
+		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
@@ -419,13 +427,17 @@ type Gauges struct {
 	AppliedIndex uint64
 	CommitIndex  uint64
 	Windows      int
+	// ClockSkewMs and ClockSkewed: see Status.
+	ClockSkewMs int64
+	ClockSkewed bool
 }
 
 // Gauges returns the node's gauges without computing a digest.
 func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: fs.AppliedIndex,
-		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows}
+		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load()}
 }
 
 // Peer is one server of the Raft configuration.

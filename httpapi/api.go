@@ -39,6 +39,7 @@ type Node interface {
 	ClockOffset() time.Duration
 	BootstrapInfo() cluster.BootstrapInfo
 	AcceptClaim(c cluster.BootstrapClaim) error
+	ClockReading() cluster.ClockReading
 	Backup(ctx context.Context, w io.Writer) error
 	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error
 }
@@ -115,6 +116,7 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
 	guarded.POST(cluster.ForwardPath, a.forward)
+	guarded.GET(cluster.ClockPath, func(c *gin.Context) { c.JSON(http.StatusOK, a.cfg.Node.ClockReading()) })
 	guarded.GET(cluster.BackupPath, a.backup)
 	guarded.POST(cluster.RestorePath, a.restore)
 	guarded.GET(cluster.BootstrapInfoPath, a.bootstrapInfo)

@@ -39,6 +39,9 @@ type Options struct {
 	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
 	// run the same tests on both kinds.
 	RaftLog raftlog.Kind
+	// MaxClockOffset is the nodes' clock discipline bound (0: default);
+	// tests of a deliberately skewed leader lift it.
+	MaxClockOffset time.Duration
 }
 
 func (o *Options) defaults() {
@@ -172,7 +175,7 @@ func (n *Node) start(bootstrap bool) {
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.opts.Limit, Window: c.opts.Window}},
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
-		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
+		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
 		Logger: logger, Stream: n.stream, PeerTransport: c.transport(n.ID),
 	})
 	if err != nil {

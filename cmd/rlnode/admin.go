@@ -244,6 +244,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 	}
+	clock := fmt.Sprintf("%+.3fs from the median peer (max %s)", float64(st.ClockSkewMs)/1000, time.Duration(st.MaxClockOffset)*time.Millisecond)
+	if st.ClockSkewed {
+		clock += "  SKEWED: refuses to lead"
+	}
+	fmt.Fprintf(tw, "clock:\t%s\n", clock)
 	if st.Halted != "" {
 		fmt.Fprintf(tw, "HALTED:\t%s\n", st.Halted)
 	}

@@ -47,6 +47,7 @@ type serveConfig struct {
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
 	bootstrapExpect                                      int
+	maxClockOffset                                       time.Duration
 	raftTiming                                           cluster.Timing
 	sec                                                  securityConfig
 }
@@ -72,6 +73,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
 	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
+	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node whose clock is further than this from the majority of the cluster's refuses to lead (and says so in its log, status and metrics)")
 	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -111,6 +113,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.maxClockOffset <= 0 {
+		errs = append(errs, fmt.Errorf("--max-clock-offset %s: must be positive", c.maxClockOffset))
 	}
 	if c.bootstrapExpect < 0 {
 		errs = append(errs, fmt.Errorf("--bootstrap-expect %d: must be 0 (off) or the number of voters to start with", c.bootstrapExpect))
@@ -225,7 +230,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
-		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect,
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
 		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
