@@ -391,10 +391,10 @@ type Status struct {
 	ClockOffsetMs     int64  `json:"clockOffsetMs,omitempty"`
 	// ClockSkewMs is this node's clock minus the median of its peers'
 	// (measured once a second); ClockSkewed means it refuses to lead.
-	ClockSkewMs    int64 `json:"clockSkewMs"`
-	ClockSkewed    bool  `json:"clockSkewed"`
-	MaxClockOffset int64 `json:"maxClockOffsetMs"`
-	Halted            string `json:"halted,omitempty"`
+	ClockSkewMs    int64  `json:"clockSkewMs"`
+	ClockSkewed    bool   `json:"clockSkewed"`
+	MaxClockOffset int64  `json:"maxClockOffsetMs"`
+	Halted         string `json:"halted,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
