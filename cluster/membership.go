@@ -239,6 +239,12 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
+	if _, member := n.suffrage(); !member || n.raft.State() == raft.Shutdown {
+		// Already removed (raft shuts itself down when its own removal
+		// commits): nothing to leave. Asking the cluster anyway retried
+		// until the shutdown timeout, against a leader it cannot know.
+		return nil
+	}
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {
