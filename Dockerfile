@@ -42,12 +42,16 @@ COPY --chown=65532:65532 bin/data/ /data/
 USER 65532:65532
 
 VOLUME /data
-# 8080: HTTP API (checks, status, admin, /metrics); 8300: Raft.
+# 8080: HTTP API (checks, status, admin, /metrics); 8300: Raft. Publish only
+# 8080: keep the Raft port on the nodes' private network (see README,
+# Security), whatever else protects it.
 EXPOSE 8080 8300
 
 ENTRYPOINT ["/rlnode"]
 # The default is a standalone one-node cluster: it listens on all interfaces
-# and advertises loopback addresses, which is enough for a single node (it
+# (so it needs a cluster token, e.g. docker run -e RLNODE_CLUSTER_TOKEN=...,
+# or TLS files, and refuses to start without) and advertises loopback
+# addresses, which is enough for a single node (it
 # never dials itself) but not for a cluster. rlnode refuses to advertise
 # 0.0.0.0, so cluster members must be given addresses their peers can dial
 # and resolve: pass the whole command, as docker-compose.yml does, e.g.

@@ -6,28 +6,38 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // hitReq is one hit as it enters the cluster: what the caller asked for.
-// The leader resolves the policy into a limit and window.
-type hitReq struct {
-	Policy string
-	Client string
-	Cost   int64
+// Apply resolves the policy from the replicated table.
+type hitReq = fsm.Hit
+
+// group is an all-or-nothing group of hits: the unit the batchers queue,
+// the forwarding wire carries and one log entry decides at once.
+type group []hitReq
+
+func hitCount(gs []group) int {
+	n := 0
+	for _, g := range gs {
+		n += len(g)
+	}
+	return n
 }
 
-// outcome is the fate of one hit: a result or an error wrapping
+// outcome is the fate of one group: a result or an error wrapping
 // ErrNotCounted or ErrOutcomeUnknown.
 type outcome struct {
 	res CheckResult
 	err error
 }
 
-// waiter is a queued hit. state moves queued -> taken (the batch owns it) or
-// queued -> cancelled (the caller gave up before it was taken, so it is
+// waiter is a queued group. state moves queued -> taken (the batch owns it)
+// or queued -> cancelled (the caller gave up before it was taken, so it is
 // certainly not counted).
 type waiter struct {
-	req   hitReq
+	req   group
 	state atomic.Int32
 	done  chan outcome
 }
@@ -41,7 +51,7 @@ const (
 // flushFunc starts one batch and returns a function that waits for its
 // outcomes (one per request, in order). The start half runs on the
 // committer's loop, so batches start in queue order.
-type flushFunc func(reqs []hitReq) (wait func() []outcome)
+type flushFunc func(reqs []group) (wait func() []outcome)
 
 // groupCommit turns concurrent hits into few batches: while maxInflight
 // batches are running, new hits queue up and leave together in the next one.
@@ -70,10 +80,10 @@ func newGroupCommit(maxBatch, maxInflight int, flush flushFunc) *groupCommit {
 	return g
 }
 
-// submit queues reqs together and waits for their outcomes. If ctx ends
-// first, hits not yet taken are withdrawn (not counted) and the rest are
+// submit queues groups together and waits for their outcomes. If ctx ends
+// first, groups not yet taken are withdrawn (not counted) and the rest are
 // reported as unknown.
-func (g *groupCommit) submit(ctx context.Context, reqs ...hitReq) []outcome {
+func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 	ws := make([]*waiter, len(reqs))
 	for i, r := range reqs {
 		ws[i] = &waiter{req: r, done: make(chan outcome, 1)}
@@ -137,7 +147,7 @@ func (g *groupCommit) loop() {
 				<-g.sem
 				break
 			}
-			reqs := make([]hitReq, len(batch))
+			reqs := make([]group, len(batch))
 			for i, w := range batch {
 				reqs[i] = w.req
 			}
@@ -155,15 +165,21 @@ func (g *groupCommit) loop() {
 	}
 }
 
-// take removes up to maxBatch live waiters from the queue.
+// take removes live waiters from the queue, up to maxBatch hits (but at
+// least one group: a group is never split).
 func (g *groupCommit) take() []*waiter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var batch []*waiter
-	i := 0
-	for ; i < len(g.queue) && len(batch) < g.maxBatch; i++ {
-		if w := g.queue[i]; w.state.CompareAndSwap(waiterQueued, waiterTaken) {
+	i, hits := 0, 0
+	for ; i < len(g.queue); i++ {
+		w := g.queue[i]
+		if len(batch) > 0 && hits+len(w.req) > g.maxBatch {
+			break
+		}
+		if w.state.CompareAndSwap(waiterQueued, waiterTaken) {
 			batch = append(batch, w)
+			hits += len(w.req)
 		}
 	}
 	n := copy(g.queue, g.queue[i:])

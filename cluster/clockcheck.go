@@ -92,7 +92,7 @@ func (n *Node) measureClocks() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		start := time.Now()
 		var rd ClockReading
-		err := n.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+ClockPath, &rd)
+		err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+ClockPath, &rd)
 		rtt := time.Since(start)
 		cancel()
 		if err != nil || rd.ID != id {

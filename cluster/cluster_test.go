@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
 func TestFollowersForwardAndShareOneBudget(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Limit: 6})
+	c := apitest.Start(t, 3, clustertest.Options{Limit: 6})
 	leader := c.Leader(5 * time.Second)
 	nodes := c.Live()
 	for i := int64(0); i < 6; i++ {
@@ -37,7 +39,7 @@ func TestFollowersForwardAndShareOneBudget(t *testing.T) {
 }
 
 func TestLeaderFailoverKeepsCommittedWindows(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Limit: 3})
+	c := apitest.Start(t, 3, clustertest.Options{Limit: 3})
 	leader := c.Leader(5 * time.Second)
 	clustertest.Spend(t, leader, "bob", 3)
 	clustertest.MustAllow(t, leader, "carol", 2)
@@ -59,7 +61,7 @@ func TestLeaderFailoverKeepsCommittedWindows(t *testing.T) {
 }
 
 func TestPartitionedLeaderNeverAllows(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Limit: 100})
+	c := apitest.Start(t, 3, clustertest.Options{Limit: 100})
 	old := c.Leader(5 * time.Second)
 	c.Isolate(old)
 	// The cut-off leader cannot commit: no hit it takes may be answered 200.
@@ -111,7 +113,7 @@ func TestPartitionedLeaderNeverAllows(t *testing.T) {
 }
 
 func TestNoLeaderMeansNotCounted(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{})
+	c := apitest.Start(t, 3, clustertest.Options{})
 	leader := c.Leader(5 * time.Second)
 	f := c.Followers(leader)
 	f[0].Stop()
@@ -133,7 +135,7 @@ func TestNoLeaderMeansNotCounted(t *testing.T) {
 }
 
 func TestRemoveAndRejoinWiped(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Limit: 4, SnapshotThreshold: 50, TrailingLogs: 10, SnapshotInterval: 50 * time.Millisecond})
+	c := apitest.Start(t, 3, clustertest.Options{Limit: 4, SnapshotThreshold: 50, TrailingLogs: 10, SnapshotInterval: 50 * time.Millisecond})
 	leader := c.Leader(5 * time.Second)
 	victim := c.Followers(leader)[0]
 	if err := leader.Remove(context.Background(), victim.ID, false); err != nil {
@@ -169,7 +171,7 @@ func TestRemoveAndRejoinWiped(t *testing.T) {
 }
 
 func TestJoinIsIdempotentAndReplaces(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{})
+	c := apitest.Start(t, 3, clustertest.Options{})
 	leader := c.Leader(5 * time.Second)
 	f := c.Followers(leader)[0]
 	ctx := context.Background()
@@ -199,7 +201,7 @@ func TestJoinIsIdempotentAndReplaces(t *testing.T) {
 }
 
 func TestTransferLeadership(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{})
+	c := apitest.Start(t, 3, clustertest.Options{})
 	leader := c.Leader(5 * time.Second)
 	target := c.Followers(leader)[1]
 	res, err := c.Followers(leader)[0].TransferLeadership(context.Background(), target.ID, false)
@@ -216,7 +218,7 @@ func TestTransferLeadership(t *testing.T) {
 func TestLaggingLeaderClockNeverReopensEarly(t *testing.T) {
 	// Clock discipline would keep the laggard from leading; lift it to
 	// test what the state machine does with a lagging leader's stamps.
-	c := clustertest.New(t, clustertest.Options{Limit: 2, Window: 1500 * time.Millisecond, MaxClockOffset: time.Hour})
+	c := clustertest.New(t, apitest.Options(clustertest.Options{Limit: 2, Window: 1500 * time.Millisecond, MaxClockOffset: time.Hour}))
 	c.AddNode(true)
 	c.AddNode(false)
 	third := c.AddNode(false)
@@ -257,7 +259,7 @@ func TestLaggingLeaderClockNeverReopensEarly(t *testing.T) {
 }
 
 func TestSnapshotTruncatesLogAndRestartKeepsState(t *testing.T) {
-	c := clustertest.Start(t, 1, clustertest.Options{Limit: 3, SnapshotThreshold: 64, TrailingLogs: 16, SnapshotInterval: 50 * time.Millisecond})
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 3, SnapshotThreshold: 64, TrailingLogs: 16, SnapshotInterval: 50 * time.Millisecond})
 	n := c.Leader(5 * time.Second)
 	for i := 0; i < 300; i++ {
 		clustertest.MustAllow(t, n, fmt.Sprintf("user-%d", i%100), 2-int64(i/100))
@@ -289,4 +291,36 @@ func TestSnapshotTruncatesLogAndRestartKeepsState(t *testing.T) {
 		return nil
 	})
 	clustertest.MustRefuse(t, n, "user-5")
+}
+
+// roundTripFunc adapts a function to http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A follower passes on a definite refusal by the leader (here 401: its
+// forwarded requests carry a token the leader does not accept) instead of
+// answering outcome_unknown: nothing was counted.
+func TestFollowerPassesOnTheLeadersDefiniteRefusal(t *testing.T) {
+	var tampered atomic.Value // id of the node whose forwards carry a wrong token
+	tampered.Store("")
+	c := apitest.Start(t, 3, clustertest.Options{Limit: 5, Token: "s3cret",
+		WrapPeer: func(from string, rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if tampered.Load() == from && r.URL.Path == cluster.ForwardPath {
+					r = r.Clone(r.Context())
+					r.Header.Set("Authorization", "Bearer wrong")
+				}
+				return rt.RoundTrip(r)
+			})
+		}})
+	leader := c.Leader(5 * time.Second)
+	f := c.Followers(leader)[0]
+	tampered.Store(f.ID)
+	r := clustertest.Hit(t, f, "alice")
+	if r.Status != http.StatusUnauthorized || r.Body.Code != "unauthorized" {
+		t.Fatalf("hit via %s whose forwards the leader refuses: %s; want the leader's 401", f.ID, r)
+	}
+	tampered.Store("")
+	clustertest.MustAllow(t, f, "alice", 4) // the refused hit did not count
 }

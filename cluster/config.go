@@ -11,29 +11,9 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/tlsconf"
 )
-
-// Policy is a named budget: Limit hits (of cost 1) per Window.
-type Policy struct {
-	Name   string
-	Limit  int64
-	Window time.Duration
-}
-
-// Validate says what is wrong with a policy in words an operator can act on.
-func (p Policy) Validate() error {
-	if p.Name == "" || len(p.Name) > fsm.MaxPolicyLen {
-		return fmt.Errorf("policy name %q must be 1 to %d bytes", p.Name, fsm.MaxPolicyLen)
-	}
-	if p.Limit < 1 || p.Limit > fsm.MaxLimit {
-		return fmt.Errorf("policy %q: limit %d must be between 1 and %d", p.Name, p.Limit, int64(fsm.MaxLimit))
-	}
-	if p.Window < time.Millisecond || p.Window.Milliseconds() > fsm.MaxWindowMs {
-		return fmt.Errorf("policy %q: window %s must be between 1ms and 366 days", p.Name, p.Window)
-	}
-	return nil
-}
 
 // Timing holds Raft's timeouts. Production uses DefaultTiming; tests use
 // much shorter ones.
@@ -47,6 +27,40 @@ type Timing struct {
 // at the shorter settings we first tried made leaders step down under
 // benchmark load. Failover after a crash still takes about 1-2 s.
 var DefaultTiming = Timing{Heartbeat: time.Second, Election: time.Second, LeaderLease: 750 * time.Millisecond, Commit: 20 * time.Millisecond}
+
+// RaftTuning holds hashicorp/raft's batching and pipelining knobs.
+type RaftTuning struct {
+	// MaxAppendEntries bounds the entries per AppendEntries RPC (and per
+	// disk write on the leader).
+	MaxAppendEntries int
+	// MaxRPCsInFlight is the transport's pipelining depth to each
+	// follower; 1 turns pipelining off.
+	MaxRPCsInFlight int
+	// NoBatchApply turns raft's BatchApplyCh off: entries queued while the
+	// leader writes go to disk one at a time instead of together.
+	NoBatchApply bool
+}
+
+// DefaultRaftTuning, measured on 3-node wal clusters with scripts/bench.sh
+// (BENCH_VARIANTS, each variant its own cluster, repetitions interleaved
+// with rotating order, medians; 2-core VM shared with other work, so only
+// differences that hold across repetitions count):
+//
+//   - MaxRPCsInFlight 1 (raft's pipelining off) against raft's default 2:
+//     at 256 workers 7639 vs 6204 hits/s (4 reps, 1 faster in 3) and in an
+//     earlier 3-rep run faster in 3 of 3 (4791/4094, 4838/3031, 8026/6008);
+//     p99 91.6 vs 117.5 ms. At 64 workers a tie (3924 vs 4559 median, each
+//     faster in about half the pairs). With one entry in flight there is
+//     nothing to pipeline; raft's own notes (hashicorp/raft#541) found
+//     pipelining combines badly with batching. 8 was no better than 1.
+//   - MaxAppendEntries 64, 256, 1024: 5153, 4153, 4391 at 64 workers and
+//     5866, 5598, 5774 at 256, no order that held across repetitions: 256
+//     stays.
+//   - BatchApplyCh on vs off: on was faster in 3 of 3 at 64 workers in one
+//     run, off faster in 3 of 3 at 256; in the next run off was faster in 3
+//     of 4 at both but with the lower median at 64. Noise: it stays on (it
+//     packs entries that queue behind a leader write into one disk write).
+var DefaultRaftTuning = RaftTuning{MaxAppendEntries: 256, MaxRPCsInFlight: 1}
 
 // Config configures a Node.
 type Config struct {
@@ -71,7 +85,11 @@ type Config struct {
 	// RejoinEmpty moves a data dir's lost or damaged state aside and
 	// starts the node empty, to rejoin as a new member.
 	RejoinEmpty bool
-	Policies    []Policy
+	// Seed is the policy table this node writes when, as leader, it finds
+	// the replicated table never set (a new cluster, or one upgraded from
+	// the release before policies). Afterwards policies change only
+	// through the policy API.
+	Seed []policy.Policy
 
 	// SnapshotThreshold is how many log entries trigger a snapshot;
 	// SnapshotInterval how often raft checks; TrailingLogs how many entries
@@ -89,15 +107,21 @@ type Config struct {
 	// it; a node cut off from the majority stops holding callers.
 	NoLeaderWait time.Duration
 	// MaxBatch bounds hits per log entry; MaxInflight the number of entries
-	// in flight at once (pipelining behind group commit). Measured on a
-	// 3-node cluster at 64 workers (scripts/bench.sh): 1 in flight gave
-	// 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k. Every entry in
-	// flight is its own Bolt commit (two fdatasyncs) on each node, so fewer,
-	// fuller entries beat pipelining on an fsync-bound disk.
+	// in flight at once (pipelining behind group commit). Measured on 3-node
+	// clusters (scripts/bench.sh, BENCH_VARIANTS, 3 interleaved repetitions,
+	// medians, 2-core VM shared with other work): on bolt at 64 workers, 1
+	// in flight gave 8.7k hits/s, 2 gave 7.7k, 4 gave 7.3k, 16 gave 6.3k
+	// (every entry in flight is its own Bolt commit). On wal, at 64 workers
+	// 1 gave 4627, 2 gave 4275, 4 gave 4162 (1 fastest in 3 of 3
+	// repetitions); at 256 workers 6416, 6833, 7475, within the noise
+	// (repetitions spread 4966-7669). So 1 stays.
 	MaxBatch, MaxInflight int
 	// MaxForwardInflight bounds the forwarding requests a follower has in
 	// flight to the leader at once (its own group commit).
 	MaxForwardInflight int
+	// Raft is hashicorp/raft's batching and pipelining; zero values mean
+	// DefaultRaftTuning's.
+	Raft RaftTuning
 
 	// JoinCatchupTimeout is how long a joining server may take to catch up
 	// as a non-voter before the leader removes it again.
@@ -171,6 +195,12 @@ func (c *Config) setDefaults() {
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
 	}
+	if c.Raft.MaxAppendEntries == 0 {
+		c.Raft.MaxAppendEntries = DefaultRaftTuning.MaxAppendEntries
+	}
+	if c.Raft.MaxRPCsInFlight == 0 {
+		c.Raft.MaxRPCsInFlight = DefaultRaftTuning.MaxRPCsInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -195,11 +225,8 @@ func (c *Config) Validate() error {
 	if len(c.ID) > 256 {
 		errs = append(errs, fmt.Errorf("node id is %d bytes, at most 256", len(c.ID)))
 	}
-	if len(c.Policies) == 0 {
-		errs = append(errs, errors.New("no policy configured"))
-	}
 	seen := map[string]bool{}
-	for _, p := range c.Policies {
+	for _, p := range c.Seed {
 		if err := p.Validate(); err != nil {
 			errs = append(errs, err)
 		}
@@ -210,6 +237,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > fsm.MaxHitsPerLog {
 		errs = append(errs, fmt.Errorf("max batch %d must be 1..%d", c.MaxBatch, fsm.MaxHitsPerLog))
+	}
+	if c.Raft.MaxAppendEntries < 1 || c.Raft.MaxAppendEntries > 1024 {
+		errs = append(errs, fmt.Errorf("raft max append entries %d must be 1..1024", c.Raft.MaxAppendEntries))
+	}
+	if c.Raft.MaxRPCsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("raft max RPCs in flight %d must be at least 1", c.Raft.MaxRPCsInFlight))
 	}
 	if c.MaxInflight < 1 {
 		errs = append(errs, fmt.Errorf("max inflight %d must be at least 1", c.MaxInflight))
@@ -230,9 +263,13 @@ type Observer interface {
 	// Forwarded is called with the number of hits this node sends to the
 	// leader in one forwarding request.
 	Forwarded(hits int)
+	// ForwardServed is called for each forwarded batch this node serves as
+	// leader.
+	ForwardServed()
 }
 
 type nopObserver struct{}
 
 func (nopObserver) BatchApplied(int) {}
 func (nopObserver) Forwarded(int)    {}
+func (nopObserver) ForwardServed()   {}

@@ -149,8 +149,11 @@ type guardedStream struct {
 	wg       sync.WaitGroup
 	once     sync.Once
 
-	mu    sync.Mutex
-	perIP map[string]int
+	mu       sync.Mutex
+	perIP    map[string]int
+	pending  map[net.Conn]struct{} // connections still in their handshake
+	lastWarn map[string]time.Time  // per kind of refusal, so a flood logs once a second
+	dropped  map[string]int        // refusals not logged since the last line
 }
 
 // GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
@@ -161,7 +164,8 @@ func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raf
 		log = hclog.NewNullLogger()
 	}
 	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
-		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}}
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}, pending: map[net.Conn]struct{}{},
+		lastWarn: map[string]time.Time{}, dropped: map[string]int{}}
 	g.wg.Add(1)
 	go g.acceptLoop()
 	return g
@@ -190,7 +194,7 @@ func (g *guardedStream) acceptLoop() {
 		}
 		ip := remoteIP(conn)
 		if !g.take(ip) {
-			g.log.Warn("raft connection refused: too many open from this address", "remote", conn.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
+			g.warn("raft connection refused: too many open from this address", "remote", conn.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
 			conn.Close()
 			continue
 		}
@@ -201,6 +205,19 @@ func (g *guardedStream) acceptLoop() {
 
 func (g *guardedStream) admit(c *countedConn) {
 	defer g.wg.Done()
+	g.mu.Lock()
+	g.pending[c] = struct{}{}
+	g.mu.Unlock()
+	select {
+	case <-g.done: // Close may have swept pending before c was in it
+		c.Close()
+	default:
+	}
+	defer func() {
+		g.mu.Lock()
+		delete(g.pending, c)
+		g.mu.Unlock()
+	}()
 	var conn net.Conn = c
 	deadline := time.Now().Add(g.sec.HandshakeTimeout)
 	c.Conn.SetDeadline(deadline)
@@ -228,8 +245,27 @@ func (g *guardedStream) admit(c *countedConn) {
 }
 
 func (g *guardedStream) reject(c net.Conn, err error) {
-	g.log.Warn("raft connection rejected", "remote", c.RemoteAddr().String(), "error", err)
+	g.warn("raft connection rejected", "remote", c.RemoteAddr().String(), "error", err)
 	c.Close()
+}
+
+// warn logs msg at most once a second, counting the lines it held back.
+func (g *guardedStream) warn(msg string, args ...any) {
+	g.mu.Lock()
+	now := time.Now()
+	if now.Sub(g.lastWarn[msg]) < time.Second {
+		g.dropped[msg]++
+		g.mu.Unlock()
+		return
+	}
+	g.lastWarn[msg] = now
+	n := g.dropped[msg]
+	g.dropped[msg] = 0
+	g.mu.Unlock()
+	if n > 0 {
+		args = append(args, "similar_not_logged", n)
+	}
+	g.log.Warn(msg, args...)
 }
 
 func (g *guardedStream) take(ip string) bool {
@@ -275,6 +311,17 @@ func (g *guardedStream) Close() error {
 	g.once.Do(func() {
 		close(g.done)
 		err = g.inner.Close()
+		// Handshakes in progress end now rather than at their timeout.
+		// (Closed outside the lock: closing releases the per-IP slot.)
+		g.mu.Lock()
+		pending := make([]net.Conn, 0, len(g.pending))
+		for c := range g.pending {
+			pending = append(pending, c)
+		}
+		g.mu.Unlock()
+		for _, c := range pending {
+			c.Close()
+		}
 		g.wg.Wait()
 	})
 	return err

@@ -66,40 +66,6 @@ type TransferResult struct {
 	LeaderID string `json:"leaderId"`
 }
 
-// leaderURL returns the leader's base URL, or an error when it is unknown.
-func (n *Node) leaderURL() (string, error) {
-	id, addr := n.Leader()
-	if id == "" || addr == "" {
-		return "", ErrNoLeader
-	}
-	return BaseURL(addr), nil
-}
-
-// forwardAdmin sends an admin request on to the leader, unless it already is
-// a forwarded one (then the sender's view of the leader was stale).
-func (n *Node) forwardAdmin(ctx context.Context, forwarded bool, path string, in, out any) error {
-	if forwarded {
-		return ErrNotLeader
-	}
-	url, err := n.leaderURL()
-	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = n.leaderURL() {
-		// Right after an election the leader is briefly unknown; an admin
-		// call is rare enough to wait for it.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if err := n.peers.postJSON(ctx, url+path, in, out); err != nil {
-		return fmt.Errorf("forward to leader: %w", err)
-	}
-	return nil
-}
-
 // Join adds a server. A server with the same id and address is a no-op; one
 // that shares only the id or only the address is removed first. On a
 // follower the request goes to the leader.
@@ -108,7 +74,7 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 		return fmt.Errorf("join %s: %w", j.ID, err)
 	}
 	if !n.IsLeader() {
-		return n.forwardAdmin(ctx, forwarded, JoinPath, j, nil)
+		return n.fwd.admin(ctx, forwarded, JoinPath, j, nil)
 	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -158,7 +124,7 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 		return errors.New("remove: id is required")
 	}
 	if !n.IsLeader() {
-		return n.forwardAdmin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
+		return n.fwd.admin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
 	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -188,7 +154,7 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool) (TransferResult, error) {
 	var res TransferResult
 	if !n.IsLeader() {
-		err := n.forwardAdmin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
+		err := n.fwd.admin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
 		return res, err
 	}
 	var f raft.Future
@@ -205,13 +171,17 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 			return res, err
 		}
 		var addr raft.ServerAddress
+		voter := false
 		for _, s := range cf.Configuration().Servers {
 			if s.ID == raft.ServerID(id) {
-				addr = s.Address
+				addr, voter = s.Address, s.Suffrage == raft.Voter
 			}
 		}
 		if addr == "" {
 			return res, fmt.Errorf("transfer leadership to %s: %w", id, ErrUnknownServer)
+		}
+		if !voter {
+			return res, fmt.Errorf("transfer leadership to %s: it is not a voter (a joining server becomes one once it has caught up)", id)
 		}
 		if id == n.cfg.ID {
 			return TransferResult{LeaderID: id}, nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,9 +33,9 @@ type Node struct {
 	logKind   raftlog.Kind
 	snaps     *raft.FileSnapshotStore
 	transport *raft.NetworkTransport
-	policies  map[string]Policy
 	clock     leaderClock
-	peers     *peerClient
+	fwd       *forwarder
+	internal  http.Handler
 
 	leaderBatch *groupCommit
 	promoter    promoter
@@ -72,12 +73,10 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid node config: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, policies: map[string]Policy{}, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
-	for _, p := range cfg.Policies {
-		n.policies[p.Name] = p
-	}
+	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.peers = newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
+	n.fwd = newForwarder(cfg, n, n.stop)
+	n.internal = n.internalMux()
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -86,7 +85,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
-	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.forwardBatch)
+	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
 	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runPromoter()
@@ -129,10 +128,11 @@ func (n *Node) open() error {
 	}
 	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: 8,
-		Timeout: 5 * time.Second,
-		Logger:  n.log.Named("transport"),
+		Stream:          stream,
+		MaxPool:         8,
+		MaxRPCsInFlight: cfg.Raft.MaxRPCsInFlight,
+		Timeout:         5 * time.Second,
+		Logger:          n.log.Named("transport"),
 	})
 
 	n.fsm = fsm.New(fsm.Config{OnFatal: func(err error) {
@@ -153,11 +153,9 @@ func (n *Node) open() error {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.NotifyCh = n.notifyCh
-	// Group commit already packs many hits per entry; raft's own batching
-	// then packs entries per disk write and per AppendEntries, so a burst
-	// of forwarded and local batches still costs one fsync round.
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 256
+	// See DefaultRaftTuning for the measured choices.
+	rc.BatchApplyCh = !cfg.Raft.NoBatchApply
+	rc.MaxAppendEntries = cfg.Raft.MaxAppendEntries
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("raft config: %w", err)
 	}
@@ -257,6 +255,7 @@ func (n *Node) watchLeadership() {
 			n.readyTerm.Store(term)
 			n.log.Info("leader ready", "term", term)
 			n.publishSelf()
+			n.seedPolicies()
 		}
 	}
 }
@@ -288,7 +287,7 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 	}
 	n.wg.Wait()
-	n.peers.close()
+	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))
 	}
@@ -331,12 +330,6 @@ func (n *Node) Leader() (id, httpAddr string) {
 	return string(lid), meta.HTTPAddr
 }
 
-// Policy returns a configured policy.
-func (n *Node) Policy(name string) (Policy, bool) {
-	p, ok := n.policies[name]
-	return p, ok
-}
-
 // SetClockOffset skews this node's leader clock; testing only.
 func (n *Node) SetClockOffset(d time.Duration) { n.clock.debugOffset.Store(d.Milliseconds()) }
 
@@ -358,6 +351,9 @@ func (n *Node) Ready(wait time.Duration) error {
 	}
 	if err := n.fsm.Stats().Halted; err != nil {
 		return err
+	}
+	if !n.fsm.Seeded() {
+		return errors.New("the policy table has not been seeded yet")
 	}
 	commit := n.raft.CommitIndex()
 	deadline := time.Now().Add(wait)
@@ -385,6 +381,7 @@ type Status struct {
 	LastSnapshotTerm  uint64 `json:"lastSnapshotTerm"`
 	LastContact       string `json:"lastContact"`
 	LiveWindows       int    `json:"liveWindows"`
+	Policies          int    `json:"policies"`
 	Digest            string `json:"digest"`
 	DigestIndex       uint64 `json:"digestIndex"`
 	AppliedNow        int64  `json:"appliedNow"`
@@ -409,7 +406,7 @@ func (n *Node) Status() Status {
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
 		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: fs.AppliedIndex,
 		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),
-		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows,
+		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows, Policies: fs.Policies,
 		Digest: fmt.Sprintf("%016x", digest), DigestIndex: at, AppliedNow: fs.AppliedNow,
 		ClockOffsetMs: n.clock.debugOffset.Load(),
 		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),

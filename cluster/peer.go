@@ -101,11 +101,22 @@ func (p *peerClient) do(ctx context.Context, method, url, contentType string, bo
 
 // postJSON posts in as JSON and decodes a 2xx answer into out (if non-nil).
 func (p *peerClient) postJSON(ctx context.Context, url string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
+	return p.sendJSON(ctx, http.MethodPost, url, in, out)
+}
+
+// sendJSON sends in (if non-nil) as JSON and decodes a 2xx answer into out
+// (if non-nil).
+func (p *peerClient) sendJSON(ctx context.Context, method, url string, in, out any) error {
+	var body []byte
+	contentType := ""
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return err
+		}
+		contentType = "application/json"
 	}
-	resp, err := p.do(ctx, http.MethodPost, url, "application/json", body)
+	resp, err := p.do(ctx, method, url, contentType, body)
 	if err != nil {
 		return err
 	}

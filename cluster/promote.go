@@ -2,10 +2,7 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -150,34 +147,23 @@ func (n *Node) promoteOne(id string, s staged) {
 	}
 }
 
-// peerApplied asks a server how far its log reaches, over its HTTP API.
+// peerApplied asks a server how far its log reaches (ProgressPath).
 func (n *Node) peerApplied(id string) (uint64, error) {
 	meta, ok := n.fsm.Node(id)
 	if !ok || meta.HTTPAddr == "" {
 		return 0, fmt.Errorf("no HTTP address known for %s", id)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	resp, err := n.peers.do(ctx, http.MethodGet, BaseURL(meta.HTTPAddr)+"/v1/status", "", nil)
-	if err != nil {
+	var p Progress
+	if err := n.fwd.peers.getJSON(context.Background(), BaseURL(meta.HTTPAddr)+ProgressPath, &p); err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, decodeHTTPError(resp.StatusCode, b)
-	}
-	var st Status
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
-		return 0, fmt.Errorf("decode status of %s: %w", id, err)
-	}
-	if st.ID != id {
-		return 0, fmt.Errorf("%s answers as %q", meta.HTTPAddr, st.ID)
+	if p.ID != id {
+		return 0, fmt.Errorf("%s answers as %q", meta.HTTPAddr, p.ID)
 	}
 	// The last log index, not the state machine's applied index: the
 	// newest entries are often configuration changes, which the state
 	// machine never sees.
-	return st.LastLogIndex, nil
+	return p.LastLogIndex, nil
 }
 
 // suffrage returns this node's suffrage in its latest configuration and

@@ -4,26 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/window"
 )
 
 // PeekPath is the public linearizable read of one client's window.
 const PeekPath = "/v1/status/"
 
-// PeekResult is a client's window as a read sees it.
+// PeekResult is a client's state under a policy as a read sees it. The
+// top-level limit fields describe the most constraining limit; Limits has
+// every limit in the policy's order.
 type PeekResult struct {
-	Client      string `json:"client"`
-	Policy      string `json:"policy"`
-	Limit       int64  `json:"limit"`
-	WindowMs    int64  `json:"windowMs"`
-	Active      bool   `json:"active"`
-	Used        int64  `json:"used"`
-	Remaining   int64  `json:"remaining"`
-	WindowStart int64  `json:"windowStart"`
-	ResetAt     int64  `json:"resetAt"`
+	Client      string      `json:"client"`
+	Policy      string      `json:"policy"`
+	Algorithm   string      `json:"algorithm"`
+	Limit       int64       `json:"limit"`
+	WindowMs    int64       `json:"windowMs"`
+	Active      bool        `json:"active"`
+	Used        int64       `json:"used"`
+	Remaining   int64       `json:"remaining"`
+	WindowStart int64       `json:"windowStart"`
+	ResetAt     int64       `json:"resetAt"`
+	Limits      []PeekLimit `json:"limits"`
 	// AppliedNow and AppliedIndex say what state the read saw.
 	AppliedNow   int64  `json:"appliedNow"`
 	AppliedIndex uint64 `json:"appliedIndex"`
@@ -31,40 +35,81 @@ type PeekResult struct {
 	Stale        bool   `json:"stale,omitempty"`
 }
 
-// Peek reads a client's window without counting a hit. Unless stale is set,
+// PeekLimit is one limit's state as a read sees it. Used is what a new hit
+// competes with: the fixed window's count, the sliding window's current
+// count, the tokens missing from a bucket.
+type PeekLimit struct {
+	Limit       int64 `json:"limit"`
+	WindowMs    int64 `json:"windowMs"`
+	Active      bool  `json:"active"`
+	Used        int64 `json:"used"`
+	Remaining   int64 `json:"remaining"`
+	ResetAt     int64 `json:"resetAt"`
+	WindowStart int64 `json:"windowStart,omitempty"`
+}
+
+// Peek reads a client's state without counting a hit. Unless stale is set,
 // the read is linearizable: the leader confirms it still leads with a quorum
 // and waits until it has applied everything committed when the read began
 // (read-index); followers forward to the leader.
-func (n *Node) Peek(ctx context.Context, policy, client string, stale, forwarded bool) (PeekResult, error) {
-	p, ok := n.policies[policy]
-	if !ok {
-		return PeekResult{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policy)
-	}
-	if err := validateReq(hitReq{Policy: policy, Client: client, Cost: 1}); err != nil {
+func (n *Node) Peek(ctx context.Context, policyName, client string, stale, forwarded bool) (PeekResult, error) {
+	if err := (Hit{Policy: policyName, Client: client, Cost: 1}).Validate(); err != nil {
 		return PeekResult{}, err
 	}
 	if !stale && !n.IsLeader() {
 		if forwarded {
 			return PeekResult{}, ErrNotLeader
 		}
-		return n.forwardPeek(ctx, client)
+		return n.fwd.peek(ctx, policyName, client)
 	}
 	if !stale {
 		if err := n.readBarrier(ctx); err != nil {
 			return PeekResult{}, err
 		}
 	}
-	w, found, appliedNow, appliedIndex := n.fsm.Lookup(policy, client)
-	r := PeekResult{Client: client, Policy: policy, Limit: p.Limit, WindowMs: p.Window.Milliseconds(),
-		AppliedNow: appliedNow, AppliedIndex: appliedIndex, ServedBy: n.cfg.ID, Stale: stale, Remaining: p.Limit}
-	if found {
-		r.WindowStart, r.Used = w.Start, w.Count
-		now := max(n.clock.wallNowMs(), appliedNow)
-		if now-w.Start < w.WindowMs {
-			r.Active, r.ResetAt, r.Remaining = true, w.Start+w.WindowMs, max(0, p.Limit-w.Count)
-		}
+	v, ok := n.fsm.Lookup(policyName, client)
+	if !ok {
+		return PeekResult{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 	}
+	now := max(n.clock.wallNowMs(), v.AppliedNow)
+	r := PeekResult{Client: client, Policy: policyName, Algorithm: v.Policy.Algorithm,
+		AppliedNow: v.AppliedNow, AppliedIndex: v.AppliedIndex, ServedBy: n.cfg.ID, Stale: stale}
+	alg := v.Policy.Alg()
+	parts := make([]window.Result, len(v.States))
+	for i, l := range v.Policy.WindowLimits() {
+		pl := peekLimit(alg, l, v.States[i], now)
+		r.Limits = append(r.Limits, pl)
+		parts[i] = window.Result{Remaining: pl.Remaining, ResetAt: pl.ResetAt}
+	}
+	m := r.Limits[window.MostConstraining(parts)]
+	r.Limit, r.WindowMs, r.Active, r.Used = m.Limit, m.WindowMs, m.Active, m.Used
+	r.Remaining, r.WindowStart, r.ResetAt = m.Remaining, m.WindowStart, m.ResetAt
 	return r, nil
+}
+
+// peekLimit describes one limit's state at now without changing it.
+func peekLimit(alg window.Algorithm, l window.Limit, s window.State, now int64) PeekLimit {
+	capacity := l.Limit
+	if alg == window.TokenBucket && l.Burst > 0 {
+		capacity = l.Burst
+	}
+	p := PeekLimit{Limit: capacity, WindowMs: l.WindowMs, Remaining: capacity}
+	if alg == window.FixedWindow {
+		// Today's fields exactly: the stored window, active until it lapses.
+		if s != (window.State{}) {
+			p.WindowStart, p.Used = s.A, s.B
+			if now-s.A < l.WindowMs {
+				p.Active, p.ResetAt, p.Remaining = true, s.A+l.WindowMs, max(0, l.Limit-s.B)
+			}
+		}
+		return p
+	}
+	res := window.Peek(alg, l, s, now)
+	p.Limit = res.Limit
+	p.Remaining, p.ResetAt, p.WindowStart = res.Remaining, res.ResetAt, res.WindowStart
+	p.Used = max(0, res.Limit-res.Remaining)
+	p.Active = p.Used > 0
+	return p
 }
 
 // readBarrier implements read-index on the leader.
@@ -85,26 +130,4 @@ func (n *Node) readBarrier(ctx context.Context) error {
 		return errors.Join(ErrNotLeader, errors.New("term changed during the read"))
 	}
 	return n.waitApplied(ctx, commit)
-}
-
-func (n *Node) forwardPeek(ctx context.Context, client string) (PeekResult, error) {
-	base, err := n.leaderURL()
-	if err != nil {
-		return PeekResult{}, err
-	}
-	resp, err := n.peers.do(ctx, http.MethodGet, base+PeekPath+url.PathEscape(client), "", nil)
-	if err != nil {
-		return PeekResult{}, fmt.Errorf("forward read to leader: %w", err)
-	}
-	defer resp.Body.Close()
-	var r PeekResult
-	if resp.StatusCode != http.StatusOK {
-		b := make([]byte, 64<<10)
-		k, _ := resp.Body.Read(b)
-		return r, fmt.Errorf("forward read to leader: %w", decodeHTTPError(resp.StatusCode, b[:k]))
-	}
-	if err := decodeJSON(resp.Body, &r); err != nil {
-		return r, fmt.Errorf("forward read to leader: %w", err)
-	}
-	return r, nil
 }

@@ -9,17 +9,22 @@ import (
 	"github.com/rlnode/rlnode/window"
 )
 
-// The forwarding protocol: a follower posts a batch of hits to the leader's
-// ForwardPath and gets one status per hit back. It is binary because it
-// carries every hit a follower serves.
+// The forwarding protocol: a follower posts a batch of all-or-nothing
+// groups of hits to the leader's ForwardPath and gets one status per group
+// back. It is binary because it carries every hit a follower serves.
 //
-//	request:  version, uvarint n, n × (policy, client, uvarint cost)
-//	response: version, servedBy, uvarint n, n × (status, body)
-//	          status decided: outcome byte, varint now, windowStart, count,
-//	          remaining, resetAt, limit, windowMs
+//	request:  version, uvarint groups, groups × (uvarint n, n × (policy, client, uvarint cost))
+//	response: version, servedBy, uvarint groups, groups × (status, body)
+//	          status decided: allowed byte, varint now, per hit: flags byte
+//	          (1 = unknown policy), outcome byte, uvarint main, uvarint parts,
+//	          parts × (outcome byte, varint limit, windowMs, remaining,
+//	          resetAt, retryAfterMs, windowStart)
 //	          status notCounted / unknown: message string
+//
+// Version 2 came with replicated policies; a node answers only its own
+// version (a mixed-version cluster forwards nothing until upgraded).
 const (
-	wireVersion byte = 1
+	wireVersion byte = 2
 
 	statusDecided    byte = 0
 	statusNotCounted byte = 1
@@ -32,31 +37,44 @@ const ForwardPath = "/internal/v1/hits"
 // ErrBadForward is returned for a forwarding request that does not decode.
 var ErrBadForward = errors.New("malformed forwarding request")
 
-func encodeForwardRequest(dst []byte, reqs []hitReq) []byte {
+func encodeForwardRequest(dst []byte, reqs []group) []byte {
 	dst = append(dst, wireVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(reqs)))
-	for _, r := range reqs {
-		dst = appendStr(dst, r.Policy)
-		dst = appendStr(dst, r.Client)
-		dst = binary.AppendUvarint(dst, uint64(r.Cost))
+	for _, g := range reqs {
+		dst = binary.AppendUvarint(dst, uint64(len(g)))
+		for _, r := range g {
+			dst = appendStr(dst, r.Policy)
+			dst = appendStr(dst, r.Client)
+			dst = binary.AppendUvarint(dst, uint64(r.Cost))
+		}
 	}
 	return dst
 }
 
-func decodeForwardRequest(b []byte) ([]hitReq, error) {
+func decodeForwardRequest(b []byte) ([]group, error) {
 	r := wireReader{b: b}
 	if v := r.byte(); r.err == nil && v != wireVersion {
 		return nil, fmt.Errorf("%w: version %d", ErrBadForward, v)
 	}
 	n := r.uvarint()
 	if r.err == nil && (n == 0 || n > fsm.MaxHitsPerLog) {
-		return nil, fmt.Errorf("%w: %d hits", ErrBadForward, n)
+		return nil, fmt.Errorf("%w: %d groups", ErrBadForward, n)
 	}
-	reqs := make([]hitReq, 0, min(n, 4096))
+	reqs := make([]group, 0, min(n, 4096))
+	total := uint64(0)
 	for i := uint64(0); r.err == nil && i < n; i++ {
-		req := hitReq{Policy: r.str(fsm.MaxPolicyLen), Client: r.str(fsm.MaxClientLen)}
-		req.Cost = int64(r.uvarint())
-		reqs = append(reqs, req)
+		size := r.uvarint()
+		total += size
+		if r.err == nil && (size == 0 || size > MaxGroup || total > fsm.MaxHitsPerLog) {
+			return nil, fmt.Errorf("%w: group of %d hits", ErrBadForward, size)
+		}
+		g := make(group, 0, size)
+		for j := uint64(0); r.err == nil && j < size; j++ {
+			req := hitReq{Policy: r.str(fsm.MaxPolicyLen), Client: r.str(fsm.MaxClientLen)}
+			req.Cost = int64(r.uvarint())
+			g = append(g, req)
+		}
+		reqs = append(reqs, g)
 	}
 	if r.err == nil && r.off != len(b) {
 		r.err = errors.New("trailing bytes")
@@ -64,16 +82,14 @@ func decodeForwardRequest(b []byte) ([]hitReq, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadForward, r.err)
 	}
-	for _, req := range reqs {
-		if err := validateReq(req); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadForward, err)
+	for _, g := range reqs {
+		for _, req := range g {
+			if err := req.Validate(); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrBadForward, err)
+			}
 		}
 	}
 	return reqs, nil
-}
-
-func validateReq(r hitReq) error {
-	return fsm.Hit{Policy: r.Policy, Client: r.Client, Limit: 1, WindowMs: 1, Cost: r.Cost}.Validate()
 }
 
 func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
@@ -83,10 +99,18 @@ func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
 	for _, o := range outs {
 		switch {
 		case o.err == nil:
-			d := o.res.Decision
-			dst = append(dst, statusDecided, byte(d.Outcome))
-			for _, v := range []int64{o.res.Now, d.WindowStart, d.Count, d.Remaining, d.ResetAt, o.res.Limit, o.res.WindowMs} {
-				dst = binary.AppendVarint(dst, v)
+			dst = append(dst, statusDecided, boolByte(o.res.Allowed))
+			dst = binary.AppendVarint(dst, o.res.Now)
+			for _, h := range o.res.Hits {
+				dst = append(dst, boolByte(h.UnknownPolicy), byte(h.Outcome))
+				dst = binary.AppendUvarint(dst, uint64(h.Main))
+				dst = binary.AppendUvarint(dst, uint64(len(h.Parts)))
+				for _, p := range h.Parts {
+					dst = append(dst, byte(p.Outcome))
+					for _, v := range [...]int64{p.Limit, p.WindowMs, p.Remaining, p.ResetAt, p.RetryAfterMs, p.WindowStart} {
+						dst = binary.AppendVarint(dst, v)
+					}
+				}
 			}
 		case errors.Is(o.err, ErrNotCounted):
 			dst = append(dst, statusNotCounted)
@@ -99,12 +123,19 @@ func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
 	return dst
 }
 
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // remoteError is an error reported by the leader for a forwarded hit.
 type remoteError struct{ msg string }
 
 func (e remoteError) Error() string { return "leader: " + e.msg }
 
-func decodeForwardResponse(b []byte, reqs []hitReq) ([]outcome, error) {
+func decodeForwardResponse(b []byte, reqs []group) ([]outcome, error) {
 	r := wireReader{b: b}
 	if v := r.byte(); r.err == nil && v != wireVersion {
 		return nil, fmt.Errorf("forward response version %d", v)
@@ -112,22 +143,13 @@ func decodeForwardResponse(b []byte, reqs []hitReq) ([]outcome, error) {
 	servedBy := r.str(1024)
 	n := r.uvarint()
 	if r.err == nil && n != uint64(len(reqs)) {
-		return nil, fmt.Errorf("forward response has %d results for %d hits", n, len(reqs))
+		return nil, fmt.Errorf("forward response has %d results for %d groups", n, len(reqs))
 	}
 	outs := make([]outcome, len(reqs))
 	for i := 0; r.err == nil && i < len(reqs); i++ {
 		switch status := r.byte(); status {
 		case statusDecided:
-			oc := window.Outcome(r.byte())
-			var v [7]int64
-			for j := range v {
-				v[j] = r.varint()
-			}
-			outs[i].res = CheckResult{
-				Policy: reqs[i].Policy, Client: reqs[i].Client, ServedBy: servedBy, Now: v[0],
-				Decision: window.Decision{Outcome: oc, WindowStart: v[1], Count: v[2], Remaining: v[3], ResetAt: v[4]},
-				Limit:    v[5], WindowMs: v[6],
-			}
+			outs[i].res = r.checkResult(reqs[i], servedBy)
 		case statusNotCounted:
 			outs[i].err = errors.Join(ErrNotCounted, remoteError{r.str(1 << 16)})
 		case statusUnknown:
@@ -140,6 +162,28 @@ func decodeForwardResponse(b []byte, reqs []hitReq) ([]outcome, error) {
 		return nil, fmt.Errorf("decode forward response: %w", r.err)
 	}
 	return outs, nil
+}
+
+func (r *wireReader) checkResult(g group, servedBy string) CheckResult {
+	res := CheckResult{Allowed: r.byte() == 1, Now: r.varint(), ServedBy: servedBy, Hits: make([]HitResult, len(g))}
+	for j := 0; r.err == nil && j < len(g); j++ {
+		h := HitResult{Policy: g[j].Policy, Client: g[j].Client, Cost: g[j].Cost}
+		h.UnknownPolicy = r.byte() == 1
+		h.Outcome = window.Outcome(r.byte())
+		h.Main = int(r.uvarint())
+		parts := r.uvarint()
+		if r.err == nil && (parts > 8 || (parts > 0 && uint64(h.Main) >= parts)) {
+			r.err = fmt.Errorf("hit %d has %d parts, main %d", j, parts, h.Main)
+		}
+		for k := uint64(0); r.err == nil && k < parts; k++ {
+			p := window.Result{Outcome: window.Outcome(r.byte())}
+			p.Limit, p.WindowMs, p.Remaining = r.varint(), r.varint(), r.varint()
+			p.ResetAt, p.RetryAfterMs, p.WindowStart = r.varint(), r.varint(), r.varint()
+			h.Parts = append(h.Parts, p)
+		}
+		res.Hits[j] = h
+	}
+	return res
 }
 
 func appendStr(dst []byte, s string) []byte {

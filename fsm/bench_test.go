@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 )
 
 const (
@@ -37,7 +38,17 @@ const (
 func clientID(k int) string { return fmt.Sprintf("c%015d", k) }
 
 func benchHit(client string) fsm.Hit {
-	return fsm.Hit{Policy: benchPolicy, Client: client, Limit: benchLimit, WindowMs: benchWindow, Cost: 1}
+	return fsm.Hit{Policy: benchPolicy, Client: client, Cost: 1}
+}
+
+// benchPolicies has one policy per algorithm under which every benchmark hit
+// is allowed (the path that writes state) and a key touched once stays
+// relevant for about benchWindow (the token bucket refills one token per
+// window into a deep bucket).
+var benchPolicies = []policy.Policy{
+	{Name: benchPolicy, Algorithm: "fixed_window", Limits: []policy.Limit{{Limit: benchLimit, Window: policy.Duration(benchWindow * int64(time.Millisecond))}}},
+	{Name: benchPolicy, Algorithm: "sliding_window", Limits: []policy.Limit{{Limit: benchLimit, Window: policy.Duration(benchWindow * int64(time.Millisecond))}}},
+	{Name: benchPolicy, Algorithm: "token_bucket", Limits: []policy.Limit{{Limit: 1, Window: policy.Duration(benchWindow * int64(time.Millisecond)), Burst: benchLimit}}},
 }
 
 // hitsFor returns n hits for the keys first, first+1, ... (mod keys).
@@ -56,9 +67,12 @@ type applier struct {
 	log raft.Log
 }
 
-func newApplier(tb testing.TB) *applier {
+func newApplier(tb testing.TB, p policy.Policy) *applier {
 	a := &applier{log: raft.Log{Term: 1, Type: raft.LogCommand}}
 	a.f = fsm.New(fsm.Config{OnFatal: func(err error) { tb.Errorf("fsm halted: %v", err) }})
+	a.log.Index++
+	a.log.Data = fsm.EncodeSetPolicies(fsm.SetUpsert, []policy.Policy{p})
+	a.f.Apply(&a.log)
 	return a
 }
 
@@ -77,7 +91,7 @@ func (a *applier) fill(tb testing.TB, n int) {
 	stepMs := 50_000 / int64((n+511)/512)
 	for first := 0; first < n; first += 512 {
 		now := benchT0 + int64(first/512)*stepMs
-		buf = fsm.AppendHits(buf[:0], now, hitsFor(first, min(512, n-first), n))
+		buf = fsm.AppendHits(buf[:0], now, hitsFor(first, min(512, n-first), n), nil)
 		if res := a.apply(buf); res == nil {
 			tb.Fatalf("fill: apply at %d did not return a *HitsResult", first)
 		}
@@ -91,11 +105,11 @@ func (a *applier) fill(tb testing.TB, n int) {
 
 func BenchmarkAppendHits(b *testing.B) {
 	hits := hitsFor(0, 64, 64)
-	buf := fsm.AppendHits(nil, benchT0, hits)
+	buf := fsm.AppendHits(nil, benchT0, hits, nil)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = fsm.AppendHits(buf[:0], benchT0, hits)
+		buf = fsm.AppendHits(buf[:0], benchT0, hits, nil)
 	}
 }
 
@@ -103,11 +117,11 @@ func BenchmarkAppendHits(b *testing.B) {
 // string into a fresh []Hit (Apply uses an internal zero-copy variant; its
 // cost is inside BenchmarkApplyBatch).
 func BenchmarkDecodeHits(b *testing.B) {
-	buf := fsm.AppendHits(nil, benchT0, hitsFor(0, 64, 64))
+	buf := fsm.AppendHits(nil, benchT0, hitsFor(0, 64, 64), nil)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, hits, err := fsm.DecodeHits(buf); err != nil || len(hits) != 64 {
+		if _, hits, _, err := fsm.DecodeHits(buf); err != nil || len(hits) != 64 {
 			b.Fatalf("decode: %d hits, %v", len(hits), err)
 		}
 	}
@@ -125,7 +139,7 @@ func existingEntries(size, keys int) [][]byte {
 	n := (keys + size - 1) / size
 	entries := make([][]byte, n)
 	for j := range entries {
-		entries[j] = fsm.AppendHits(nil, benchT0, hitsFor(j*size, size, keys))
+		entries[j] = fsm.AppendHits(nil, benchT0, hitsFor(j*size, size, keys), nil)
 	}
 	return entries
 }
@@ -152,7 +166,7 @@ func newNewKeyEntry(tb testing.TB, size int, stepMs int64) *newKeyEntry {
 	for i := range hits {
 		hits[i] = benchHit(fmt.Sprintf("c%012d%03d", 0, i))
 	}
-	e := &newKeyEntry{data: fsm.AppendHits(nil, benchT0, hits), stepMs: stepMs}
+	e := &newKeyEntry{data: fsm.AppendHits(nil, benchT0, hits, nil), stepMs: stepMs}
 	e.nowSize = binary.PutVarint(make([]byte, binary.MaxVarintLen64), benchT0)
 	for i := range hits {
 		off := bytes.Index(e.data, []byte(hits[i].Client))
@@ -192,59 +206,71 @@ func reportPerHit(b *testing.B, size int) {
 // window, so Apply inserts it, queues it for expiry, and deletes as many
 // lapsed windows (steady state, about 100 batches of windows live).
 func BenchmarkApplyBatch(b *testing.B) {
-	for _, size := range []int{64, 512} {
-		b.Run(strconv.Itoa(size), func(b *testing.B) {
-			b.Run("existing-keys", func(b *testing.B) {
-				a := newApplier(b)
-				entries := existingEntries(size, existingKeysKeys)
-				for _, e := range entries { // prefill: every key stored
-					a.apply(e)
-				}
-				if got := a.f.Stats().StoredWindows; got != existingKeysKeys {
-					b.Fatalf("prefill stored %d windows, want %d", got, existingKeysKeys)
-				}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if a.apply(entries[i%len(entries)]) == nil {
-						b.Fatal("apply did not return a *HitsResult")
-					}
-					i++
-				}
-				reportPerHit(b, size)
-				if got := a.f.Stats().StoredWindows; got != existingKeysKeys {
-					b.Fatalf("%d stored windows after the run, want %d", got, existingKeysKeys)
-				}
-			})
-			b.Run("new-keys", func(b *testing.B) {
-				a := newApplier(b)
-				const stepMs = 600 // windows of 60s lapse after 100 batches
-				e := newNewKeyEntry(b, size, stepMs)
-				n := 0
-				for ; n < 200; n++ { // reach the steady state before timing
-					a.apply(e.batch(b, n))
-				}
-				b.ReportAllocs()
-				for b.Loop() {
-					if a.apply(e.batch(b, n)) == nil {
-						b.Fatal("apply did not return a *HitsResult")
-					}
-					n++
-				}
-				reportPerHit(b, size)
-				if got, max := a.f.Stats().StoredWindows, (int(benchWindow/stepMs)+2)*size; got > max {
-					b.Fatalf("%d stored windows, want at most %d: expiry did not keep up", got, max)
-				}
-			})
+	for _, p := range benchPolicies {
+		b.Run(p.Algorithm, func(b *testing.B) {
+			for _, size := range []int{64, 512} {
+				b.Run(strconv.Itoa(size), func(b *testing.B) { benchApply(b, p, size) })
+			}
 		})
 	}
+}
+
+func benchApply(b *testing.B, p policy.Policy, size int) {
+	b.Run("existing-keys", func(b *testing.B) {
+		a := newApplier(b, p)
+		entries := existingEntries(size, existingKeysKeys)
+		for _, e := range entries { // prefill: every key stored
+			a.apply(e)
+		}
+		if got := a.f.Stats().StoredWindows; got != existingKeysKeys {
+			b.Fatalf("prefill stored %d windows, want %d", got, existingKeysKeys)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if a.apply(entries[i%len(entries)]) == nil {
+				b.Fatal("apply did not return a *HitsResult")
+			}
+			i++
+		}
+		reportPerHit(b, size)
+		if got := a.f.Stats().StoredWindows; got != existingKeysKeys {
+			b.Fatalf("%d stored windows after the run, want %d", got, existingKeysKeys)
+		}
+	})
+	b.Run("new-keys", func(b *testing.B) {
+		a := newApplier(b, p)
+		const stepMs = 600 // keys of a 60s window lapse after 100 to 300 batches
+		e := newNewKeyEntry(b, size, stepMs)
+		n := 0
+		for ; n < 400; n++ { // reach the steady state before timing
+			a.apply(e.batch(b, n))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if a.apply(e.batch(b, n)) == nil {
+				b.Fatal("apply did not return a *HitsResult")
+			}
+			n++
+		}
+		reportPerHit(b, size)
+		if got, max := a.f.Stats().StoredWindows, (3*int(benchWindow/stepMs)+2)*size; got > max {
+			b.Fatalf("%d stored windows, want at most %d: expiry did not keep up", got, max)
+		}
+	})
 }
 
 // TestApplyAllocsExistingKeys pins the allocation profile of the hot path:
 // a batch over stored windows allocates the result (struct and decision
 // slice), not anything per hit.
 func TestApplyAllocsExistingKeys(t *testing.T) {
-	a := newApplier(t)
+	for _, p := range benchPolicies {
+		t.Run(p.Algorithm, func(t *testing.T) { testApplyAllocs(t, p) })
+	}
+}
+
+func testApplyAllocs(t *testing.T, p policy.Policy) {
+	a := newApplier(t, p)
 	entries := existingEntries(64, 1_000)
 	for _, e := range entries {
 		a.apply(e)
@@ -294,7 +320,7 @@ func reportSeconds(b *testing.B) {
 // FSM's read lock and so delays Apply; persist-s runs without the lock.
 func BenchmarkSnapshot1M(b *testing.B) {
 	skipIfShort(b)
-	a := newApplier(b)
+	a := newApplier(b, benchPolicies[0])
 	a.fill(b, million)
 	b.ReportAllocs()
 	var lock, persist time.Duration
@@ -328,7 +354,7 @@ func BenchmarkRestore1M(b *testing.B) {
 	var snapBytes []byte
 	var wantDigest uint64
 	{
-		a := newApplier(b)
+		a := newApplier(b, benchPolicies[0])
 		a.fill(b, million)
 		wantDigest, _ = a.f.Digest()
 		snap, err := a.f.Snapshot()
@@ -361,22 +387,37 @@ func BenchmarkRestore1M(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryPerWindow fills a fresh FSM with 1,000,000 live windows of
-// 16-byte client ids per op and reports the live heap it adds, per window
-// (map, slab, key strings and expiry queue, after a full GC).
-func BenchmarkMemoryPerWindow(b *testing.B) {
+// BenchmarkMemoryPerKey fills a fresh FSM with 1,000,000 live keys of
+// 16-byte client ids per op, for each algorithm, and reports the live heap
+// it adds per key (map, slab, key strings and expiry heap, after a full GC).
+func BenchmarkMemoryPerKey(b *testing.B) {
 	skipIfShort(b)
-	var perWindow float64
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		a := newApplier(b)
-		a.fill(b, million)
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perWindow = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / million
-		runtime.KeepAlive(a)
+	twoLimits := benchPolicies[0]
+	twoLimits.Algorithm = "fixed_window+day"
+	for _, p := range append(benchPolicies, twoLimits) {
+		if p.Algorithm == "fixed_window+day" {
+			// A second limit moves limits 2..8 into their own array.
+			p.Algorithm = "fixed_window"
+			p.Limits = append(p.Limits, policy.Limit{Limit: benchLimit, Window: policy.Duration(24 * time.Hour)})
+		}
+		name := p.Algorithm
+		if len(p.Limits) > 1 {
+			name += "_two_limits"
+		}
+		b.Run(name, func(b *testing.B) {
+			var perKey float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				a := newApplier(b, p)
+				a.fill(b, million)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / million
+				runtime.KeepAlive(a)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
 	}
-	b.ReportMetric(perWindow, "B/window")
 }

@@ -13,16 +13,26 @@ import (
 // it (for optional entries added later); any other unknown type halts the
 // node, because skipping it would let replicas diverge.
 const (
-	EntryHits       byte = 1
-	EntrySetNode    byte = 2
-	EntryRemoveNode byte = 3
+	EntryHits         byte = 1
+	EntrySetNode      byte = 2
+	EntryRemoveNode   byte = 3
+	EntrySetPolicies  byte = 4
+	EntryDeletePolicy byte = 5
+	EntryResetKey     byte = 6
 
 	IgnoreUnknown byte = 0x80
 )
 
 // codecVersion is the second byte of every entry. Decoders accept only the
-// versions they know, so a newer leader's format is never misread.
-const codecVersion byte = 1
+// versions they know, so a newer leader's format is never misread. Hits
+// entries have two: version 1 (each hit carries its limit and window, as
+// the release before policies wrote them) and version 2 (hits name a policy
+// of the replicated table and come in all-or-nothing groups).
+const (
+	codecVersion byte = 1
+	hitsV1       byte = 1
+	hitsV2       byte = 2
+)
 
 // Limits that the decoder enforces. They are wider than what the HTTP layer
 // accepts, so a valid request always encodes, and tight enough that a corrupt
@@ -40,9 +50,11 @@ const (
 // ErrCorrupt wraps every decoding failure.
 var ErrCorrupt = errors.New("corrupt log entry")
 
-// Hit is one request to count against a (policy, client) window. Limit and
-// WindowMs travel with the hit so Apply never reads configuration.
-type Hit struct {
+// HitV1 is a hit of a version-1 entry, written by the release before
+// policies were replicated: Limit and WindowMs travel with the hit and it is
+// decided as a fixed window. Nodes still apply such entries from old logs;
+// they write version 2 only.
+type HitV1 struct {
 	Policy   string
 	Client   string
 	Limit    int64
@@ -52,7 +64,7 @@ type Hit struct {
 
 // Validate checks what Apply relies on. The HTTP layer validates user input
 // first with friendlier messages; this is the last line before the log.
-func (h Hit) Validate() error {
+func (h HitV1) Validate() error {
 	if err := ValidateClient(h.Client); err != nil {
 		return err
 	}
@@ -110,9 +122,10 @@ func validID[T string | []byte](what string, b T, max int) error {
 	return nil
 }
 
-// AppendHits encodes a batch of hits stamped with the leader's now (Unix ms).
-func AppendHits(dst []byte, now int64, hits []Hit) []byte {
-	dst = append(dst, EntryHits, codecVersion)
+// AppendHitsV1 encodes a version-1 batch of hits stamped with the leader's
+// now (Unix ms), for tests and the old-data fixture.
+func AppendHitsV1(dst []byte, now int64, hits []HitV1) []byte {
+	dst = append(dst, EntryHits, hitsV1)
 	dst = binary.AppendVarint(dst, now)
 	dst = binary.AppendUvarint(dst, uint64(len(hits)))
 	for i := range hits {
@@ -132,10 +145,13 @@ func appendString(dst []byte, s string) []byte {
 }
 
 // hitView is a decoded hit whose strings still point into the entry, so
-// decoding a batch allocates nothing.
+// decoding a batch allocates nothing. limit and windowMs are set for
+// version-1 hits only; group is the size of the all-or-nothing group the hit
+// starts (0 for the group's later hits).
 type hitView struct {
 	policy, client        []byte
 	limit, windowMs, cost int64
+	group                 int
 }
 
 // decoder reads one entry; it never panics, whatever the bytes.
@@ -225,22 +241,26 @@ func (d *decoder) end() error {
 
 // header checks the type and version bytes.
 func header(buf []byte, want byte) (decoder, error) {
+	return headerV(buf, want, codecVersion)
+}
+
+func headerV(buf []byte, want, version byte) (decoder, error) {
 	if len(buf) < minEntryHeader {
 		return decoder{}, fmt.Errorf("%w: %d bytes is shorter than a header", ErrCorrupt, len(buf))
 	}
 	if buf[0] != want {
 		return decoder{}, fmt.Errorf("%w: type %d, want %d", ErrCorrupt, buf[0], want)
 	}
-	if buf[1] != codecVersion {
+	if buf[1] != version {
 		return decoder{}, fmt.Errorf("%w: version %d of entry type %d is unknown to this node", ErrCorrupt, buf[1], buf[0])
 	}
 	return decoder{buf: buf, off: minEntryHeader}, nil
 }
 
-// decodeHits decodes a hits entry into views appended to dst (reused by the
-// caller between entries).
-func decodeHits(buf []byte, dst []hitView) (now int64, hits []hitView, err error) {
-	d, err := header(buf, EntryHits)
+// decodeHitsV1 decodes a version-1 hits entry into views appended to dst
+// (reused by the caller between entries); every hit is a group of one.
+func decodeHitsV1(buf []byte, dst []hitView) (now int64, hits []hitView, err error) {
+	d, err := headerV(buf, EntryHits, hitsV1)
 	if err != nil {
 		return 0, dst, err
 	}
@@ -259,6 +279,7 @@ func decodeHits(buf []byte, dst []hitView) (now int64, hits []hitView, err error
 		h.limit = d.number("limit", MaxLimit)
 		h.windowMs = d.number("windowMs", MaxWindowMs)
 		h.cost = d.number("cost", MaxLimit+1)
+		h.group = 1
 		dst = append(dst, h)
 	}
 	if err := d.end(); err != nil {
@@ -267,16 +288,16 @@ func decodeHits(buf []byte, dst []hitView) (now int64, hits []hitView, err error
 	return now, dst, nil
 }
 
-// DecodeHits decodes a hits entry into Hits; for tests and tools, since it
-// copies every string.
-func DecodeHits(buf []byte) (now int64, hits []Hit, err error) {
-	now, views, err := decodeHits(buf, nil)
+// DecodeHitsV1 decodes a version-1 hits entry; for tests and tools, since
+// it copies every string.
+func DecodeHitsV1(buf []byte) (now int64, hits []HitV1, err error) {
+	now, views, err := decodeHitsV1(buf, nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	hits = make([]Hit, len(views))
+	hits = make([]HitV1, len(views))
 	for i, v := range views {
-		hits[i] = Hit{Policy: string(v.policy), Client: string(v.client), Limit: v.limit, WindowMs: v.windowMs, Cost: v.cost}
+		hits[i] = HitV1{Policy: string(v.policy), Client: string(v.client), Limit: v.limit, WindowMs: v.windowMs, Cost: v.cost}
 	}
 	return now, hits, nil
 }

@@ -3,99 +3,114 @@ package fsm
 import (
 	"cmp"
 	"slices"
-	"sort"
 	"strings"
 )
 
-// expiryQueue is a FIFO of windows that share one window length. Windows are
-// opened at non-decreasing applied times, so within one length they also
-// lapse in order: expiry only ever looks at the front, never scans the map.
-type expiryQueue struct {
-	windowMs int64
-	items    []expiryItem
-	head     int
-}
+// expiryHeap is a min-heap of (time, slot): every stored key has exactly one
+// item, pushed when the key is created. A key's expiry may move later
+// without touching the heap; when its item comes due the key is either dead
+// (freed) or pushed again at its current expiry. So expiry never scans, and
+// the heap holds one item per key whatever the traffic. Written out rather
+// than with container/heap, whose interface boxes every pushed item.
+type expiryHeap []expiryItem
 
-// expiryItem names a slot and the window start it was queued for; if the
-// slot has since moved to a newer window (or another key), the item is stale
-// and is dropped when it reaches the front.
 type expiryItem struct {
-	idx   uint32
-	start int64
+	at  int64
+	idx uint32
 }
 
-func (q *expiryQueue) push(idx uint32, start int64) {
-	q.items = append(q.items, expiryItem{idx: idx, start: start})
-}
-
-func (q *expiryQueue) len() int { return len(q.items) - q.head }
-
-func (q *expiryQueue) pop() {
-	q.items[q.head] = expiryItem{}
-	q.head++
-	// Reclaim the consumed prefix once it dominates, keeping pops O(1)
-	// amortized and memory proportional to live items.
-	if q.head > 1024 && q.head*2 > len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		q.items = q.items[:n]
-		q.head = 0
+func (h *expiryHeap) push(at int64, idx uint32) {
+	*h = append(*h, expiryItem{at: at, idx: idx})
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p].at <= s[i].at {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
 	}
 }
 
-func (f *FSM) queueFor(windowMs int64) *expiryQueue {
-	i := sort.Search(len(f.expiry), func(i int) bool { return f.expiry[i].windowMs >= windowMs })
-	if i < len(f.expiry) && f.expiry[i].windowMs == windowMs {
-		return f.expiry[i]
+func (h *expiryHeap) pop() expiryItem {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < len(s) && s[l].at < s[m].at {
+			m = l
+		}
+		if r := l + 1; r < len(s) && s[r].at < s[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
 	}
-	q := &expiryQueue{windowMs: windowMs}
-	f.expiry = append(f.expiry, nil)
-	copy(f.expiry[i+1:], f.expiry[i:])
-	f.expiry[i] = q
-	return q
+	*h = s
+	return top
 }
 
-// expire deletes up to budget windows that have lapsed by now. It is a
-// function of the applied state only, so replicas stay identical.
+// expire frees up to budget keys that no longer affect any decision at now
+// (lapsed, reset, or of a deleted policy). Which dead keys are freed first
+// does not matter: a dead key decides as absent and is left out of digests
+// and snapshots, so replicas agree whatever their expiry progress.
 func (f *FSM) expire(now int64, budget int) {
-	for _, q := range f.expiry {
-		for budget > 0 && q.len() > 0 {
-			it := q.items[q.head]
-			if it.start+q.windowMs > now {
-				break
-			}
-			q.pop()
-			budget--
-			s := &f.slab[it.idx]
-			if s.key != "" && s.start == it.start && s.windowMs == q.windowMs {
-				f.remove(it.idx)
-			}
+	for ; budget > 0 && len(f.heap) > 0 && f.heap[0].at <= now; budget-- {
+		it := f.heap.pop()
+		s := &f.slab[it.idx]
+		if f.alive(s, now) {
+			f.heap.push(s.exp, it.idx)
+			continue
+		}
+		f.remove(it.idx)
+	}
+}
+
+// sweep visits up to budget slots after a policy was deleted and frees the
+// keys of dead epochs from the key map, leaving a tombstone (an empty key)
+// that expire frees when its heap item comes due. So a deleted policy's keys
+// go within a few entries even when their windows are long, at bounded work
+// per entry. Which keys go first does not matter: they are dead already.
+func (f *FSM) sweep(budget int) {
+	if len(f.slab) == 0 {
+		f.sweepLeft = 0
+	}
+	for ; f.sweepLeft > 0 && budget > 0; f.sweepLeft, budget = f.sweepLeft-1, budget-1 {
+		if f.sweepPos >= len(f.slab) {
+			f.sweepPos = 0
+		}
+		s := &f.slab[f.sweepPos]
+		f.sweepPos++
+		if s.key != "" && s.epoch != f.epochOf(policyOf(s.key)) {
+			delete(f.index, s.key)
+			s.key, s.more = "", nil
 		}
 	}
 }
 
-// rebuildExpiry recreates the queues after a restore, oldest window first
-// (ties by key). It sorts compact (start, slot) pairs read in slab order, so
-// most comparisons touch no slot; only equal starts look at the keys.
+// rebuildExpiry recreates the heap after a restore, in a deterministic
+// order (by expiry, ties by key).
 func (f *FSM) rebuildExpiry() {
-	f.expiry = nil
-	type item struct {
-		start int64
-		idx   uint32
-	}
-	order := make([]item, 0, len(f.index))
+	order := make([]uint32, 0, len(f.index))
 	for i := range f.slab {
 		if f.slab[i].key != "" {
-			order = append(order, item{f.slab[i].start, uint32(i)})
+			order = append(order, uint32(i))
 		}
 	}
-	slices.SortFunc(order, func(a, b item) int {
-		if c := cmp.Compare(a.start, b.start); c != 0 {
+	slices.SortFunc(order, func(a, b uint32) int {
+		if c := cmp.Compare(f.slab[a].exp, f.slab[b].exp); c != 0 {
 			return c
 		}
-		return strings.Compare(f.slab[a.idx].key, f.slab[b.idx].key)
+		return strings.Compare(f.slab[a].key, f.slab[b].key)
 	})
-	for _, it := range order {
-		s := &f.slab[it.idx]
-		f.queueFor(s.windowMs).push(it.idx, s.start)
+	f.heap = make(expiryHeap, 0, len(order))
+	for _, idx := range order {
+		f.heap = append(f.heap, expiryItem{at: f.slab[idx].exp, idx: idx}) // sorted is a valid heap
 	}
 }

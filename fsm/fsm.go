@@ -1,21 +1,20 @@
-// Package fsm is rlnode's raft.FSM: the windows of every (policy, client)
-// key, changed only by applying log entries with window.Decide.
+// Package fsm is rlnode's raft.FSM: the replicated policy table and the
+// state of every (policy, client) key, changed only by applying log entries
+// with the window package's pure algorithms.
 //
-// Everything Apply needs travels in the entry (the leader's now, each hit's
-// limit and window), so every replica reaches the same state.
+// Everything Apply needs is in the entry or the replicated state (the
+// leader's now, the policy table), so every replica reaches the same state.
 package fsm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
-	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -30,25 +29,51 @@ type Config struct {
 	// replicas from diverging, so the FSM halts; the owner should stop the
 	// node. Nil means only halting.
 	OnFatal func(error)
-	// ExpireBudget bounds how many lapsed windows one Apply deletes, so a
+	// ExpireBudget bounds how many lapsed keys one Apply deletes, so a
 	// burst of expiries cannot stall an entry. Zero means 256.
 	ExpireBudget int
 }
 
-// HitsResult is what Apply returns for a hits entry, one decision per hit in
-// entry order.
-type HitsResult struct {
-	Now       int64
-	Decisions []window.Decision
+// limState is one limit's state of a key, with the window length it was
+// written for: after a policy change a limit keeps the state of the old
+// limit with the same window (a policy's limits have distinct windows).
+type limState struct {
+	s        window.State
+	windowMs int64
 }
 
-// slot is one stored window. Slots live in a slab indexed from the key map so
+// slot is one key's state. Slots live in a slab indexed from the key map so
 // the hot path updates them in place without allocating.
 type slot struct {
-	key      string
-	start    int64
-	count    int64
-	windowMs int64
+	key string
+	// exp is when the state stops mattering (the latest of its limits'
+	// window.ExpiresAt); from then on the key decides as never seen.
+	exp int64
+	// epoch is the incarnation of the policy the state was written under:
+	// deleting a policy kills its keys without visiting them.
+	epoch uint32
+	alg   window.Algorithm
+	n     uint8 // limits held: first, then (*more)[:n-1]
+	first limState
+	// more holds limits 2..n, allocated to size for multi-limit policies
+	// only (a pointer keeps the slot of a one-limit key small).
+	more *[]limState
+}
+
+func (s *slot) state(i int) *limState {
+	if i == 0 {
+		return &s.first
+	}
+	return &(*s.more)[i-1]
+}
+
+// tablePolicy is a policy of the replicated table, converted once for the
+// hot path. It is replaced, never changed, so readers may keep it.
+type tablePolicy struct {
+	p      policy.Policy
+	alg    window.Algorithm
+	limits []window.Limit
+	epoch  uint32
 }
 
 // FSM implements raft.FSM.
@@ -59,10 +84,21 @@ type FSM struct {
 	index map[string]uint32
 	slab  []slot
 	free  []uint32
-	// expiry holds one FIFO per window length, sorted by window length so
-	// expiry visits them in a deterministic order.
-	expiry []*expiryQueue
-	nodes  map[string]Node
+	heap  expiryHeap
+	nodes map[string]Node
+
+	// The policy table. nextEpoch is the epoch the next created policy
+	// gets; every delete moves it on, so no later policy of any name can
+	// revive a deleted one's keys. seeded is set by the first policy entry.
+	policies  map[string]*tablePolicy
+	nextEpoch uint32
+	seeded    bool
+	// tableVersion moves on whenever the table may have changed; readers
+	// that derive something from the table (the gRPC service's descriptor
+	// tree) rebuild when it moves. Local to this node, not state.
+	tableVersion atomic.Uint64
+	// sweepLeft slots remain to visit from sweepPos after a delete.
+	sweepLeft, sweepPos int
 
 	// Time: lastNow is the clamped time of the last applied hits entry;
 	// term and offset implement the per-term catch-up of DESIGN.md.
@@ -76,6 +112,9 @@ type FSM struct {
 	// Scratch reused across Apply calls (raft applies serially).
 	views []hitView
 	key   []byte
+	undo  []undoRec
+	next  [policy.MaxLimits]window.State
+	last  *tablePolicy // lookupPolicy's cache, valid within one hits entry
 }
 
 // New returns an empty FSM.
@@ -90,10 +129,11 @@ func New(cfg Config) *FSM {
 
 func (f *FSM) reset() {
 	f.index = make(map[string]uint32)
-	f.slab = nil
-	f.free = nil
-	f.expiry = nil
+	f.slab, f.free, f.heap = nil, nil, nil
 	f.nodes = make(map[string]Node)
+	f.policies = make(map[string]*tablePolicy)
+	f.tableVersion.Add(1)
+	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
 }
 
@@ -111,29 +151,37 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if len(l.Data) == 0 {
 		return f.halt(fmt.Errorf("%w: empty entry at index %d", ErrCorrupt, l.Index))
 	}
+	var res any
+	var err error
 	switch l.Data[0] {
 	case EntryHits:
 		return f.applyHits(l)
 	case EntrySetNode:
-		n, err := decodeSetNode(l.Data)
-		if err != nil {
-			return f.halt(fmt.Errorf("index %d: %w", l.Index, err))
+		var n Node
+		if n, err = decodeSetNode(l.Data); err == nil {
+			f.nodes[n.ID] = n
 		}
-		f.nodes[n.ID] = n
-		return nil
 	case EntryRemoveNode:
-		id, err := decodeRemoveNode(l.Data)
-		if err != nil {
-			return f.halt(fmt.Errorf("index %d: %w", l.Index, err))
+		var id string
+		if id, err = decodeRemoveNode(l.Data); err == nil {
+			delete(f.nodes, id)
 		}
-		delete(f.nodes, id)
-		return nil
+	case EntrySetPolicies:
+		res, err = f.applySetPolicies(l.Data)
+	case EntryDeletePolicy:
+		res, err = f.applyDeletePolicy(l.Data)
+	case EntryResetKey:
+		res, err = f.applyResetKey(l.Data)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil
 		}
 		return f.halt(fmt.Errorf("%w: unknown entry type %d at index %d (is this node older than the leader?)", ErrCorrupt, l.Data[0], l.Index))
 	}
+	if err != nil {
+		return f.halt(fmt.Errorf("index %d: %w", l.Index, err))
+	}
+	return res
 }
 
 func (f *FSM) halt(err error) error {
@@ -157,53 +205,30 @@ func (f *FSM) clock(term uint64, stamped int64) int64 {
 	return now
 }
 
-func (f *FSM) applyHits(l *raft.Log) any {
-	stamped, views, err := decodeHits(l.Data, f.views[:0])
-	f.views = views[:0]
-	if err != nil {
-		return f.halt(fmt.Errorf("index %d: %w", l.Index, err))
-	}
-	now := f.clock(l.Term, stamped)
-	f.expire(now, f.cfg.ExpireBudget+len(views))
-	res := &HitsResult{Now: now, Decisions: make([]window.Decision, len(views))}
-	for i := range views {
-		h := &views[i]
-		f.key = appendKey(f.key[:0], h.policy, h.client)
-		idx, ok := f.index[string(f.key)]
-		var prevStart, prevCount int64
-		if ok {
-			// A window that has lapsed but is not yet expired must decide
-			// as if it were gone: a replica restored from a snapshot no
-			// longer has it (snapshots keep live windows only), and the
-			// two must agree even if this hit carries a longer window.
-			if s := &f.slab[idx]; s.start+s.windowMs > now {
-				prevStart, prevCount = s.start, s.count
-			}
-		}
-		d := window.Decide(prevStart, prevCount, now, h.windowMs, h.limit, h.cost)
-		res.Decisions[i] = d
-		if d.Outcome != window.Allowed {
-			continue
-		}
-		if !ok {
-			idx = f.insert(string(f.key))
-		}
-		s := &f.slab[idx]
-		opened := !ok || s.start != d.WindowStart || s.windowMs != h.windowMs
-		s.start, s.count, s.windowMs = d.WindowStart, d.Count, h.windowMs
-		if opened {
-			f.queueFor(h.windowMs).push(idx, d.WindowStart)
-		}
-	}
-	return res
-}
-
 // appendKey builds the map key: a length byte for the policy keeps
 // (policy, client) pairs unambiguous.
 func appendKey(dst, policy, client []byte) []byte {
 	dst = append(dst, byte(len(policy)))
 	dst = append(dst, policy...)
 	return append(dst, client...)
+}
+
+func policyOf(key string) string { return key[1 : 1+int(key[0])] }
+
+// epochOf is the epoch a key of the named policy is written under now: the
+// policy's own, or for a policy not in the table (only version-1 entries
+// write those) the epoch it would get if created next.
+func (f *FSM) epochOf(name string) uint32 {
+	if p := f.policies[name]; p != nil {
+		return p.epoch
+	}
+	return f.nextEpoch
+}
+
+// alive reports whether a stored key still affects decisions at now. Once
+// false it stays false: time only moves on and epochs never come back.
+func (f *FSM) alive(s *slot, now int64) bool {
+	return s.key != "" && s.exp > now && s.epoch == f.epochOf(policyOf(s.key))
 }
 
 func (f *FSM) insert(key string) uint32 {
@@ -224,27 +249,6 @@ func (f *FSM) remove(idx uint32) {
 	delete(f.index, f.slab[idx].key)
 	f.slab[idx] = slot{}
 	f.free = append(f.free, idx)
-}
-
-// Window is one stored window as a peek reports it.
-type Window struct {
-	Start    int64
-	Count    int64
-	WindowMs int64
-}
-
-// Lookup returns the stored window of (policy, client), which may have
-// lapsed but not yet been expired, and the applied time and index it was read
-// at. ok is false when no window is stored.
-func (f *FSM) Lookup(policy, client string) (w Window, ok bool, appliedNow int64, appliedIndex uint64) {
-	key := appendKey(make([]byte, 0, 1+len(policy)+len(client)), []byte(policy), []byte(client))
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if idx, found := f.index[string(key)]; found {
-		s := f.slab[idx]
-		w, ok = Window{Start: s.start, Count: s.count, WindowMs: s.windowMs}, true
-	}
-	return w, ok, f.lastNow, f.appliedIndex
 }
 
 // Nodes returns the replicated node metadata.
@@ -269,6 +273,8 @@ func (f *FSM) Node(id string) (Node, bool) {
 // Stats is a cheap summary for status pages and metrics.
 type Stats struct {
 	StoredWindows int
+	Policies      int
+	Seeded        bool
 	AppliedIndex  uint64
 	AppliedNow    int64
 	Halted        error
@@ -278,52 +284,6 @@ type Stats struct {
 func (f *FSM) Stats() Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return Stats{StoredWindows: len(f.index), AppliedIndex: f.appliedIndex, AppliedNow: f.lastNow, Halted: f.halted}
-}
-
-// Digest summarizes the replicated state at the applied index it returns.
-// Two replicas at the same index must report the same digest. Windows that
-// have lapsed by the applied time are left out, so how far lazy expiry has
-// got does not matter.
-func (f *FSM) Digest() (digest uint64, appliedIndex uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	var sum uint64
-	var buf []byte
-	for i := range f.slab {
-		s := &f.slab[i]
-		if s.key == "" || s.start+s.windowMs <= f.lastNow {
-			continue
-		}
-		buf = binary.AppendUvarint(buf[:0], uint64(len(s.key)))
-		buf = append(buf, s.key...)
-		buf = binary.AppendVarint(buf, s.start)
-		buf = binary.AppendVarint(buf, s.count)
-		buf = binary.AppendVarint(buf, s.windowMs)
-		sum += hash64(buf) // order-independent: slab order differs between replicas
-	}
-	ids := make([]string, 0, len(f.nodes))
-	for id := range f.nodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	h := fnv.New64a()
-	binary.Write(h, binary.BigEndian, sum)
-	binary.Write(h, binary.BigEndian, f.lastNow)
-	for _, id := range ids {
-		n := f.nodes[id]
-		io.WriteString(h, n.ID+"\x00"+n.RaftAddr+"\x00"+n.HTTPAddr+"\x00")
-	}
-	return h.Sum64(), f.appliedIndex
-}
-
-// hash64 is FNV-1a, written out so the per-window loop of Digest does not
-// allocate a hasher per window.
-func hash64(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return h
+	return Stats{StoredWindows: len(f.index), Policies: len(f.policies), Seeded: f.seeded,
+		AppliedIndex: f.appliedIndex, AppliedNow: f.lastNow, Halted: f.halted}
 }

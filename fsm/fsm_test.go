@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -43,17 +45,17 @@ func (tf *testFSM) apply(term uint64, data []byte) any {
 	return tf.f.Apply(&raft.Log{Index: tf.index, Term: term, Type: raft.LogCommand, Data: data})
 }
 
-func (tf *testFSM) hits(term uint64, now int64, hits ...Hit) *HitsResult {
+func (tf *testFSM) hits(term uint64, now int64, hits ...HitV1) *HitsResult {
 	tf.t.Helper()
-	res, ok := tf.apply(term, AppendHits(nil, now, hits)).(*HitsResult)
+	res, ok := tf.apply(term, AppendHitsV1(nil, now, hits)).(*HitsResult)
 	if !ok {
 		tf.t.Fatalf("apply of hits at %d did not return *HitsResult", now)
 	}
 	return res
 }
 
-func hit(client string) Hit {
-	return Hit{Policy: "default", Client: client, Limit: 3, WindowMs: 1_000, Cost: 1}
+func hit(client string) HitV1 {
+	return HitV1{Policy: "default", Client: client, Limit: 3, WindowMs: 1_000, Cost: 1}
 }
 
 func TestApplyDecidesEachHitInOrder(t *testing.T) {
@@ -64,23 +66,23 @@ func TestApplyDecidesEachHitInOrder(t *testing.T) {
 		remaining int64
 	}{{window.Allowed, 2}, {window.Allowed, 1}, {window.Allowed, 2}, {window.Allowed, 0}, {window.Refused, 0}}
 	for i, w := range want {
-		d := res.Decisions[i]
+		d := res.dec(i)
 		if d.Outcome != w.outcome || d.Remaining != w.remaining || d.ResetAt != t0+1_000 {
 			t.Fatalf("hit %d: %+v, want %v remaining %d resetAt %d", i, d, w.outcome, w.remaining, t0+1_000)
 		}
 	}
-	w, ok, _, _ := tf.f.Lookup("default", "a")
+	w, ok := tf.f.window("default", "a")
 	if !ok || w.Start != t0 || w.Count != 3 {
 		t.Fatalf("stored window of a = %+v %v, want start %d count 3 (refused hit not counted)", w, ok, t0)
 	}
 	// Different policies are independent budgets.
 	other := hit("a")
 	other.Policy = "login"
-	if d := tf.hits(1, t0+1, other).Decisions[0]; d.Outcome != window.Allowed || d.Remaining != 2 {
+	if d := tf.hits(1, t0+1, other).dec(0); d.Outcome != window.Allowed || d.Remaining != 2 {
 		t.Fatalf("other policy shares the budget: %+v", d)
 	}
 	// The window reopens exactly windowMs later.
-	if d := tf.hits(1, t0+1_000, hit("a")).Decisions[0]; d.Outcome != window.Allowed || d.WindowStart != t0+1_000 || d.Remaining != 2 {
+	if d := tf.hits(1, t0+1_000, hit("a")).dec(0); d.Outcome != window.Allowed || d.WindowStart != t0+1_000 || d.Remaining != 2 {
 		t.Fatalf("hit at the boundary: %+v, want a fresh window", d)
 	}
 }
@@ -90,17 +92,17 @@ func TestClockNeverRunsBackwards(t *testing.T) {
 	tf.hits(1, t0, hit("a"), hit("a"), hit("a"))
 	// Same term, a stamp from the past: clamped to the last applied time, so
 	// the spent window is not reopened.
-	if d := tf.hits(1, t0-5_000, hit("a")).Decisions[0]; d.Outcome != window.Refused {
+	if d := tf.hits(1, t0-5_000, hit("a")).dec(0); d.Outcome != window.Refused {
 		t.Fatalf("a stamp behind the applied time reopened the window: %+v", d)
 	}
 	// New term whose leader is 10 s behind: time continues from the last
 	// applied time and keeps moving with the new leader's clock.
-	if res := tf.hits(2, t0-10_000, hit("a")); res.Now != t0 || res.Decisions[0].Outcome != window.Refused {
-		t.Fatalf("first entry of a lagging term: now %d decision %+v, want now %d refused", res.Now, res.Decisions[0], t0)
+	if res := tf.hits(2, t0-10_000, hit("a")); res.Now != t0 || res.dec(0).Outcome != window.Refused {
+		t.Fatalf("first entry of a lagging term: now %d decision %+v, want now %d refused", res.Now, res.dec(0), t0)
 	}
 	res := tf.hits(2, t0-10_000+1_000, hit("a"))
-	if res.Now != t0+1_000 || res.Decisions[0].Outcome != window.Allowed || res.Decisions[0].WindowStart != t0+1_000 {
-		t.Fatalf("lagging leader 1 s later: now %d, %+v; want the window to roll at %d", res.Now, res.Decisions[0], t0+1_000)
+	if res.Now != t0+1_000 || res.dec(0).Outcome != window.Allowed || res.dec(0).WindowStart != t0+1_000 {
+		t.Fatalf("lagging leader 1 s later: now %d, %+v; want the window to roll at %d", res.Now, res.dec(0), t0+1_000)
 	}
 	// A leader ahead of applied time needs no offset.
 	if res := tf.hits(3, t0+50_000, hit("b")); res.Now != t0+50_000 {
@@ -125,10 +127,10 @@ func TestExpiryDeletesLapsedWindowsOnly(t *testing.T) {
 	if n := tf.f.Stats().StoredWindows; n != 499+1 {
 		t.Fatalf("stored %d windows after expiry, want 500 (499 live + z)", n)
 	}
-	if _, ok, _, _ := tf.f.Lookup("default", "c500"); ok {
+	if _, ok := tf.f.window("default", "c500"); ok {
 		t.Fatal("c500 lapsed exactly at t0+1500 but is still stored")
 	}
-	if w, ok, _, _ := tf.f.Lookup("default", "c501"); !ok || w.Count != 1 {
+	if w, ok := tf.f.window("default", "c501"); !ok || w.Count != 1 {
 		t.Fatal("c501 is live until t0+1501 but was expired")
 	}
 }
@@ -138,7 +140,7 @@ func TestExpiryIgnoresStaleQueueItems(t *testing.T) {
 	tf.hits(1, t0, hit("a"))
 	tf.hits(1, t0+1_000, hit("a")) // reopens: the first queue item is stale
 	tf.hits(1, t0+1_500, hit("b")) // pops the stale item at t0+1000 expiry
-	if w, ok, _, _ := tf.f.Lookup("default", "a"); !ok || w.Start != t0+1_000 {
+	if w, ok := tf.f.window("default", "a"); !ok || w.Start != t0+1_000 {
 		t.Fatalf("a's live window was expired by a stale queue item: %+v %v", w, ok)
 	}
 }
@@ -147,7 +149,7 @@ func TestSnapshotRestoreKeepsDigest(t *testing.T) {
 	tf := newTestFSM(t)
 	tf.apply(1, EncodeSetNode(Node{ID: "n1", RaftAddr: "127.0.0.1:8301", HTTPAddr: "127.0.0.1:8081"}))
 	for i := 0; i < 2_000; i++ {
-		tf.hits(1, t0+int64(i), hit(fmt.Sprintf("k%d", i%300)), Hit{Policy: "p2", Client: "x", Limit: 100, WindowMs: 60_000, Cost: 2})
+		tf.hits(1, t0+int64(i), hit(fmt.Sprintf("k%d", i%300)), HitV1{Policy: "p2", Client: "x", Limit: 100, WindowMs: 60_000, Cost: 2})
 	}
 	d1, idx1 := tf.f.Digest()
 	snap, err := tf.f.Snapshot()
@@ -175,8 +177,8 @@ func TestSnapshotRestoreKeepsDigest(t *testing.T) {
 	for i := 0; i < 500; i++ {
 		a := tf.hits(1, t0+1_990+int64(i), hit(fmt.Sprintf("k%d", i%400)))
 		b := other.hits(1, t0+1_990+int64(i), hit(fmt.Sprintf("k%d", i%400)))
-		if a.Decisions[0] != b.Decisions[0] || a.Now != b.Now {
-			t.Fatalf("replicas diverged after restore at hit %d: %+v vs %+v", i, a.Decisions[0], b.Decisions[0])
+		if a.dec(0) != b.dec(0) || a.Now != b.Now {
+			t.Fatalf("replicas diverged after restore at hit %d: %+v vs %+v", i, a.dec(0), b.dec(0))
 		}
 	}
 	if a, _ := tf.f.Digest(); a != func() uint64 { d, _ := other.f.Digest(); return d }() {
@@ -236,7 +238,7 @@ func TestUnknownOrCorruptEntryHalts(t *testing.T) {
 	if err, ok := r.(error); !ok || !errors.Is(err, ErrCorrupt) || len(tf.fatal) != 1 {
 		t.Fatalf("unknown entry type: result %v fatal %v, want ErrCorrupt and one OnFatal call", r, tf.fatal)
 	}
-	if r := tf.apply(1, AppendHits(nil, t0, []Hit{hit("a")})); !errors.Is(r.(error), ErrHalted) {
+	if r := tf.apply(1, AppendHitsV1(nil, t0, []HitV1{hit("a")})); !errors.Is(r.(error), ErrHalted) {
 		t.Fatalf("apply after halt returned %v, want ErrHalted", r)
 	}
 	if after, _ := tf.f.Digest(); after != before {
@@ -245,12 +247,12 @@ func TestUnknownOrCorruptEntryHalts(t *testing.T) {
 }
 
 func TestCodecRoundTrip(t *testing.T) {
-	in := []Hit{hit("alice"), {Policy: "p", Client: "bob ü", Limit: 1 << 40, WindowMs: MaxWindowMs, Cost: 7}}
-	now, out, err := DecodeHits(AppendHits(nil, t0, in))
+	in := []HitV1{hit("alice"), {Policy: "p", Client: "bob ü", Limit: 1 << 40, WindowMs: MaxWindowMs, Cost: 7}}
+	now, out, err := DecodeHitsV1(AppendHitsV1(nil, t0, in))
 	if err != nil || now != t0 || len(out) != 2 || out[0] != in[0] || out[1] != in[1] {
 		t.Fatalf("round trip: now %d hits %+v err %v", now, out, err)
 	}
-	bad := []Hit{
+	bad := []HitV1{
 		{Policy: "default", Client: "", Limit: 1, WindowMs: 1, Cost: 1},
 		{Policy: "default", Client: "a\x00b", Limit: 1, WindowMs: 1, Cost: 1},
 		{Policy: "default", Client: string(bytes.Repeat([]byte("x"), MaxClientLen+1)), Limit: 1, WindowMs: 1, Cost: 1},
@@ -262,16 +264,20 @@ func TestCodecRoundTrip(t *testing.T) {
 		if h.Validate() == nil {
 			t.Errorf("Validate accepted %+v", h)
 		}
-		if _, _, err := DecodeHits(AppendHits(nil, t0, []Hit{h})); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := DecodeHitsV1(AppendHitsV1(nil, t0, []HitV1{h})); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("decoder accepted %+v: %v", h, err)
 		}
 	}
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(AppendHits(nil, t0, []Hit{hit("a"), hit("b")}))
+	f.Add(AppendHitsV1(nil, t0, []HitV1{hit("a"), hit("b")}))
 	f.Add(EncodeSetNode(Node{ID: "n1", RaftAddr: "a", HTTPAddr: "b"}))
 	f.Add(EncodeRemoveNode("n1"))
+	f.Add(AppendHits(nil, t0, []Hit{{Policy: "p", Client: "a", Cost: 1}, {Policy: "q", Client: "b", Cost: 2}}, []int{2}))
+	f.Add(EncodeSetPolicies(SetUpsert, []policy.Policy{policy.Fixed("p", 3, time.Second)}))
+	f.Add(EncodeDeletePolicy("p"))
+	f.Add(EncodeResetKey("p", "a"))
 	f.Add([]byte{1, 1, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tf := newTestFSM(t)
@@ -314,8 +320,8 @@ func TestLapsedWindowDecidesLikeRestoredReplica(t *testing.T) {
 	b.index = a.index
 	longer := hit("k9")
 	longer.WindowMs = 5_000
-	da := a.hits(1, t0+1_600, longer).Decisions[0]
-	db := b.hits(1, t0+1_600, longer).Decisions[0]
+	da := a.hits(1, t0+1_600, longer).dec(0)
+	db := b.hits(1, t0+1_600, longer).dec(0)
 	if da != db {
 		t.Fatalf("replicas diverged: %+v vs restored %+v", da, db)
 	}
@@ -327,4 +333,23 @@ func TestLapsedWindowDecidesLikeRestoredReplica(t *testing.T) {
 func digestOf(f *FSM) uint64 {
 	d, _ := f.Digest()
 	return d
+}
+
+// dec is hit i's single limit as the fixed-window Decision the version-1
+// tests were written against.
+func (r *HitsResult) dec(i int) window.Decision {
+	p := r.Hits[i].Parts[0]
+	return window.Decision{Outcome: p.Outcome, WindowStart: p.WindowStart, Remaining: p.Remaining, ResetAt: p.ResetAt}
+}
+
+// storedWindow is a key's first limit as stored (live or not).
+type storedWindow struct{ Start, Count, WindowMs int64 }
+
+func (f *FSM) window(policy, client string) (storedWindow, bool) {
+	idx, ok := f.index[string(appendKey(nil, []byte(policy), []byte(client)))]
+	if !ok {
+		return storedWindow{}, false
+	}
+	s := f.slab[idx].first
+	return storedWindow{Start: s.s.A, Count: s.s.B, WindowMs: s.windowMs}, true
 }

@@ -11,16 +11,22 @@ import (
 	"slices"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
 )
 
 // Snapshot format: magic, version, a header of the replicated scalars and
-// node metadata, the live windows, then a CRC-32C of everything before it.
-// The FSM streams it in one pass and Restore checks the CRC before swapping
-// anything in, so a truncated or corrupt snapshot changes nothing.
+// node metadata, (version 2) the policy table, the live keys, then a CRC-32C
+// of everything before it. The FSM streams it in one pass and Restore checks
+// the CRC before swapping anything in, so a truncated or corrupt snapshot
+// changes nothing. Version 1 (the release before policies: fixed windows
+// only, no table) is still restored.
 const (
-	snapshotMagic   = "RLNS"
-	snapshotVersion = 1
-	maxKeyLen       = 1 + MaxPolicyLen + MaxClientLen
+	snapshotMagic = "RLNS"
+	snapshotV1    = 1
+	snapshotV2    = 2
+	maxKeyLen     = 1 + MaxPolicyLen + MaxClientLen
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -34,7 +40,11 @@ type fsmSnapshot struct {
 	term         uint64
 	offset       int64
 	nodes        []Node
-	windows      []slot
+	nextEpoch    uint32
+	seeded       bool
+	policies     []byte // uvarint n, n × (uvarint epoch, policy body)
+	keys         []byte // appendSlot of each live key
+	count        int
 }
 
 // Snapshot copies the live state under the lock; Persist streams it later
@@ -49,11 +59,19 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, n := range f.nodes {
 		s.nodes = append(s.nodes, n)
 	}
-	s.windows = make([]slot, 0, len(f.index))
+	s.nextEpoch, s.seeded = f.nextEpoch, f.seeded
+	ps := f.sortedPolicies()
+	s.policies = binary.AppendUvarint(nil, uint64(len(ps)))
+	for _, p := range ps {
+		s.policies = appendPolicy(s.policies, p)
+	}
+	// Encoding under the lock costs about what copying the slots did, and
+	// the encoded form is smaller than the slots.
+	s.keys = make([]byte, 0, 48*len(f.index))
 	for i := range f.slab {
-		w := &f.slab[i]
-		if w.key != "" && w.start+w.windowMs > f.lastNow {
-			s.windows = append(s.windows, *w)
+		if w := &f.slab[i]; f.alive(w, f.lastNow) {
+			s.keys = appendSlot(s.keys, w)
+			s.count++
 		}
 	}
 	return s, nil
@@ -74,7 +92,7 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 	var buf []byte
 	buf = append(buf, snapshotMagic...)
-	buf = append(buf, snapshotVersion)
+	buf = append(buf, snapshotV2)
 	buf = binary.AppendUvarint(buf, s.appliedIndex)
 	buf = binary.AppendVarint(buf, s.lastNow)
 	buf = binary.AppendUvarint(buf, s.term)
@@ -85,19 +103,19 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 		buf = appendString(buf, n.RaftAddr)
 		buf = appendString(buf, n.HTTPAddr)
 	}
-	buf = binary.AppendUvarint(buf, uint64(len(s.windows)))
+	buf = binary.AppendUvarint(buf, uint64(s.nextEpoch))
+	if s.seeded {
+		buf = append(buf, 1)
+	} else {
+		buf = append(buf, 0)
+	}
+	buf = appendString(buf, string(s.policies))
+	buf = binary.AppendUvarint(buf, uint64(s.count))
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
-	for i := range s.windows {
-		w := &s.windows[i]
-		buf = appendString(buf[:0], w.key)
-		buf = binary.AppendVarint(buf, w.start)
-		buf = binary.AppendUvarint(buf, uint64(w.count))
-		buf = binary.AppendUvarint(buf, uint64(w.windowMs))
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
+	if _, err := bw.Write(s.keys); err != nil {
+		return err
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -119,7 +137,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index, f.slab, f.free, f.expiry, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.expiry, fresh.nodes
+	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
+	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
+	f.tableVersion.Add(1)
+	f.sweepLeft, f.sweepPos = 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = fresh.lastNow, fresh.term, fresh.offset, fresh.appliedIndex
 	f.halted = nil
 	return nil
@@ -199,7 +220,8 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	if string(magic[:4]) != snapshotMagic {
 		return fmt.Errorf("%w: not an rlnode snapshot", ErrBadSnapshot)
 	}
-	if magic[4] != snapshotVersion {
+	version := magic[4]
+	if version != snapshotV1 && version != snapshotV2 {
 		return fmt.Errorf("%w: version %d is unknown to this node", ErrBadSnapshot, magic[4])
 	}
 	f.appliedIndex = r.uvarint("applied index")
@@ -216,31 +238,33 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		n.HTTPAddr = string(r.bytes("http address", maxMetaLen))
 		f.nodes[n.ID] = n
 	}
-	count := r.uvarint("window count")
+	if version == snapshotV2 {
+		f.readTable(r)
+	}
+	count := r.uvarint("key count")
 	if count > 1<<32-1 {
-		r.fail("%d windows", count)
+		r.fail("%d keys", count)
 	}
 	if r.err == nil {
 		f.index = make(map[string]uint32, count)
 		f.slab = make([]slot, 0, count)
 	}
 	for i := uint64(0); r.err == nil && i < count; i++ {
-		key := string(r.bytes("window key", maxKeyLen))
-		s := slot{key: key, start: r.varint("window start"), count: int64(r.uvarint("window count"))}
-		s.windowMs = int64(r.uvarint("window length"))
+		var s slot
+		if version == snapshotV1 {
+			s = r.slotV1()
+		} else {
+			s = r.slot()
+		}
 		if r.err != nil {
 			break
 		}
-		if len(key) < 2 || int(key[0]) >= len(key) || s.count < 0 || s.count > MaxLimit || s.windowMs < 1 || s.windowMs > MaxWindowMs {
-			r.fail("window %d is malformed", i)
-			break
-		}
-		if _, dup := f.index[key]; dup {
-			r.fail("window %d repeats a key", i)
+		if _, dup := f.index[s.key]; dup {
+			r.fail("key %d repeats a key", i)
 			break
 		}
 		f.slab = append(f.slab, s)
-		f.index[key] = uint32(len(f.slab) - 1)
+		f.index[s.key] = uint32(len(f.slab) - 1)
 	}
 	if r.err != nil {
 		return r.err
@@ -259,3 +283,89 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	f.rebuildExpiry()
 	return nil
 }
+
+// readTable reads version 2's policy table.
+func (f *FSM) readTable(r *snapReader) {
+	next := r.uvarint("next epoch")
+	seeded := r.byte("seeded")
+	blob := r.bytes("policy table", 1<<24)
+	if r.err != nil {
+		return
+	}
+	if next > 1<<32-1 || seeded > 1 {
+		r.fail("table header %d %d", next, seeded)
+		return
+	}
+	f.nextEpoch, f.seeded = uint32(next), seeded == 1
+	d := decoder{buf: blob}
+	n := d.uvarint("policy count")
+	for i := uint64(0); d.err == nil && i < n; i++ {
+		epoch := d.uvarint("epoch")
+		p, err := d.policy()
+		if d.err == nil && (err != nil || epoch > uint64(f.nextEpoch) || f.policies[p.Name] != nil) {
+			d.fail("policy %d is malformed: %v", i, err)
+		}
+		if d.err == nil {
+			f.policies[p.Name] = newTablePolicy(p, uint32(epoch))
+		}
+	}
+	if err := d.end(); err != nil {
+		r.fail("policy table: %v", err)
+	}
+}
+
+func (r *snapReader) byte(what string) byte {
+	if r.err != nil {
+		return 0
+	}
+	b, err := r.ReadByte()
+	if err != nil {
+		r.fail("%s: %v", what, err)
+	}
+	return b
+}
+
+// slot reads one key of version 2.
+func (r *snapReader) slot() slot {
+	s := slot{key: string(r.bytes("key", maxKeyLen))}
+	s.exp = r.varint("expiry")
+	epoch := r.uvarint("epoch")
+	s.alg = window.Algorithm(r.byte("algorithm"))
+	s.n = r.byte("limit count")
+	if r.err != nil {
+		return s
+	}
+	if !validKey(s.key) || epoch > 1<<32-1 || s.n < 1 || int(s.n) > policy.MaxLimits || s.alg.String() == "unknown" {
+		r.fail("key %q is malformed", s.key)
+		return s
+	}
+	s.epoch = uint32(epoch)
+	if s.n > 1 {
+		m := make([]limState, s.n-1)
+		s.more = &m
+	}
+	for i := range int(s.n) {
+		st := s.state(i)
+		st.windowMs = int64(r.uvarint("window"))
+		st.s = window.State{A: r.varint("state"), B: r.varint("state"), C: r.varint("state")}
+		if r.err == nil && (st.windowMs < 1 || st.windowMs > MaxWindowMs) {
+			r.fail("key %q has window %d", s.key, st.windowMs)
+		}
+	}
+	return s
+}
+
+// slotV1 reads one window of version 1: a fixed window of the policy
+// incarnation every later policy of that name starts in (epoch 0).
+func (r *snapReader) slotV1() slot {
+	s := slot{key: string(r.bytes("window key", maxKeyLen)), alg: window.FixedWindow, n: 1}
+	start, count := r.varint("window start"), int64(r.uvarint("window count"))
+	s.first = limState{s: window.State{A: start, B: count}, windowMs: int64(r.uvarint("window length"))}
+	s.exp = start + s.first.windowMs
+	if r.err == nil && (!validKey(s.key) || count < 0 || count > MaxLimit || s.first.windowMs < 1 || s.first.windowMs > MaxWindowMs) {
+		r.fail("window %q is malformed", s.key)
+	}
+	return s
+}
+
+func validKey(key string) bool { return len(key) >= 2 && int(key[0]) < len(key)-1 && key[0] > 0 }

@@ -1,5 +1,7 @@
-// Package httpapi is rlnode's HTTP surface: the public check API, reads,
-// health, the admin API and the internal forwarding endpoint, all on Gin.
+// Package httpapi is rlnode's public HTTP surface on Gin: the check API,
+// forward-auth, reads, health, the policy and admin API and the metrics
+// endpoint. The node-to-node endpoints are the cluster's own
+// (cluster.Node.InternalHandler); the binary mounts both.
 package httpapi
 
 import (
@@ -9,7 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,36 +20,72 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/window"
+	"github.com/rlnode/rlnode/policy"
 )
 
-// Node is what the HTTP layer needs from the cluster.
-type Node interface {
-	ID() string
-	Policy(name string) (cluster.Policy, bool)
+// The roles the HTTP layer plays against the cluster, each the few calls
+// its handlers make. Node is all of them, as *cluster.Node provides.
+
+// Limiter decides hits: the check API and forward-auth.
+type Limiter interface {
+	Policy(name string) (policy.Policy, bool)
 	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
+	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
+}
+
+// Reader reads state without counting.
+type Reader interface {
 	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
-	Ready(wait time.Duration) error
-	Status() cluster.Status
+	ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error)
+}
+
+// PolicyAdmin changes the policy table and resets keys.
+type PolicyAdmin interface {
+	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
+	DeletePolicy(ctx context.Context, name string, forwarded bool) error
+	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)
+}
+
+// ClusterAdmin changes membership and takes snapshots.
+type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
 	Join(ctx context.Context, j cluster.JoinRequest, forwarded bool) error
 	Remove(ctx context.Context, id string, forwarded bool) error
 	TransferLeadership(ctx context.Context, id string, forwarded bool) (cluster.TransferResult, error)
 	Snapshot() (string, error)
-	ServeForward(ctx context.Context, body []byte) ([]byte, error)
+}
+
+// Health is the node's view of itself for probes and status.
+type Health interface {
+	ID() string
+	Ready(wait time.Duration) error
+	Status() cluster.Status
+}
+
+// Debug is the test-only clock control.
+type Debug interface {
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
-	BootstrapInfo() cluster.BootstrapInfo
-	AcceptClaim(c cluster.BootstrapClaim) error
-	ClockReading() cluster.ClockReading
 	Backup(ctx context.Context, w io.Writer) error
 	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error
 }
 
+// Node is every role; *cluster.Node implements it.
+type Node interface {
+	Limiter
+	Reader
+	PolicyAdmin
+	ClusterAdmin
+	Health
+	Debug
+}
+
+var _ Node = (*cluster.Node)(nil)
+
 // Config configures the router.
 type Config struct {
 	Node Node
-	// Policy is the policy /check uses.
+	// Policy is the policy /check/:client uses (default: policy.Default).
 	Policy string
 	// Token, when set, guards the admin and internal endpoints.
 	Token string
@@ -56,8 +94,13 @@ type Config struct {
 	// RequestTimeout bounds one check or read.
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
-	// Metrics, when set, records checks and serves /metrics.
-	Metrics *Metrics
+	// Metrics, when set, records every answered check.
+	Metrics Observer
+	// MetricsHandler, when set, serves GET /metrics.
+	MetricsHandler http.Handler
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
+	// forward-auth believes (key=ip).
+	TrustedProxies []netip.Prefix
 }
 
 // API is the HTTP handler of one node.
@@ -70,7 +113,7 @@ type API struct {
 // New builds the router.
 func New(cfg Config) *API {
 	if cfg.Policy == "" {
-		cfg.Policy = "default"
+		cfg.Policy = policy.Default
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 5 * time.Second
@@ -97,17 +140,26 @@ func New(cfg Config) *API {
 		writeProblem(c, http.StatusMethodNotAllowed, CodeInvalidRequest, fmt.Sprintf("%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 
-	e.GET("/check/:client", a.check)
+	// Gin needs one wildcard name per position: :a is the client of
+	// /check/:client and the policy of /check/:policy/:client.
+	e.GET("/check/:a", a.checkDefault)
+	e.GET("/check/:a/:b", a.checkNamed)
 	e.GET("/check/", a.emptyClient)
 	e.GET("/check", a.emptyClient)
-	e.GET(cluster.PeekPath+":client", a.peek)
+	e.POST("/v1/check", a.checkMany)
+	e.GET(cluster.PeekPath+":a", a.peekDefault)
+	e.GET(cluster.PeekPath+":a/:b", a.peekNamed)
+	e.GET(cluster.PoliciesPath, a.listPolicies)
+	e.GET(cluster.PoliciesPath+"/:name", a.getPolicy)
 	e.GET("/livez", a.livez)
 	e.GET("/healthz", a.livez)
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
-	if cfg.Metrics != nil {
-		e.GET("/metrics", gin.WrapH(cfg.Metrics.Handler()))
+	e.Any(AuthPath+":policy", a.auth)
+	e.Any(AuthPath+":policy/*path", a.auth)
+	if cfg.MetricsHandler != nil {
+		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
 	}
 
 	guarded := e.Group("/", a.requireToken)
@@ -115,12 +167,11 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.RemovePath, a.remove)
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
-	guarded.POST(cluster.ForwardPath, a.forward)
-	guarded.GET(cluster.ClockPath, func(c *gin.Context) { c.JSON(http.StatusOK, a.cfg.Node.ClockReading()) })
+	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
+	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
+	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
 	guarded.GET(cluster.BackupPath, a.backup)
 	guarded.POST(cluster.RestorePath, a.restore)
-	guarded.GET(cluster.BootstrapInfoPath, a.bootstrapInfo)
-	guarded.POST(cluster.BootstrapClaimPath, a.acceptClaim)
 	if cfg.DebugEndpoints {
 		guarded.GET("/debug/clock-offset", a.getClockOffset)
 		guarded.POST("/debug/clock-offset", a.setClockOffset)
@@ -165,165 +216,6 @@ func (a *API) emptyClient(c *gin.Context) {
 
 func (a *API) requestContext(c *gin.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.Request.Context(), a.cfg.RequestTimeout)
-}
-
-func (a *API) check(c *gin.Context) {
-	start := time.Now()
-	client := c.Param("client")
-	if err := cluster.ValidateClient(client); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
-		return
-	}
-	pol, ok := a.cfg.Node.Policy(a.cfg.Policy)
-	if !ok {
-		writeProblem(c, http.StatusInternalServerError, CodeInternal, fmt.Sprintf("policy %q is not configured", a.cfg.Policy))
-		return
-	}
-	cost := int64(1)
-	if s, given := c.GetQuery("cost"); given {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 1 {
-			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("cost %q must be a whole number >= 1", s))
-			return
-		}
-		if v > pol.Limit {
-			writeProblem(c, http.StatusUnprocessableEntity, CodeCostExceedsLimit,
-				fmt.Sprintf("cost %d exceeds the limit of %d per window: this request can never be allowed, do not retry", v, pol.Limit))
-			return
-		}
-		cost = v
-	}
-	ctx, cancel := a.requestContext(c)
-	defer cancel()
-	res, err := a.cfg.Node.Check(ctx, a.cfg.Policy, client, cost)
-	if err != nil {
-		a.cfg.Metrics.observeCheck(a.cfg.Policy, resultFor(err), start)
-		a.hitError(c, err)
-		return
-	}
-	d := res.Decision
-	a.cfg.Metrics.observeCheck(res.Policy, d.Outcome.String(), start)
-	a.setRateLimitHeaders(c, res)
-	switch d.Outcome {
-	case window.Allowed:
-		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: checkBody{
-			Allowed: true, Remaining: d.Remaining, ResetAt: d.ResetAt, Limit: res.Limit, WindowMs: res.WindowMs, Policy: res.Policy,
-		}})
-	case window.Refused:
-		retryMs := d.RetryAfterMs(res.Now)
-		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
-		c.Render(http.StatusTooManyRequests, jsonRender{contentType: problemJSON, v: quotaProblem{
-			Type:   "https://iana.org/assignments/http-problem-types#quota-exceeded",
-			Title:  "Request quota exceeded",
-			Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("client %q has used all %d requests of its %s window; it resets in %d ms", client, res.Limit, time.Duration(res.WindowMs)*time.Millisecond, retryMs),
-			Code:   CodeQuotaExceeded,
-			checkBody: checkBody{Allowed: false, Remaining: d.Remaining, ResetAt: d.ResetAt, Limit: res.Limit, WindowMs: res.WindowMs,
-				Policy: res.Policy, RetryAfterMs: &retryMs},
-		}})
-	default:
-		writeProblem(c, http.StatusUnprocessableEntity, CodeCostExceedsLimit,
-			fmt.Sprintf("cost %d exceeds the limit of %d per window: this request can never be allowed, do not retry", cost, res.Limit))
-	}
-}
-
-type checkBody struct {
-	Allowed      bool   `json:"allowed"`
-	Remaining    int64  `json:"remaining"`
-	ResetAt      int64  `json:"resetAt"`
-	Limit        int64  `json:"limit"`
-	WindowMs     int64  `json:"windowMs"`
-	Policy       string `json:"policy"`
-	RetryAfterMs *int64 `json:"retryAfterMs,omitempty"`
-}
-
-type quotaProblem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   string `json:"code"`
-	checkBody
-}
-
-// setRateLimitHeaders writes both the IETF draft's structured fields and the
-// X-RateLimit-* headers most client libraries read.
-func (a *API) setRateLimitHeaders(c *gin.Context, res cluster.CheckResult) {
-	d := res.Decision
-	h := c.Writer.Header()
-	untilReset := max(0, (d.ResetAt-res.Now+999)/1000)
-	h.Set("Cache-Control", "no-store")
-	h.Set(cluster.HeaderServedBy, res.ServedBy)
-	// Built with strconv rather than fmt: this runs on every hit.
-	b := make([]byte, 0, 64)
-	b = strconv.AppendQuote(b, res.Policy)
-	mark := len(b)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, res.Limit, 10)
-	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, (res.WindowMs+999)/1000, 10)
-	h.Set("RateLimit-Policy", string(b))
-	b = append(b[:mark], ";r="...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, untilReset, 10)
-	h.Set("RateLimit", string(b))
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(res.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt((d.ResetAt+999)/1000, 10))
-}
-
-func resultFor(err error) string {
-	switch {
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		return "outcome_unknown"
-	default:
-		return "not_counted"
-	}
-}
-
-// hitError answers a failed hit, keeping "not counted" and "unknown" apart.
-func (a *API) hitError(c *gin.Context, err error) {
-	c.Header("Retry-After", "1")
-	switch {
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		writeProblem(c, http.StatusServiceUnavailable, CodeOutcomeUnknown,
-			"the outcome of this hit is unknown: it may or may not have counted ("+firstLine(err)+")")
-	case errors.Is(err, cluster.ErrNoLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader,
-			"the cluster has no leader right now; the hit was not counted ("+firstLine(err)+")")
-	default:
-		writeProblem(c, http.StatusServiceUnavailable, CodeNotCounted,
-			"the hit was not counted ("+firstLine(err)+")")
-	}
-}
-
-// firstLine flattens errors.Join output into one line for a detail string.
-func firstLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
-
-func (a *API) peek(c *gin.Context) {
-	client := c.Param("client")
-	if err := cluster.ValidateClient(client); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
-		return
-	}
-	stale := c.Query("stale") == "true" || c.Query("stale") == "1"
-	ctx, cancel := a.requestContext(c)
-	defer cancel()
-	res, err := a.cfg.Node.Peek(ctx, a.cfg.Policy, client, stale, c.GetHeader(cluster.HeaderForwarded) != "")
-	if err != nil {
-		code := CodeNotLeader
-		if errors.Is(err, cluster.ErrNoLeader) {
-			code = CodeNoLeader
-		}
-		writeProblem(c, http.StatusServiceUnavailable, code, "linearizable read failed: "+firstLine(err))
-		return
-	}
-	c.Header("Cache-Control", "no-store")
-	c.Header(cluster.HeaderServedBy, res.ServedBy)
-	c.JSON(http.StatusOK, res)
 }
 
 func (a *API) livez(c *gin.Context) {
@@ -462,22 +354,6 @@ func (a *API) snapshot(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"snapshot": id})
-}
-
-func (a *API) forward(c *gin.Context) {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<20)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "forward body: "+err.Error())
-		return
-	}
-	out, err := a.cfg.Node.ServeForward(c.Request.Context(), body)
-	if err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
-		return
-	}
-	a.cfg.Metrics.forwardedIn()
-	c.Data(http.StatusOK, "application/octet-stream", out)
 }
 
 type clockOffset struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
 type answer struct {
@@ -42,7 +43,7 @@ func do(t *testing.T, method, url, token, body string) answer {
 }
 
 func TestCheckHeadersAndProblemBodies(t *testing.T) {
-	c := clustertest.Start(t, 1, clustertest.Options{Limit: 2, Window: 90 * time.Second})
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 2, Window: 90 * time.Second})
 	n := c.Leader(5 * time.Second)
 	a := do(t, "GET", n.URL()+"/check/ann", "", "")
 	if a.status != 200 || a.body["allowed"] != true || a.body["remaining"] != 1.0 || a.body["limit"] != 2.0 || a.body["windowMs"] != 90000.0 {
@@ -83,7 +84,7 @@ func TestCheckHeadersAndProblemBodies(t *testing.T) {
 func jsonInt(v int64) string { b, _ := json.Marshal(v); return string(b) }
 
 func TestBadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
-	c := clustertest.Start(t, 1, clustertest.Options{Limit: 3, Token: "s3cret"})
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 3, Token: "s3cret"})
 	n := c.Leader(5 * time.Second)
 	before := n.Status()
 	cases := []struct {
@@ -138,7 +139,7 @@ func TestBadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 }
 
 func TestReadyzFollowsTheLeader(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{})
+	c := apitest.Start(t, 3, clustertest.Options{})
 	leader := c.Leader(5 * time.Second)
 	for _, n := range c.Live() {
 		if a := do(t, "GET", n.URL()+"/readyz", "", ""); a.status != 200 {

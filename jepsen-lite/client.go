@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -40,15 +41,17 @@ type opRecord struct {
 
 // workloadConfig is what the client workers need.
 type workloadConfig struct {
-	t0        time.Time
-	nodes     []nodeSpec
-	keys      []string
-	clients   int
-	rate      float64 // total ops/s over all workers; 0 = as fast as possible
-	peekRatio float64
-	timeout   time.Duration
-	seed      uint64
-	tls       *tls.Config // client certificate and CA; nil for plain HTTP
+	t0         time.Time
+	nodes      []nodeSpec
+	targets    []target
+	pairs      [][2]int // indexes into targets: the keys multi-key checks go across
+	clients    int
+	rate       float64 // total ops/s over all workers; 0 = as fast as possible
+	peekRatio  float64 // share of ops that are peeks (of fixed-window keys)
+	multiRatio float64 // share of ops that are multi-key checks (of a pair)
+	timeout    time.Duration
+	seed       uint64
+	tls        *tls.Config // client certificate and CA; nil for plain HTTP
 }
 
 // workload runs the client workers. start launches them; stop (called by
@@ -142,22 +145,67 @@ func (w *workload) worker(abort context.Context, id int) {
 			}
 		}
 		node := w.cfg.nodes[rng.IntN(len(w.cfg.nodes))]
-		key := w.cfg.keys[rng.IntN(len(w.cfg.keys))]
-		kind := checker.KindHit
-		if rng.Float64() < w.cfg.peekRatio {
-			kind = checker.KindPeek
-		}
-		w.perWork[id] = append(w.perWork[id], w.do(abort, id, kind, node, key)...)
+		kind, ts := w.pick(rng)
+		w.perWork[id] = append(w.perWork[id], w.do(abort, id, kind, node, ts)...)
 	}
 }
 
-// do performs one op and returns its record, plus one synthetic unknown
-// hit per extra time the transport wrote the request (see opRecord.Resent).
-func (w *workload) do(abort context.Context, client int, kind checker.Kind, node nodeSpec, key string) []opRecord {
-	path := "/check/" + key
-	if kind == checker.KindPeek {
-		path = "/v1/status/" + key
+// pick chooses the next op: a peek of a fixed-window key, a multi-key
+// check across a pair, or a hit on any key.
+func (w *workload) pick(rng *rand.Rand) (checker.Kind, []target) {
+	r := rng.Float64()
+	var fixed []target
+	for _, t := range w.cfg.targets {
+		if t.fixed {
+			fixed = append(fixed, t)
+		}
 	}
+	switch {
+	case r < w.cfg.peekRatio && len(fixed) > 0:
+		return checker.KindPeek, []target{fixed[rng.IntN(len(fixed))]}
+	case r < w.cfg.peekRatio+w.cfg.multiRatio && len(w.cfg.pairs) > 0:
+		p := w.cfg.pairs[rng.IntN(len(w.cfg.pairs))]
+		return checker.KindMulti, []target{w.cfg.targets[p[0]], w.cfg.targets[p[1]]}
+	}
+	return checker.KindHit, []target{w.cfg.targets[rng.IntN(len(w.cfg.targets))]}
+}
+
+// request builds the HTTP request of one op.
+func request(ctx context.Context, kind checker.Kind, base string, ts []target) *http.Request {
+	method, path, body := http.MethodGet, "", io.Reader(nil)
+	switch kind {
+	case checker.KindPeek:
+		path = "/v1/status/" + keyPath(ts[0])
+	case checker.KindHit:
+		path = "/check/" + keyPath(ts[0])
+	default:
+		var hits []map[string]string
+		for _, t := range ts {
+			hits = append(hits, map[string]string{"policy": t.policy, "client": t.client})
+		}
+		b, _ := json.Marshal(map[string]any{"hits": hits}) // strings only: cannot fail
+		method, path, body = http.MethodPost, "/v1/check", bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	if err != nil {
+		panic(fmt.Sprintf("build request for %s: %v", base+path, err)) // our own URL; cannot happen
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
+}
+
+func keyPath(t target) string {
+	if t.policy == "" {
+		return t.client
+	}
+	return t.policy + "/" + t.client
+}
+
+// do performs one op and returns its record, plus one synthetic unknown
+// op per extra time the transport wrote the request (see opRecord.Resent).
+func (w *workload) do(abort context.Context, client int, kind checker.Kind, node nodeSpec, ts []target) []opRecord {
 	var written atomic.Int32
 	trace := &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
@@ -168,10 +216,7 @@ func (w *workload) do(abort context.Context, client int, kind checker.Kind, node
 	}
 	ctx, cancel := context.WithTimeout(abort, w.cfg.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, node.url()+path, nil)
-	if err != nil {
-		panic(fmt.Sprintf("build request for %s: %v", node.url()+path, err)) // our own URL; cannot happen
-	}
+	req := request(httptrace.WithClientTrace(ctx, trace), kind, node.url(), ts)
 	invoke := time.Since(w.cfg.t0).Nanoseconds()
 	resp, err := w.hc.Do(req)
 	var (
@@ -188,22 +233,44 @@ func (w *workload) do(abort context.Context, client int, kind checker.Kind, node
 	ret := time.Since(w.cfg.t0).Nanoseconds()
 
 	rec := classify(kind, status, body, err, written.Load() > 0)
-	rec.Client, rec.Kind, rec.Key, rec.Node = client, kind, key, node.id
+	label(&rec, client, kind, node, ts)
 	rec.Invoke, rec.Return, rec.ServedBy = invoke, ret, servedBy
 	out := []opRecord{rec}
 	// A response means the last attempt was written; every earlier
 	// written attempt is a hit that may also have counted.
 	extra := int(written.Load()) - 1
-	if kind == checker.KindHit {
+	if kind != checker.KindPeek {
 		for range extra {
 			r := opRecord{Resent: true}
-			r.Client, r.Kind, r.Key, r.Node = client, kind, key, node.id
+			label(&r, client, kind, node, ts)
 			r.Invoke, r.Return, r.Outcome = invoke, ret, checker.OutcomeUnknown
 			r.Error = "the HTTP transport re-sent this request; an earlier attempt may have counted"
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// label names the op's keys: the checker's key and policy, and for a
+// multi-key check each hit's (in request order; classify filled in what
+// came back for each).
+func label(r *opRecord, client int, kind checker.Kind, node nodeSpec, ts []target) {
+	r.Client, r.Kind, r.Node = client, kind, node.id
+	r.Key, r.Policy = ts[0].key, ts[0].policy
+	if kind != checker.KindMulti {
+		return
+	}
+	r.Policy = ""
+	if len(r.Parts) != len(ts) {
+		if r.Outcome == checker.OutcomeOK {
+			r.Outcome = checker.OutcomeUnknown
+			r.Error = fmt.Sprintf("malformed answer: %d results for %d hits", len(r.Parts), len(ts))
+		}
+		r.Parts = make([]checker.Part, len(ts))
+	}
+	for i, t := range ts {
+		r.Parts[i].Key, r.Parts[i].Policy = t.key, t.policy
+	}
 }
 
 // classify turns what came back into an outcome. It is pure so the rules
@@ -230,18 +297,33 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 	}
 	switch {
 	case kind == checker.KindHit && (status == http.StatusOK || status == http.StatusTooManyRequests):
-		var b struct {
-			Allowed   *bool  `json:"allowed"`
-			Remaining *int64 `json:"remaining"`
-			ResetAt   *int64 `json:"resetAt"`
-		}
-		if err := json.Unmarshal(body, &b); err != nil || b.Allowed == nil || b.Remaining == nil || b.ResetAt == nil ||
-			*b.Allowed != (status == http.StatusOK) {
+		var b hitBody
+		if err := json.Unmarshal(body, &b); err != nil || !b.wellFormed() || *b.Allowed != (status == http.StatusOK) {
 			r.Outcome = checker.OutcomeUnknown
 			r.Error = fmt.Sprintf("malformed %d body: %.200q", status, body)
 			return r
 		}
-		r.Outcome, r.Allowed, r.Remaining, r.ResetAt = checker.OutcomeOK, *b.Allowed, *b.Remaining, *b.ResetAt
+		p := b.part()
+		r.Outcome, r.Allowed, r.Remaining, r.ResetAt, r.RetryAfterMs, r.Limits = checker.OutcomeOK, p.Allowed, p.Remaining, p.ResetAt, p.RetryAfterMs, p.Limits
+		return r
+	case kind == checker.KindMulti && (status == http.StatusOK || status == http.StatusTooManyRequests):
+		var b struct {
+			Allowed *bool     `json:"allowed"`
+			Results []hitBody `json:"results"`
+		}
+		err := json.Unmarshal(body, &b)
+		ok := err == nil && b.Allowed != nil && *b.Allowed == (status == http.StatusOK) && len(b.Results) > 0
+		for _, h := range b.Results {
+			if ok = ok && h.wellFormed(); ok {
+				r.Parts = append(r.Parts, h.part())
+			}
+		}
+		if !ok {
+			r.Outcome, r.Parts = checker.OutcomeUnknown, nil
+			r.Error = fmt.Sprintf("malformed %d body: %.200q", status, body)
+			return r
+		}
+		r.Outcome, r.Allowed = checker.OutcomeOK, *b.Allowed
 		return r
 	case kind == checker.KindPeek && status == http.StatusOK:
 		var b struct {
@@ -271,6 +353,26 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 		r.Outcome = checker.OutcomeUnknown
 	}
 	return r
+}
+
+// hitBody is a check's answer: GET /check/... or one result of POST
+// /v1/check.
+type hitBody struct {
+	Allowed      *bool                 `json:"allowed"`
+	Remaining    *int64                `json:"remaining"`
+	ResetAt      *int64                `json:"resetAt"`
+	RetryAfterMs *int64                `json:"retryAfterMs"`
+	Limits       []checker.LimitResult `json:"limits"`
+}
+
+func (b hitBody) wellFormed() bool { return b.Allowed != nil && b.Remaining != nil && b.ResetAt != nil }
+
+func (b hitBody) part() checker.Part {
+	p := checker.Part{Allowed: *b.Allowed, Remaining: *b.Remaining, ResetAt: *b.ResetAt, Limits: b.Limits}
+	if b.RetryAfterMs != nil {
+		p.RetryAfterMs = *b.RetryAfterMs
+	}
+	return p
 }
 
 // checkerHistory is what the checker judges: every ok and unknown op, none

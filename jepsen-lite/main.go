@@ -56,6 +56,8 @@ type options struct {
 	out           string
 	rate          float64
 	peekRatio     float64
+	multiRatio    float64
+	policies      bool
 	timeout       time.Duration
 	skew          time.Duration
 	seed          uint64
@@ -77,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster size: 3 or 5")
 	fs.IntVar(&o.clients, "clients", 8, "concurrent client workers")
-	fs.IntVar(&o.keys, "keys", 5, "number of rate-limited keys the clients share")
+	fs.IntVar(&o.keys, "keys", 6, "number of rate-limited keys the clients share (spread over the policies, paired for multi-key checks)")
 	fs.Int64Var(&o.limit, "limit", 5, "rlnode --limit: hits per key per window")
 	fs.DurationVar(&o.window, "window", 2*time.Second, "rlnode --window")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "length of the faulted phase (extended if too short for one round of every nemesis)")
@@ -87,7 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.nemesis, "nemesis", "all", "comma list of faults: "+strings.Join(allNemeses, ", ")+"; or partition, clock-skew, all, none")
 	fs.StringVar(&o.out, "out", "", "report directory (default ./jepsen-out/<timestamp>)")
 	fs.Float64Var(&o.rate, "rate", 200, "target ops per second over all clients (0 = as fast as possible)")
-	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks (GET /v1/status/<key>)")
+	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks of fixed-window keys (GET /v1/status/...)")
+	fs.Float64Var(&o.multiRatio, "multi-ratio", 0.1, "share of ops that are all-or-nothing multi-key checks across a pair of keys (POST /v1/check; needs --policies)")
+	fs.BoolVar(&o.policies, "policies", true, "create a fixed-window, a sliding-window and a two-limit token-bucket policy through the API and spread the keys over them; --policies=false: every key in the default policy (--limit/--window), no multi-key checks, no raise-limit")
 	fs.DurationVar(&o.timeout, "timeout", 1500*time.Millisecond, "client per-request timeout")
 	fs.DurationVar(&o.skew, "skew", 5*time.Second, "clock offset the clock-skew nemeses apply")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the schedule, targets and workload (0 = from the clock)")
@@ -118,14 +122,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.window < time.Millisecond || o.duration < 0 || o.faultDuration <= 0 || o.quiet < 0 || o.final <= 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("--window, --fault-duration, --final and --timeout must be positive; --duration and --quiet not negative"))
 	}
-	if o.peekRatio < 0 || o.peekRatio > 1 || o.rate < 0 {
-		errs = append(errs, errors.New("--peek-ratio must be in [0,1] and --rate not negative"))
+	if o.peekRatio < 0 || o.multiRatio < 0 || o.peekRatio+o.multiRatio > 1 || o.rate < 0 {
+		errs = append(errs, errors.New("--peek-ratio and --multi-ratio must be in [0,1] with a sum of at most 1, and --rate not negative"))
 	}
 	if o.name != "" && !runNameRE.MatchString(o.name) {
 		errs = append(errs, fmt.Errorf("--name %q: want 1-8 characters of [a-z0-9]", o.name))
 	}
 	var err error
-	if o.nemeses, o.skipped, err = parseNemeses(o.nemesis, o.nodes); err != nil {
+	if o.nemeses, o.skipped, err = parseNemeses(o.nemesis, o.nodes, o.policies); err != nil {
 		errs = append(errs, err)
 	}
 	return o, errors.Join(errs...)

@@ -24,13 +24,14 @@ const (
 	nemClockForward    = "clock-skew-forward"
 	nemClockBackward   = "clock-skew-backward"
 	nemMembership      = "membership"
+	nemRaiseLimit      = "raise-limit"
 )
 
 // allNemeses is every fault, in a stable order for docs and errors.
 var allNemeses = []string{
 	nemPartitionLeader, nemPartitionHalf, nemPartitionRing, nemPartitionBridge,
 	nemKill, nemKillLeader, nemPause, nemPauseLeader,
-	nemClockForward, nemClockBackward, nemMembership,
+	nemClockForward, nemClockBackward, nemMembership, nemRaiseLimit,
 }
 
 // aliases expand to several nemeses; "all" is every one that applies.
@@ -46,10 +47,19 @@ func isPartition(name string) bool { return strings.HasPrefix(name, "partition-"
 func needsFive(name string) bool { return name == nemPartitionRing || name == nemPartitionBridge }
 
 // parseNemeses expands --nemesis into a de-duplicated list. Faults that
-// need 5 nodes are dropped quietly from an alias (noted in skipped) but are
-// an error when named explicitly with fewer nodes: the user asked for a
-// test that cannot run.
-func parseNemeses(spec string, nodes int) (list []string, skipped []string, err error) {
+// need 5 nodes (or, for raise-limit, the run's own policies) are dropped
+// quietly from an alias (noted in skipped) but are an error when named
+// explicitly: the user asked for a test that cannot run.
+func parseNemeses(spec string, nodes int, policies bool) (list []string, skipped []string, err error) {
+	cannot := func(n string) string {
+		switch {
+		case needsFive(n) && nodes < 5:
+			return "needs --nodes 5"
+		case n == nemRaiseLimit && !policies:
+			return "needs --policies"
+		}
+		return ""
+	}
 	seen := map[string]bool{}
 	for _, raw := range strings.Split(spec, ",") {
 		name := strings.TrimSpace(raw)
@@ -62,13 +72,13 @@ func parseNemeses(spec string, nodes int) (list []string, skipped []string, err 
 				return nil, nil, fmt.Errorf("unknown nemesis %q (want a comma list of %s, or partition, clock-skew, all, none)",
 					name, strings.Join(allNemeses, ", "))
 			}
-			if needsFive(name) && nodes < 5 {
-				return nil, nil, fmt.Errorf("nemesis %s needs --nodes 5", name)
+			if why := cannot(name); why != "" {
+				return nil, nil, fmt.Errorf("nemesis %s %s", name, why)
 			}
 			expanded = []string{name}
 		}
 		for _, n := range expanded {
-			if needsFive(n) && nodes < 5 {
+			if cannot(n) != "" {
 				if !slices.Contains(skipped, n) {
 					skipped = append(skipped, n)
 				}
@@ -169,6 +179,7 @@ type nemesis struct {
 	fault time.Duration
 	quiet time.Duration
 	skew  time.Duration
+	pols  *policySet // the run's policies; nil without --policies
 }
 
 func (nm *nemesis) since() float64 { return time.Since(nm.t0).Seconds() }
@@ -365,6 +376,27 @@ func (nm *nemesis) apply(ctx context.Context, name string, rec *faultRecord) (he
 
 	case nemMembership:
 		return nm.membership(ctx, rec)
+
+	case nemRaiseLimit:
+		// Raise every policy's limits mid-run (never lower them: the
+		// checker's models take each answer's reported limits as the
+		// version that decided it). Nothing to heal: the limits stay.
+		if nm.pols == nil {
+			return nil, errors.New("raise-limit needs --policies")
+		}
+		var urls []string
+		for _, i := range nm.cl.runningNodes() {
+			if !nm.cl.isPaused(i) {
+				urls = append(urls, nm.cl.specs[i].url())
+			}
+		}
+		done, err := nm.pols.raise(ctx, nm.adm, urls)
+		rec.Detail = "raise limits: " + done
+		if err != nil {
+			return nil, err
+		}
+		nm.log.Printf("policies now: %s", nm.pols.describe())
+		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown nemesis %q", name)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseNemesesAllByClusterSize(t *testing.T) {
-	three, skipped, err := parseNemeses("all", 3)
+	three, skipped, err := parseNemeses("all", 3, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestParseNemesesAllByClusterSize(t *testing.T) {
 	if len(three) != len(allNemeses)-2 {
 		t.Errorf("all with 3 nodes = %v", three)
 	}
-	five, skipped, err := parseNemeses("all", 5)
+	five, skipped, err := parseNemeses("all", 5, true)
 	if err != nil || len(skipped) != 0 {
 		t.Fatal(err, skipped)
 	}
@@ -32,30 +32,39 @@ func TestParseNemesesAllByClusterSize(t *testing.T) {
 }
 
 func TestParseNemesesListsAndAliases(t *testing.T) {
-	got, _, err := parseNemeses(" kill, clock-skew ,kill,none", 3)
+	got, _, err := parseNemeses(" kill, clock-skew ,kill,none", 3, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{nemKill, nemClockForward, nemClockBackward}; !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v (de-duplicated, in order)", got, want)
 	}
-	if got, _, _ := parseNemeses("none", 3); len(got) != 0 {
+	if got, _, _ := parseNemeses("none", 3, true); len(got) != 0 {
 		t.Errorf("none = %v", got)
 	}
-	if _, _, err := parseNemeses("kill,frobnicate", 3); err == nil || !strings.Contains(err.Error(), "frobnicate") {
+	if _, _, err := parseNemeses("kill,frobnicate", 3, true); err == nil || !strings.Contains(err.Error(), "frobnicate") {
 		t.Errorf("unknown nemesis: err = %v", err)
 	}
 	// Named explicitly, a fault that cannot run is an error, not a skip.
-	if _, _, err := parseNemeses("partition-ring", 3); err == nil {
+	if _, _, err := parseNemeses("partition-ring", 3, true); err == nil {
 		t.Error("partition-ring with 3 nodes: want an error")
 	}
-	if got, _, err := parseNemeses("partition", 5); err != nil || len(got) != 4 {
+	if got, _, err := parseNemeses("partition", 5, true); err != nil || len(got) != 4 {
 		t.Errorf("partition with 5 nodes = %v, %v", got, err)
+	}
+	// raise-limit raises the run's own policies: without them it is
+	// skipped from an alias and an error when named.
+	got, skipped, err := parseNemeses("all", 3, false)
+	if err != nil || slices.Contains(got, nemRaiseLimit) || !slices.Contains(skipped, nemRaiseLimit) {
+		t.Errorf("all without policies = %v, skipped %v, %v", got, skipped, err)
+	}
+	if _, _, err := parseNemeses("raise-limit", 3, false); err == nil || !strings.Contains(err.Error(), "--policies") {
+		t.Errorf("raise-limit without policies: err = %v", err)
 	}
 }
 
 func TestEffectiveDurationExtendsForOneRound(t *testing.T) {
-	list, _, _ := parseNemeses("all", 3)
+	list, _, _ := parseNemeses("all", 3, true)
 	fault, quiet := 4*time.Second, 3*time.Second
 	d, extended := effectiveDuration(list, 120*time.Second, fault, quiet)
 	if extended || d != 120*time.Second {
@@ -71,7 +80,7 @@ func TestEffectiveDurationExtendsForOneRound(t *testing.T) {
 }
 
 func TestBuildPlan(t *testing.T) {
-	list, _, _ := parseNemeses("all", 5)
+	list, _, _ := parseNemeses("all", 5, true)
 	fault, quiet := 4*time.Second, 3*time.Second
 	for seed := range uint64(50) {
 		rng := rand.New(rand.NewPCG(seed, 1))
@@ -102,7 +111,7 @@ func TestBuildPlan(t *testing.T) {
 func TestCIScheduleFits(t *testing.T) {
 	// The CI run (3 nodes, --duration 120s, defaults) must get every
 	// nemesis in without extending the duration.
-	list, _, _ := parseNemeses("all", 3)
+	list, _, _ := parseNemeses("all", 3, true)
 	if _, extended := effectiveDuration(list, 120*time.Second, 4*time.Second, 3*time.Second); extended {
 		t.Errorf("one round of %v does not fit in 120s: %s", list, roundTime(list, 4*time.Second, 3*time.Second))
 	}

@@ -66,7 +66,7 @@ type availability struct {
 func computeAvailability(recs []opRecord, faults []faultRecord, finalStart, finalEnd float64) availability {
 	var a availability
 	for _, r := range recs {
-		if r.Kind != checker.KindHit || r.Resent {
+		if r.Kind == checker.KindPeek || r.Resent {
 			continue
 		}
 		definite := r.Outcome == checker.OutcomeOK
@@ -97,8 +97,9 @@ func computeAvailability(recs []opRecord, faults []faultRecord, finalStart, fina
 // counts are the runner's own tallies (the checker's are over what it was
 // given, which excludes failed ops).
 type counts struct {
-	Ops          int            `json:"ops"` // client ops, synthetic re-sends excluded
-	Hits         int            `json:"hits"`
+	Ops          int            `json:"ops"`   // client ops, synthetic re-sends excluded
+	Hits         int            `json:"hits"`  // multi-key checks included
+	Multi        int            `json:"multi"` // multi-key checks (POST /v1/check)
 	Peeks        int            `json:"peeks"`
 	Allowed      int            `json:"allowed"`
 	Refused      int            `json:"refused"`
@@ -118,7 +119,10 @@ func countOps(recs []opRecord) counts {
 			continue
 		}
 		c.Ops++
-		hit := r.Kind == checker.KindHit
+		hit := r.Kind != checker.KindPeek
+		if r.Kind == checker.KindMulti {
+			c.Multi++
+		}
 		if hit {
 			c.Hits++
 		} else {
@@ -176,23 +180,24 @@ func reasonClass(r opRecord) string {
 
 // summary is summary.json.
 type summary struct {
-	Valid            bool                `json:"valid"`
-	Verdict          string              `json:"verdict"`
-	Failures         []string            `json:"failures"`
-	Warnings         []string            `json:"warnings"`
-	Run              runInfo             `json:"run"`
-	Partitions       string              `json:"partitions"`
-	PartitionMethod  string              `json:"partitionMethod,omitempty"`
-	NemesesRequested []string            `json:"nemesesRequested"`
-	NemesesSkipped   map[string]string   `json:"nemesesSkipped,omitempty"`
-	Faults           []faultRecord       `json:"faults"`
-	Counts           counts              `json:"counts"`
-	Availability     availability        `json:"availability"`
-	Checker          checkerSummary      `json:"checker"`
-	Violations       []checker.Violation `json:"violations"`
-	Convergence      convergence         `json:"convergence"`
-	Crashes          []crash             `json:"crashes"`
-	Files            map[string]any      `json:"files"`
+	Valid            bool                      `json:"valid"`
+	Verdict          string                    `json:"verdict"`
+	Failures         []string                  `json:"failures"`
+	Warnings         []string                  `json:"warnings"`
+	Run              runInfo                   `json:"run"`
+	Partitions       string                    `json:"partitions"`
+	PartitionMethod  string                    `json:"partitionMethod,omitempty"`
+	NemesesRequested []string                  `json:"nemesesRequested"`
+	NemesesSkipped   map[string]string         `json:"nemesesSkipped,omitempty"`
+	Faults           []faultRecord             `json:"faults"`
+	Counts           counts                    `json:"counts"`
+	Availability     availability              `json:"availability"`
+	Policies         map[string]checker.Policy `json:"policies,omitempty"` // every version the checker judged against
+	Checker          checkerSummary            `json:"checker"`
+	Violations       []checker.Violation       `json:"violations"`
+	Convergence      convergence               `json:"convergence"`
+	Crashes          []crash                   `json:"crashes"`
+	Files            map[string]any            `json:"files"`
 }
 
 type checkerSummary struct {
@@ -280,6 +285,8 @@ func faultColor(name string) color.Color {
 		return color.NRGBA{R: 230, G: 200, B: 0, A: 60}
 	case name == nemMembership:
 		return color.NRGBA{R: 40, G: 190, B: 120, A: 50}
+	case name == nemRaiseLimit:
+		return color.NRGBA{R: 255, G: 140, B: 0, A: 45}
 	default: // the final quiet phase
 		return color.NRGBA{R: 120, G: 120, B: 120, A: 25}
 	}
@@ -346,10 +353,10 @@ func writePicture(path string, recs []opRecord, faults []faultRecord, finalStart
 		keep func(opRecord) bool
 	}{
 		{"hit allowed", colAllowed, func(r opRecord) bool {
-			return r.Kind == checker.KindHit && r.Outcome == checker.OutcomeOK && r.Allowed
+			return r.Kind != checker.KindPeek && r.Outcome == checker.OutcomeOK && r.Allowed
 		}},
 		{"hit refused (429)", colRefused, func(r opRecord) bool {
-			return r.Kind == checker.KindHit && r.Outcome == checker.OutcomeOK && !r.Allowed
+			return r.Kind != checker.KindPeek && r.Outcome == checker.OutcomeOK && !r.Allowed
 		}},
 		{"peek ok", colPeek, func(r opRecord) bool { return r.Kind == checker.KindPeek && r.Outcome == checker.OutcomeOK }},
 		{"unknown", colUnknown, func(r opRecord) bool { return r.Outcome == checker.OutcomeUnknown && !r.Resent }},
@@ -390,7 +397,7 @@ func writePicture(path string, recs []opRecord, faults []faultRecord, finalStart
 	type row struct{ ok, unknown, fail []float64 }
 	rows := row{make([]float64, buckets), make([]float64, buckets), make([]float64, buckets)}
 	for _, r := range recs {
-		if r.Kind != checker.KindHit || r.Resent {
+		if r.Kind == checker.KindPeek || r.Resent {
 			continue
 		}
 		b := min(int(float64(r.Return)/1e9), buckets-1)

@@ -32,6 +32,7 @@ type runner struct {
 	net        *network
 	cl         *cluster
 	adm        *admin
+	pols       *policySet // nil without --policies
 	sum        summary
 }
 
@@ -56,8 +57,8 @@ func (r *runner) run(ctx context.Context) int {
 		defer logFile.Close()
 		r.log.setOutput(io.MultiWriter(r.stdout, logFile))
 	}
-	r.log.Printf("jepsen-lite run %q: %d nodes, %d clients, %d keys, limit %d per %s, out %s, seed %d",
-		o.name, o.nodes, o.clients, o.keys, o.limit, o.window, o.out, o.seed)
+	r.log.Printf("jepsen-lite run %q: %d nodes, %d clients, %d keys, limit %d per %s, policies %v, out %s, seed %d",
+		o.name, o.nodes, o.clients, o.keys, o.limit, o.window, o.policies, o.out, o.seed)
 
 	code, line, err := r.execute(ctx)
 	if err != nil && ctx.Err() != nil {
@@ -126,22 +127,40 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		return 0, "", err
 	}
 
-	// Workload.
-	keys := make([]string, o.keys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d", i)
+	// Policies, then the workload.
+	var algorithms, policyNames []string
+	if o.policies {
+		r.pols = newPolicySet(o.limit, o.window)
+		var urls []string
+		for _, s := range specs {
+			urls = append(urls, s.url())
+		}
+		if err := r.pols.create(ctx, r.adm, urls); err != nil {
+			return 0, "", fmt.Errorf("create the run's policies (does this rlnode have PUT /v1/policies? --policies=false runs without): %w", err)
+		}
+		r.log.Printf("policies created: %s", r.pols.describe())
+		policyNames, algorithms = r.pols.names(), r.pols.algorithms()
 	}
-	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, keys: keys, tls: sec.client, clients: o.clients, rate: o.rate,
-		peekRatio: o.peekRatio, timeout: o.timeout, seed: o.seed})
+	ts, pairs := targets(o.keys, policyNames, algorithms)
+	var keys []string
+	for _, t := range ts {
+		keys = append(keys, t.key)
+	}
+	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, targets: ts, pairs: pairs, tls: sec.client, clients: o.clients, rate: o.rate,
+		peekRatio: o.peekRatio, multiRatio: o.multiRatio, timeout: o.timeout, seed: o.seed})
 	wl.start(ctx)
 	defer wl.stop()
-	r.log.Printf("workload started: %d clients, ~%.0f ops/s, %.0f%% peeks, keys %v", o.clients, o.rate, o.peekRatio*100, keys)
+	r.log.Printf("workload started: %d clients, ~%.0f ops/s, %.0f%% peeks, %.0f%% multi-key checks over %d pairs, keys %v",
+		o.clients, o.rate, o.peekRatio*100, o.multiRatio*100, len(pairs), keys)
 
 	// Nemesis.
 	list := o.nemeses
 	skipped := map[string]string{}
 	for _, n := range o.skipped {
 		skipped[n] = "needs --nodes 5"
+		if n == nemRaiseLimit {
+			skipped[n] = "needs --policies"
+		}
 	}
 	if r.net == nil {
 		var kept []string
@@ -175,7 +194,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	phaseStart := time.Now()
 	r.log.Printf("faulted phase: %s, nemeses %v", duration, list)
 	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
-		fault: o.faultDuration, quiet: o.quiet, skew: o.skew}
+		fault: o.faultDuration, quiet: o.quiet, skew: o.skew, pols: r.pols}
 	faults, err := nm.run(ctx, plan, len(list), phaseStart, duration)
 	r.sum.Faults = append(r.sum.Faults, faults...)
 	if err != nil {
@@ -375,6 +394,10 @@ func (r *runner) waitReady(ctx context.Context, i int, timeout time.Duration) er
 func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, finalEnd float64) (int, string) {
 	o := r.o
 	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout}
+	if r.pols != nil {
+		cfg.Policies = r.pols.checkerPolicies()
+		r.sum.Policies = cfg.Policies
+	}
 	hist := checkerHistory(history)
 	r.log.Printf("checking %d ops (%d failed ops left out)...", len(hist), len(history)-len(hist))
 	t := time.Now()
@@ -441,8 +464,8 @@ func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, fin
 	r.writeSummary()
 
 	c, a := r.sum.Counts, r.sum.Availability
-	detail := fmt.Sprintf("%d ops (%d hits: %d allowed, %d refused, %d unknown, %d failed; %d peeks), %d faults, availability %s overall / %s no-fault / %s during faults, %s, wall %s, out %s",
-		c.Ops, c.Hits, c.Allowed, c.Refused, c.UnknownHits, c.FailedHits, c.Peeks, len(faults),
+	detail := fmt.Sprintf("%d ops (%d hits incl. %d multi-key: %d allowed, %d refused, %d unknown, %d failed; %d peeks), %d faults, availability %s overall / %s no-fault / %s during faults, %s, wall %s, out %s",
+		c.Ops, c.Hits, c.Multi, c.Allowed, c.Refused, c.UnknownHits, c.FailedHits, c.Peeks, len(faults),
 		a.Overall, a.NoFault, a.DuringFaults, convWord(r.sum.Convergence), time.Since(r.t0).Round(time.Second), o.out)
 	if r.partitions != "run" {
 		detail += "; PARTITIONS " + strings.ToUpper(r.partitions)
@@ -481,6 +504,7 @@ func (r *runner) writeSummary() {
 		"nodes": o.nodes, "clients": o.clients, "keys": o.keys, "limit": o.limit, "window": o.window.String(),
 		"duration": o.duration.String(), "faultDuration": o.faultDuration.String(), "quiet": o.quiet.String(),
 		"final": o.final.String(), "nemesis": o.nemesis, "rate": o.rate, "peekRatio": o.peekRatio,
+		"multiRatio": o.multiRatio, "policies": o.policies,
 		"timeout": o.timeout.String(), "skew": o.skew.String(), "checkTimeout": o.checkTimeout.String(),
 	}
 	r.sum.Partitions = r.partitions

@@ -3,8 +3,9 @@
 # log store asked for (127.0.0.1, free ports, data in a temp dir), and the
 # Redis-backed baseline (redis-server + bench/redislimiter), then drives them
 # all with the same `rlnode bench` in one run, repetitions interleaved
-# (A B A B ...), and prints medians, the worst repetition's p99, ratios and
-# the targets, each PASS or MISS.
+# (A B A B ..., who goes first rotating), and prints medians, the worst repetition's p99, ratios and
+# the targets, each PASS or MISS, and every server's CPU-seconds per 100k
+# requests (from /proc, user+system, during each run).
 #
 # Usage: scripts/bench.sh            (from anywhere; builds from this checkout)
 #
@@ -26,6 +27,10 @@
 #
 # Environment:
 #   BENCH_RAFT_LOGS  log stores to measure, space-separated (default "wal bolt")
+#   BENCH_VARIANTS   instead: any systems, "name=serve flags;name=serve flags"
+#                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
+#                    names are [a-z0-9_]+
+#   BENCH_RUNS       which runs, of "livez check followers open" (the default)
 #   BENCH_REPS       interleaved repetitions (default 3)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
 #                    message when redis-server is not installed)
@@ -55,6 +60,26 @@ warmup="${BENCH_WARMUP:-1s}"
 keys="${BENCH_KEYS:-10000}"
 reps="${BENCH_REPS:-3}"
 read -r -a kinds <<<"${BENCH_RAFT_LOGS:-wal bolt}"
+# Each system under test is a name and its `rlnode serve` flags: one per
+# log store, or BENCH_VARIANTS for any A/B of flags.
+declare -A sys_flags
+if [ -n "${BENCH_VARIANTS:-}" ]; then
+	kinds=()
+	IFS=';' read -r -a variants <<<"$BENCH_VARIANTS"
+	for v in "${variants[@]}"; do
+		name="${v%%=*}"
+		case "$name" in '' | redis | *[!a-z0-9_]*) echo "bench: BENCH_VARIANTS: bad name '$name' (want [a-z0-9_]+)" >&2; exit 1 ;; esac
+		kinds+=("$name")
+		sys_flags[$name]="${v#*=}"
+	done
+else
+	for k in "${kinds[@]}"; do
+		case "$k" in wal | bolt) ;; *) echo "bench: BENCH_RAFT_LOGS: unknown log store $k (want wal or bolt)" >&2; exit 1 ;; esac
+		sys_flags[$k]="--raft-log $k"
+	done
+fi
+read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open}"
+want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
 trace="${BENCH_TRACE:-1}"
 read -r -a node_args <<<"${BENCH_NODE_ARGS:-}"
@@ -68,10 +93,7 @@ die() { say "error: $*"; exit 1; }
 
 command -v "$go" >/dev/null || die "$go not found in PATH (set GO=/path/to/go)"
 command -v python3 >/dev/null || die "need python3 (free ports, JSON, report)"
-[ "${#kinds[@]}" -gt 0 ] || die "BENCH_RAFT_LOGS is empty"
-for k in "${kinds[@]}"; do
-	case "$k" in wal | bolt) ;; *) die "BENCH_RAFT_LOGS: unknown log store $k (want wal or bolt)" ;; esac
-done
+[ "${#kinds[@]}" -gt 0 ] || die "no system to measure (BENCH_RAFT_LOGS or BENCH_VARIANTS is empty)"
 
 # ---- cleanup: stop what we started, remove the temp dir ----
 
@@ -164,6 +186,7 @@ fi
 # ---- clusters ----
 
 declare -A leader_url follower_urls leader_id
+cpu_procs=() # label:pid of every server, for CPU-seconds per run
 url() { printf 'http://127.0.0.1:%s' "$1"; }
 
 wait_healthy() { # name url pid log
@@ -185,7 +208,8 @@ start_cluster() { # kind
 		id="n$((i + 1))"
 		local join=()
 		if [ "$i" != 0 ]; then join=(--join "$(url "${http[0]}")"); fi
-		"$rl" serve --id "$id" --raft-log "$kind" \
+		# shellcheck disable=SC2086 # the system's flags are words
+		"$rl" serve --id "$id" ${sys_flags[$kind]} \
 			--http-addr "127.0.0.1:${http[$i]}" --raft-addr "127.0.0.1:${raftp[$i]}" \
 			--data-dir "$tmp/$kind/$id" --limit 1000000000 --window 60s --log-level warn \
 			${join[@]+"${join[@]}"} ${node_args[@]+"${node_args[@]}"} >"$tmp/$kind-$id.log" 2>&1 &
@@ -214,6 +238,9 @@ start_cluster() { # kind
 		sleep 0.1
 	done
 	[ -n "$leader" ] || die "$kind: no agreed leader with 3 voters after 30s"
+	for i in 0 1 2; do
+		if [ "$i" = "$leader" ]; then cpu_procs+=("$kind-leader:${npids[$i]}"); else cpu_procs+=("$kind-follower$i:${npids[$i]}"); fi
+	done
 	leader_url[$kind]="$(url "${http[$leader]}")"
 	leader_id[$kind]="n$((leader + 1))"
 	local f=()
@@ -225,7 +252,7 @@ start_cluster() { # kind
 }
 
 for k in "${kinds[@]}"; do
-	say "starting a 3-node cluster on the $k log store"
+	say "starting a 3-node cluster $k: ${sys_flags[$k]}"
 	start_cluster "$k"
 done
 
@@ -241,6 +268,7 @@ if [ "$baseline" = 1 ]; then
 		--limit 1000000000 --window 60s >"$tmp/redislimiter.log" 2>&1 &
 	lpid=$!
 	pids+=("$lpid")
+	cpu_procs+=("redis-server:${pids[-2]}" "redislimiter:$lpid")
 	redis_url="$(url "$lport")"
 	for _ in $(seq 1 100); do
 		python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1]+"/livez", timeout=1)' "$redis_url" 2>/dev/null && break
@@ -257,17 +285,28 @@ fi
 	echo "cpus:       $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')"
 	echo "loadavg:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 	echo "runs:       duration $duration, warmup $warmup, keys $keys uniform, $reps interleaved repetitions"
-	echo "log stores: ${kinds[*]}"
+	for k in "${kinds[@]}"; do echo "system:     $k = rlnode serve ${sys_flags[$k]}"; done
 	echo "node args:  ${node_args[*]:-(none)}"
 	if [ "$baseline" = 1 ]; then echo "baseline:   $(redis-server --version | cut -d' ' -f1-3), in memory (no fsync), redislimiter $redis_url"; else echo "baseline:   skipped"; fi
 } >"$out/env.txt"
 
 # ---- runs ----
 
-# run NAME ARGS...: one `rlnode bench --json` run into $out/NAME.json.
+# cpu_seconds: "label seconds" per server (user+system CPU so far).
+cpu_seconds() {
+	local lp tck
+	tck="$(getconf CLK_TCK)"
+	for lp in "${cpu_procs[@]}"; do
+		awk -v l="${lp%%:*}" -v t="$tck" '{ sub(/^.*\) /, ""); printf "%s %.2f\n", l, ($12 + $13) / t }' "/proc/${lp#*:}/stat" 2>/dev/null || true
+	done
+}
+
+# run NAME ARGS...: one `rlnode bench --json` run into $out/NAME.json, and
+# every server's CPU-seconds during it into $out/NAME.cpu.
 run() {
 	local name=$1
 	shift
+	cpu_seconds >"$tmp/cpu-before"
 	local extra=()
 	if [ "$trace" = 1 ]; then extra=(--trace); fi
 	say "run $name: rlnode bench $*"
@@ -280,21 +319,36 @@ run() {
 		die "run $name failed"
 	fi
 	bench_pid=""
+	cpu_seconds | awk 'NR == FNR { b[$1] = $2; next } { printf "%s %.2f\n", $1, $2 - b[$1] }' "$tmp/cpu-before" - >"$out/$name.cpu"
 }
 
 for r in $(seq 1 "$reps"); do
 	say "---- repetition $r of $reps"
-	run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64
+	# Rotate who goes first each repetition, so no system always follows
+	# the same one.
+	all=("${kinds[@]}")
+	if [ "$baseline" = 1 ]; then all+=(redis); fi
+	order=()
+	for i in $(seq 0 $((${#all[@]} - 1))); do order+=("${all[$(((i + r - 1) % ${#all[@]}))]}"); done
+	if want_run livez; then run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64; fi
+	want_run check || continue
 	for c in 64 256; do
-		for k in "${kinds[@]}"; do
-			run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
+		for k in "${order[@]}"; do
+			if [ "$k" = redis ]; then
+				run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"
+			else
+				run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
+			fi
 		done
-		if [ "$baseline" = 1 ]; then run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"; fi
 	done
-	for k in "${kinds[@]}"; do
+	for k in "${order[@]}"; do
+		[ "$k" != redis ] || continue
+		want_run followers || break
 		run "r$r-$k-followers-64" --addr "${follower_urls[$k]}" --concurrency 64
 	done
-	for k in "${kinds[@]}"; do
+	for k in "${order[@]}"; do
+		[ "$k" != redis ] || continue
+		want_run open || break
 		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
 		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"
 	done

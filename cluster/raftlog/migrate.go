@@ -82,6 +82,9 @@ const copyBatchBytes = 1 << 20
 // backup (Result.Backup). A node that is running holds raft.db's lock and
 // is refused.
 func Migrate(ctx context.Context, dir string, to Kind, logger hclog.Logger) (Result, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
 	from, found, err := Detect(dir)
 	if err != nil {
 		return Result{}, err

@@ -27,7 +27,7 @@ func TestVersionHelpAndUsageErrors(t *testing.T) {
 		"serve": "no positional arguments", "peers": "no positional arguments", "status": "no positional arguments",
 		"join": "no positional arguments", "remove": "rlnode remove [flags] ID", "transfer-leadership": "[ID]",
 		"snapshot": "no positional arguments", "health": "no positional arguments", "bench": "no positional arguments",
-		"version": "no arguments", "tls": "rlnode tls init", "tls init": "--out DIR --nodes",
+		"version": "no arguments", "migrate-log": "no positional arguments", "tls": "rlnode tls init", "tls init": "--out DIR --nodes",
 	}
 	for cmd, w := range want {
 		out, stderr, code := proctest.Run(t, rlnodeBin, nil, append(strings.Fields(cmd), "--help")...)

@@ -213,6 +213,7 @@ func TestLaggingLeaderProcessNeverReopensEarly(t *testing.T) {
 	for _, n := range []*proctest.Node{n2, lag} {
 		proctest.WaitReady(t, n, 15*time.Second)
 	}
+	proctest.WaitVoters(t, n1, 3, 20*time.Second)
 	if leaderOf(t, []*proctest.Node{n1, n2, lag}) == lag {
 		if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "n1", "--addr", n1.URL()); code != 0 {
 			t.Fatalf("move leadership off the laggard: %s", stderr)

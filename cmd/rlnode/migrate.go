@@ -16,6 +16,7 @@ import (
 func runMigrateLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate-log", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "migrate-log", "")
 	dir := fs.String("data-dir", "", "data dir of a STOPPED node")
 	to := fs.String("to", "", "the log store to convert to: wal or bolt")
 	if err := fs.Parse(args); err != nil {

@@ -79,27 +79,71 @@ func readTokenFile(path string) (string, error) {
 	return tok, nil
 }
 
+// loadSecurity reads the token file and the TLS files and refuses an
+// exposed node with neither; it returns the TLS source (nil without TLS).
+func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
+	if c.sec.tokenFile != "" {
+		tok, err := readTokenFile(c.sec.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.token = tok
+	}
+	var src *tlsconf.Source
+	if c.sec.tls.Enabled() {
+		var err error
+		if src, err = tlsconf.Load(c.sec.tls); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkExposure(c, src != nil && src.Mutual()); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+func (c *serveConfig) warnSecurity(log hclog.Logger, src *tlsconf.Source) {
+	if c.sec.insecure && c.token == "" && (src == nil || !src.Mutual()) {
+		log.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
+	}
+	if c.sec.tokenFlagGiven {
+		log.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
+	}
+}
+
 // checkExposure refuses to run a node that listens beyond loopback while
 // nothing proves who its peers are, unless --insecure says so.
 func checkExposure(c *serveConfig, mutualTLS bool) error {
-	if c.token != "" || mutualTLS || c.sec.insecure {
+	if c.sec.insecure {
+		return nil
+	}
+	if c.pprofAddr != "" && !isLoopback(c.pprofAddr) {
+		// pprof has no authentication at all, token or TLS.
+		return fmt.Errorf("refusing to start: --pprof-addr %s listens beyond loopback, and profiling endpoints have no authentication; "+
+			"use 127.0.0.1 (and an SSH tunnel), or pass --insecure", c.pprofAddr)
+	}
+	if c.token != "" || mutualTLS {
 		return nil
 	}
 	var open []string
-	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}} {
-		if !isLoopback(a.v) {
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}} {
+		if a.v != "" && !isLoopback(a.v) {
 			open = append(open, a.flag+" "+a.v)
 		}
 	}
 	if len(open) == 0 {
 		return nil
 	}
-	return fmt.Errorf("refusing to start: %s listens beyond loopback with neither a cluster token nor mutual TLS, "+
+	verb := "listens"
+	if len(open) > 1 {
+		verb = "listen"
+	}
+	return fmt.Errorf("refusing to start: %s %s beyond loopback with neither a cluster token nor mutual TLS, "+
 		"so anyone who can reach it could send Raft RPCs that replace every window or move leadership, and call the admin API.\n"+
 		"  Fix: give every node the same token with --cluster-token-file FILE (or $RLNODE_CLUSTER_TOKEN_FILE, $RLNODE_CLUSTER_TOKEN),\n"+
 		"  and/or certificates with --tls-cert, --tls-key and --tls-ca (`rlnode tls init --out DIR --nodes n1,n2,n3` writes them);\n"+
 		"  or listen on 127.0.0.1; or pass --insecure on a network you trust completely",
-		strings.Join(open, " and "))
+		strings.Join(open, " and "), verb)
 }
 
 // reloadTLS reloads the certificates on SIGHUP and, every interval, when

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -21,7 +22,9 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
-	"github.com/rlnode/rlnode/tlsconf"
+	"github.com/rlnode/rlnode/metrics"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rls"
 )
 
 type serveConfig struct {
@@ -30,6 +33,7 @@ type serveConfig struct {
 	raftLog                                              string
 	limit                                                int64
 	window                                               time.Duration
+	policiesFile                                         string
 	join                                                 string
 	logLevel                                             string
 	logJSON                                              bool
@@ -43,12 +47,17 @@ type serveConfig struct {
 	maxBatch, maxInflight, maxForwardInflight            int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
+	grpcAddr                                             string
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
 	bootstrapExpect                                      int
 	maxClockOffset                                       time.Duration
 	raftTiming                                           cluster.Timing
+	trustedProxies                                       string
+	trusted                                              []netip.Prefix
+	raftTuning                                           cluster.RaftTuning
+	raftBatchApply                                       bool
 	sec                                                  securityConfig
 }
 
@@ -66,6 +75,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(raftlog.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
 	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
 	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
+	fs.StringVar(&c.policiesFile, "policies", "", "YAML or JSON file of policies to seed the replicated table with when this node bootstraps a new cluster (--limit/--window still seed \"default\" unless the file defines it)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
@@ -89,6 +99,11 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP forward-auth (/v1/auth, key=ip) believes")
+	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
+	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
+	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	return fs, c
@@ -156,6 +171,11 @@ func (c *serveConfig) validate() error {
 	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
 		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
 	}
+	if p, err := httpapi.ParseTrustedProxies(c.trustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	} else {
+		c.trusted = p
+	}
 	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
 	}
@@ -188,23 +208,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	if c.sec.tokenFile != "" {
-		tok, err := readTokenFile(c.sec.tokenFile)
-		if err != nil {
-			return err
-		}
-		c.token = tok
-	}
-	var tlsSrc *tlsconf.Source
-	if c.sec.tls.Enabled() {
-		src, err := tlsconf.Load(c.sec.tls)
-		if err != nil {
-			return err
-		}
-		tlsSrc = src
-	}
-	if err := checkExposure(c, tlsSrc != nil && tlsSrc.Mutual()); err != nil {
+	tlsSrc, err := c.loadSecurity()
+	if err != nil {
 		return err
+	}
+	seed, err := c.seed()
+	if err != nil {
+		return fmt.Errorf("%w: --policies: %v", errUsage, err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
@@ -221,7 +231,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics := httpapi.NewMetrics(reg)
+	obs := metrics.New(reg)
 	if err := exportRaftMetrics(reg); err != nil {
 		logger.Warn("raft metrics unavailable", "error", err)
 	}
@@ -231,11 +241,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
 		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
-		Policies:          []cluster.Policy{{Name: "default", Limit: c.limit, Window: c.window}},
+		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
+		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: metrics,
+		Logger: logger, Observer: obs,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -246,18 +257,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	metrics.WatchNode(node)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: metrics})
-	srv := httpapi.NewServer(api.Handler(), logger)
+	obs.WatchNode(node)
+	warnCtx, stopWarn := context.WithCancel(ctx)
+	defer stopWarn()
+	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
+		TrustedProxies: c.trusted})
+	// The public API, and the node-to-node endpoints the cluster serves
+	// itself.
+	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
-	if c.token == "" && !isLoopback(c.httpAddr) && (tlsSrc == nil || !tlsSrc.Mutual()) {
-		logger.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
-	}
-	if c.sec.tokenFlagGiven {
-		logger.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")
-	}
+	c.warnSecurity(logger, tlsSrc)
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
@@ -269,6 +281,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer stopPprof()
+	}
+
+	var grpcSrv *grpcServer
+	if c.grpcAddr != "" {
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		if tlsSrc != nil {
+			rc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
+			node.Close()
+			return err
+		}
 	}
 
 	serveErr := make(chan error, 1)
@@ -316,6 +340,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			done = true
 		case err := <-fatal:
 			runErr, done = fmt.Errorf("stopping: %w", err), true
+		case err := <-grpcSrv.done():
+			runErr, done = fmt.Errorf("grpc server: %w", err), true
 		case err := <-serveErr:
 			runErr, done = fmt.Errorf("http server: %w", err), true
 		case err := <-joined:
@@ -341,6 +367,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			logger.Info("left the cluster")
 		}
 	}
+	grpcSrv.stop(sctx)
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Warn("http shutdown", "error", err)
 	}
@@ -354,6 +381,56 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Info("stopped cleanly")
 	}
 	return runErr
+}
+
+// seed is the table this node writes if it bootstraps a new cluster: the
+// --policies file, plus the default policy from --limit/--window unless the
+// file defines one.
+func (c *serveConfig) seed() ([]policy.Policy, error) {
+	var ps []policy.Policy
+	if c.policiesFile != "" {
+		var err error
+		if ps, err = policy.ReadFile(c.policiesFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range ps {
+		if p.Name == policy.Default {
+			return ps, nil
+		}
+	}
+	return append(ps, policy.Fixed(policy.Default, c.limit, c.window)), nil
+}
+
+// warnIfDefaultDiffers logs once, when the node is first ready, if the
+// replicated default policy is not what this node's flags would have
+// seeded: the flags only seed a new cluster, so a changed --limit on a
+// running one does nothing, and the operator should know.
+func warnIfDefaultDiffers(ctx context.Context, node *cluster.Node, seed []policy.Policy, logger hclog.Logger) {
+	for deadline := time.Now().Add(time.Minute); node.Ready(0) != nil; {
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	want := seed[len(seed)-1]
+	for _, p := range seed {
+		if p.Name == policy.Default {
+			want = p
+		}
+	}
+	have, ok := node.Policy(policy.Default)
+	switch {
+	case !ok:
+		logger.Warn("the replicated table has no default policy: GET /check/{client} answers 404 until one is set (rlnode policy set default ...)")
+	case !have.Equal(want):
+		logger.Warn("this node's --limit/--window (or --policies) differ from the replicated default policy, which applies; change it with rlnode policy set",
+			"flags", want.String(), "replicated", have.String())
+	}
 }
 
 func isLoopback(addr string) bool {

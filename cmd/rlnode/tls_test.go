@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -20,34 +21,6 @@ import (
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
-
-// tlsInit runs `rlnode tls init` into dir.
-func tlsInit(t *testing.T, dir string, nodes ...string) {
-	t.Helper()
-	if out, stderr, code := proctest.Run(t, rlnodeBin, nil, "tls", "init", "--out", dir, "--nodes", strings.Join(nodes, ",")); code != 0 {
-		t.Fatalf("tls init: exit %d\n%s%s", code, out, stderr)
-	}
-}
-
-// clientTLS is what an application with client.pem presents (cert false:
-// an application without a certificate).
-func clientTLS(t *testing.T, dir string, cert bool) *tls.Config {
-	t.Helper()
-	pool := x509.NewCertPool()
-	b, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil || !pool.AppendCertsFromPEM(b) {
-		t.Fatalf("read CA: %v", err)
-	}
-	c := &tls.Config{RootCAs: pool}
-	if cert {
-		kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Certificates = []tls.Certificate{kp}
-	}
-	return c
-}
 
 func fileSerial(t *testing.T, path string) string {
 	t.Helper()
@@ -78,10 +51,8 @@ func servedSerial(addr string, cfg *tls.Config) (string, error) {
 
 func startTLSNode(t *testing.T, dir, id string, extra ...string) *proctest.Node {
 	t.Helper()
-	args := append([]string{"--tls-cert", filepath.Join(dir, id+".pem"), "--tls-key", filepath.Join(dir, id+"-key.pem"),
-		"--tls-ca", filepath.Join(dir, "ca.pem")}, extra...)
-	n := proctest.StartNode(t, rlnodeBin, id, args...)
-	n.TLS = clientTLS(t, dir, true)
+	n := proctest.StartNode(t, rlnodeBin, id, append(proctest.TLSFlags(dir, id), extra...)...)
+	n.TLS = proctest.ClientTLS(t, dir, true)
 	return n
 }
 
@@ -91,7 +62,7 @@ func startTLSNode(t *testing.T, dir, id string, extra ...string) *proctest.Node 
 // certificate are refused on every port.
 func TestMutualTLSClusterRotation(t *testing.T) {
 	dir := t.TempDir()
-	tlsInit(t, dir, "n1", "n2", "n3")
+	proctest.TLSInit(t, rlnodeBin, dir, "n1", "n2", "n3")
 	n1 := startTLSNode(t, dir, "n1", "--tls-reload-interval", "0")
 	proctest.WaitReady(t, n1, 15*time.Second)
 	nodes := []*proctest.Node{n1,
@@ -130,7 +101,7 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	tlsInit(t, dir, "n1", "n2", "n3") // same CA, new node certificates
+	proctest.TLSInit(t, rlnodeBin, dir, "n1", "n2", "n3") // same CA, new node certificates
 	time.Sleep(300 * time.Millisecond)
 	if s, _ := servedSerial(n1.HTTPAddr, n1.TLS); s != old["n1"] {
 		t.Fatalf("n1 switched certificates before SIGHUP (reload interval 0)")
@@ -178,7 +149,7 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 	}
 
 	t.Run("refused without a certificate", func(t *testing.T) {
-		noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(t, dir, false)}}
+		noCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: proctest.ClientTLS(t, dir, false)}}
 		if r, err := proctest.DoWith(noCert, "GET", n1.URL()+"/check/mallory", "", nil); err == nil {
 			t.Errorf("check without a client certificate answered %d %s", r.Status, r.Raw)
 		}
@@ -196,17 +167,36 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 		if code != 0 || strings.Count(out, `"reachable": true`) != 3 {
 			t.Errorf("admin peers with the client certificate from RLNODE_TLS_*: exit %d\n%s%s", code, out, stderr)
 		}
+		// bench takes the same TLS flags: with client.pem every request
+		// is answered; without a certificate none is.
+		for _, withCert := range []bool{true, false} {
+			benv := []string{"RLNODE_TLS_CA=" + ca}
+			if withCert {
+				benv = env
+			}
+			out, stderr, _ := proctest.Run(t, rlnodeBin, benv, "bench", "--addr", n1.HTTPAddr, "--duration", "500ms", "--concurrency", "2", "--json")
+			var res struct{ Requests, Errors int64 }
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("bench output: %v\n%s%s", err, out, stderr)
+			}
+			if withCert && (res.Requests == 0 || res.Errors != 0) || !withCert && res.Errors != res.Requests {
+				t.Errorf("bench (client certificate %v): %d requests, %d errors", withCert, res.Requests, res.Errors)
+			}
+		}
 		// Raft: raft's own transport, plain and over TLS without a
 		// client certificate, cannot move leadership.
-		term0, _, _ := status(t, n1)
-		for _, a := range []*attacker{newAttacker(t, nil), newAttacker(t, tlsNoCertStream{cfg: clientTLS(t, dir, false)})} {
+		term0, _, windows0 := status(t, n1)
+		for _, a := range []*attacker{newAttacker(t, nil), newAttacker(t, tlsNoCertStream{cfg: proctest.ClientTLS(t, dir, false)})} {
 			if err := a.timeoutNow(n1); err == nil {
 				t.Errorf("forged TimeoutNow accepted by a mutual-TLS Raft port")
 			}
+			if err := a.installEmptySnapshot(t, n1, uint64(term0)+100); err == nil {
+				t.Errorf("forged InstallSnapshot accepted by a mutual-TLS Raft port")
+			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		if term, _, _ := status(t, n1); term != term0 {
-			t.Errorf("term moved from %d to %d", term0, term)
+		if term, _, windows := status(t, n1); term != term0 || windows != windows0 || windows == 0 {
+			t.Errorf("after forged RPCs: term %d, %d windows; before: term %d, %d windows", term, windows, term0, windows0)
 		}
 	})
 }

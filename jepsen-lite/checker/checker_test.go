@@ -199,7 +199,7 @@ func TestCheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tt.cfg
-			if c == (Config{}) {
+			if c.WindowMs == 0 && c.Policies == nil {
 				c = cfg
 			}
 			res := Check(c, tt.history)
@@ -275,8 +275,10 @@ func TestKeyVerdict(t *testing.T) {
 		{porcupine.Illegal, LinIllegal, CheckLinearizability},
 		{porcupine.Unknown, LinUnknown, CheckLinearizingTimeout},
 	}
+	g := &group{keys: []string{"k"}, models: []keyModel{{policy: DefaultPolicy, p: NewPolicy(FixedWindow, Limit{Limit: limit, WindowMs: winMs})}},
+		ops: make([]Op, 7)}
 	for _, tt := range tests {
-		kr, v := keyVerdict(cfg, "k", 7, tt.in)
+		kr, v := keyVerdict(cfg, g, tt.in)
 		if kr != (KeyResult{Key: "k", Ops: 7, Linearizable: tt.lin}) {
 			t.Errorf("%s: key result %+v", tt.in, kr)
 		}

@@ -131,7 +131,8 @@ func mutate(rng *rand.Rand, h history) history {
 // The checker's model must give the same verdict as the literal one on
 // every history, right or wrong.
 func TestModelMatchesLiteralSpec(t *testing.T) {
-	fast := spec{limit: limit, windowMs: winMs}.porcupineModel()
+	g := &group{keys: []string{"sim"}, models: []keyModel{{policy: DefaultPolicy, p: NewPolicy(FixedWindow, Limit{Limit: limit, WindowMs: winMs})}}}
+	fast := g.porcupineModel()
 	slow := literalSpec{limit: limit, windowMs: winMs}.model()
 	rng := rand.New(rand.NewPCG(42, 42))
 	var ok, illegal int
@@ -141,7 +142,7 @@ func TestModelMatchesLiteralSpec(t *testing.T) {
 			h = mutate(rng, h)
 		}
 		want := porcupine.CheckOperations(slow, literalHistory(h))
-		got := porcupine.CheckOperations(fast, keyHistory(h))
+		got := porcupine.CheckOperations(fast, groupHistory(h))
 		if got != want {
 			t.Fatalf("history %d: checker says linearizable=%v, literal spec says %v\n%s", i, got, want, dump(h))
 		}

@@ -1,10 +1,6 @@
 package checker
 
-import (
-	"fmt"
-
-	"github.com/anishathalye/porcupine"
-)
+import "fmt"
 
 // state is what the model knows about one key after a prefix of a
 // linearization.
@@ -116,45 +112,24 @@ func (s spec) observe(st state, start, before, after int64, isHit bool) (state, 
 	return st, false
 }
 
-// porcupineModel wraps spec for porcupine. Each call to the checker gets the
-// history of one key, so no partition function is needed.
-func (s spec) porcupineModel() porcupine.Model {
-	return porcupine.Model{
-		Init: func() interface{} { return state{} },
-		Step: func(st, input, _ interface{}) (bool, interface{}) {
-			next, ok := s.step(st.(state), input.(Op))
-			return ok, next
-		},
-		// state is a plain comparable struct, so == is equality.
-		Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
-		Hash: func(st interface{}) uint64 {
-			x := st.(state)
-			return uint64(x.start)*0x9e3779b97f4a7c15 ^ uint64(x.count)<<32 ^ uint64(x.lost)
-		},
-		DescribeOperation: func(input, _ interface{}) string { return s.describeOp(input.(Op)) },
-		DescribeState:     func(st interface{}) string { return describeState(st.(state)) },
-		DescribeOperationMetadata: func(info interface{}) string {
-			if info == nil {
-				return ""
-			}
-			return info.(string)
-		},
-	}
-}
-
-func (s spec) describeOp(op Op) string {
+// describeHit describes one op of one key for the visualization.
+func describeHit(op Op) string {
 	switch {
 	case op.Outcome == OutcomeUnknown:
 		return fmt.Sprintf("hit -> unknown (%s)", op.Error)
-	case op.Kind == KindHit && op.Allowed:
-		return fmt.Sprintf("hit -> allowed rem=%d win=%d", op.Remaining, op.ResetAt-s.windowMs)
-	case op.Kind == KindHit:
-		return fmt.Sprintf("hit -> refused rem=%d win=%d", op.Remaining, op.ResetAt-s.windowMs)
-	case op.WindowStart == 0:
+	case op.Kind == KindPeek && op.WindowStart == 0:
 		return fmt.Sprintf("peek -> no window (appliedNow=%d)", op.AppliedNow)
-	default:
+	case op.Kind == KindPeek:
 		return fmt.Sprintf("peek -> win=%d used=%d", op.WindowStart, op.Used)
 	}
+	s := fmt.Sprintf("hit -> allowed=%v rem=%d reset=%d", op.Allowed, op.Remaining, op.ResetAt)
+	if !op.Allowed {
+		s += fmt.Sprintf(" retry=%d", op.RetryAfterMs)
+	}
+	for _, l := range op.Limits {
+		s += fmt.Sprintf(" [limit %d: rem=%d reset=%d win=%d]", l.Limit, l.Remaining, l.ResetAt, l.WindowStart)
+	}
+	return s
 }
 
 func describeState(st state) string {
@@ -166,4 +141,51 @@ func describeState(st state) string {
 		w += fmt.Sprintf(", %d unknown hits may still count", st.lost)
 	}
 	return w
+}
+
+func fixedState(k kstate) state { return state{start: k.a, count: k.b, lost: int64(k.lost)} }
+
+func fromFixed(k kstate, s state) kstate {
+	k.a, k.b, k.lost = s.start, s.count, int32(s.lost)
+	return k
+}
+
+// fixedHit is spec.hit for one key of a policy with limit l. A hit of a
+// refused multi-key check that would have passed reports the window as if
+// it had counted (it was decided like any other hit), but nothing was
+// stored: the model checks it as a hit, then takes the hit back out.
+func fixedHit(l Limit, st kstate, o obs) []kstate {
+	s := spec{limit: l.Limit, windowMs: l.WindowMs}
+	op := Op{Kind: KindHit, Outcome: OutcomeOK, Allowed: o.allowed, Remaining: o.remaining, ResetAt: o.resetAt}
+	if len(o.limits) == 1 {
+		op.Remaining, op.ResetAt = o.limits[0].Remaining, o.limits[0].ResetAt
+	}
+	fs := fixedState(st)
+	if !o.allowed || o.counted {
+		next, ok := s.hit(fs, op)
+		if !ok {
+			return nil
+		}
+		return []kstate{fromFixed(st, next)}
+	}
+	// A hit of a refused request that would have passed: its remaining
+	// may be told as if it had counted or as it stands (rlnode: as it
+	// stands, since nothing was spent); its window is the one it was
+	// decided in. Check it as a hit, then take the hit back out.
+	var out []kstate
+	for _, spent := range []int64{0, 1} {
+		op.Remaining -= spent
+		next, ok := s.hit(fs, op)
+		op.Remaining += spent
+		if !ok {
+			continue
+		}
+		if next.start != fs.start && next.count == 1 {
+			next = fs // it would have opened the window itself: nothing changed
+		} else {
+			next.count-- // lost hits it needed did count; it did not
+		}
+		out = append(out, fromFixed(st, next))
+	}
+	return out
 }

@@ -7,6 +7,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // Defaults applied by Validate to zero-valued Config fields.
@@ -44,6 +47,7 @@ type Config struct {
 	Dist        string        // "uniform" (default) or "zipf" (s=1.1, key 0 hottest)
 	Path        string        // default "/check/{key}"; every "{key}" becomes a 16-byte client id; may carry a ?query
 	Token       string        // optional bearer token sent as Authorization
+	TLS         *tls.Config   // client certificate and CA for https nodes; nil: system roots, no certificate
 	Trace       bool          // record each measured second's p99 and max (Result.Trace)
 	Progress    io.Writer     // if non-nil, receives a live progress line rewritten with \r every 500ms
 }
@@ -140,6 +144,11 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 	// The default comes from the environment after parsing, so that usage
 	// output never prints the secret.
 	token := fs.String("cluster-token", "", "bearer token for the nodes (default $RLNODE_CLUSTER_TOKEN)")
+	env := tlsconf.FilesFromEnv()
+	var tf tlsconf.Files
+	fs.StringVar(&tf.Cert, "tls-cert", env.Cert, "PEM client certificate for nodes with mutual TLS (default $"+tlsconf.EnvCert+")")
+	fs.StringVar(&tf.Key, "tls-key", env.Key, "PEM key of --tls-cert (default $"+tlsconf.EnvKey+")")
+	fs.StringVar(&tf.CA, "tls-ca", env.CA, "PEM CA the nodes' certificates chain to (default $"+tlsconf.EnvCA+")")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]   (no positional arguments)")
 		fs.PrintDefaults()
@@ -164,8 +173,16 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 	if *token == "" {
 		*token = os.Getenv("RLNODE_CLUSTER_TOKEN")
 	}
+	var tlsCfg *tls.Config
+	if tf.Enabled() {
+		src, err := tlsconf.Load(tf)
+		if err != nil {
+			return Config{}, false, fmt.Errorf("bench: %w", err)
+		}
+		tlsCfg = src.ClientConfig("") // the transport fills in each node's host name
+	}
 	cfg = Config{
-		Addrs:       splitAddrs(*addrs),
+		Addrs:       splitAddrs(*addrs, tlsCfg != nil),
 		Concurrency: *conc,
 		Rate:        *rate,
 		Duration:    *dur,
@@ -174,6 +191,7 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 		Dist:        *dist,
 		Path:        *path,
 		Token:       *token,
+		TLS:         tlsCfg,
 		Trace:       *trace,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -183,8 +201,9 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 }
 
 // splitAddrs turns "a:1, http://b:2/" into ["http://a:1", "http://b:2"]:
-// a missing scheme defaults to http, as for the other admin commands.
-func splitAddrs(s string) []string {
+// a missing scheme defaults to http (https with TLS), as for the other admin
+// commands.
+func splitAddrs(s string, https bool) []string {
 	var out []string
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimSpace(a)
@@ -193,6 +212,9 @@ func splitAddrs(s string) []string {
 		}
 		if !strings.Contains(a, "://") {
 			a = "http://" + a
+		}
+		if https {
+			a = strings.Replace(a, "http://", "https://", 1)
 		}
 		out = append(out, strings.TrimRight(a, "/"))
 	}

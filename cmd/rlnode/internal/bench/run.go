@@ -98,6 +98,7 @@ func newRunner(ctx context.Context, cfg Config) (*runner, error) {
 		MaxIdleConnsPerHost: cfg.Concurrency,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // bodies are tiny; gzip would only burn the CPU we share with the server
+		TLSClientConfig:     cfg.TLS,
 	}
 	r := &runner{
 		cfg:       cfg,

@@ -6,6 +6,7 @@ package proctest
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -214,7 +215,14 @@ func (n *Node) Do(method, path, token string, body any) (Response, error) {
 // temp dir; extra flags are appended.
 func StartNode(t testing.TB, bin, id string, extra ...string) *Node {
 	t.Helper()
-	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+	return StartNodeIn(t, bin, id, filepath.Join(t.TempDir(), id), extra...)
+}
+
+// StartNodeIn is StartNode on a given data dir (e.g. one unpacked from a
+// fixture).
+func StartNodeIn(t testing.TB, bin, id, dataDir string, extra ...string) *Node {
+	t.Helper()
+	n := &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: dataDir}
 	args := append([]string{"serve", "--id", id, "--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr, "--data-dir", n.DataDir}, extra...)
 	n.Proc = Start(t, bin, id, args...)
 	return n
@@ -313,13 +321,28 @@ func Do(method, url, token string, body any) (Response, error) {
 
 // DoWith is Do with a given HTTP client (e.g. one presenting a certificate).
 func DoWith(c *http.Client, method, url, token string, body any) (Response, error) {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return Response{}, err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	return DoRawWith(c, method, url, token, raw)
+}
+
+// DoRaw performs a request with an optional bearer token and a body sent as
+// is (nil: none), so tests can send malformed input.
+func DoRaw(method, url, token string, body []byte) (Response, error) {
+	return DoRawWith(client, method, url, token, body)
+}
+
+// DoRawWith is DoRaw with a given HTTP client.
+func DoRawWith(c *http.Client, method, url, token string, body []byte) (Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
@@ -401,4 +424,38 @@ func Run(t testing.TB, bin string, env []string, args ...string) (stdout, stderr
 		t.Fatalf("run %v: %v", args, err)
 	}
 	return out.String(), errb.String(), 0
+}
+
+// TLSInit runs `rlnode tls init --out dir --nodes ...`: a CA, one
+// certificate per node and client.pem for clients.
+func TLSInit(t testing.TB, bin, dir string, nodes ...string) {
+	t.Helper()
+	if out, stderr, code := Run(t, bin, nil, "tls", "init", "--out", dir, "--nodes", strings.Join(nodes, ",")); code != 0 {
+		t.Fatalf("tls init: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// TLSFlags are the serve flags for node id with certificates from TLSInit.
+func TLSFlags(dir, id string) []string {
+	return []string{"--tls-cert", filepath.Join(dir, id+".pem"), "--tls-key", filepath.Join(dir, id+"-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem")}
+}
+
+// ClientTLS is the client configuration of an application trusting
+// TLSInit's CA, presenting client.pem when withCert.
+func ClientTLS(t testing.TB, dir string, withCert bool) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("read CA in %s: %v", dir, err)
+	}
+	c := &tls.Config{RootCAs: pool}
+	if withCert {
+		kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c
 }

@@ -1,4 +1,8 @@
-package httpapi
+// Package metrics holds rlnode's Prometheus collectors, shared by every
+// front end (the HTTP API, the gRPC rate limit service) and the cluster's
+// observer hooks. Each front end declares the small interface it records
+// through; this package implements them all.
+package metrics
 
 import (
 	"net/http"
@@ -26,10 +30,13 @@ type Metrics struct {
 	batchHits prometheus.Histogram
 	forwarded prometheus.Counter
 	served    prometheus.Counter
+	// rlsDescriptors counts the gRPC rate limit service's descriptors by
+	// domain and result.
+	rlsDescriptors *prometheus.CounterVec
 }
 
-// NewMetrics registers rlnode's collectors on reg.
-func NewMetrics(reg *prometheus.Registry) *Metrics {
+// New registers rlnode's collectors on reg.
+func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -50,7 +57,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "rlnode_forward_requests_served_total", Help: "Forwarding requests (batches) this node served as leader.",
 		}),
 	}
-	reg.MustRegister(m.checks, m.duration, m.batchHits, m.forwarded, m.served,
+	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
+	}, []string{"domain", "result"})
+	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -92,7 +102,8 @@ func (m *Metrics) BatchApplied(hits int) { m.batchHits.Observe(float64(hits)) }
 // Forwarded implements cluster.Observer.
 func (m *Metrics) Forwarded(hits int) { m.forwarded.Add(float64(hits)) }
 
-func (m *Metrics) observeCheck(policy, result string, start time.Time) {
+// ObserveCheck records one answered check and how long it took.
+func (m *Metrics) ObserveCheck(policy, result string, start time.Time) {
 	if m == nil {
 		return
 	}
@@ -100,8 +111,17 @@ func (m *Metrics) observeCheck(policy, result string, start time.Time) {
 	m.duration.Observe(time.Since(start).Seconds())
 }
 
-func (m *Metrics) forwardedIn() {
+// ForwardServed implements cluster.Observer: one forwarded batch served as
+// leader.
+func (m *Metrics) ForwardServed() {
 	if m != nil {
 		m.served.Inc()
+	}
+}
+
+// RLSDescriptor counts one descriptor the gRPC rate limit service decided.
+func (m *Metrics) RLSDescriptor(domain, result string) {
+	if m != nil {
+		m.rlsDescriptors.WithLabelValues(domain, result).Inc()
 	}
 }

@@ -1,0 +1,229 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Result is the decision for one hit.
+type Result struct {
+	// Allowed: the hit counted and may proceed.
+	Allowed bool
+	Policy  string
+	Key     string
+	// Limit, Window, Remaining and ResetAt describe the most constraining
+	// of the policy's limits.
+	Limit     int64
+	Window    time.Duration
+	Remaining int64
+	ResetAt   time.Time
+	// RetryAfter is how long until a hit of this cost could be allowed
+	// (0 when allowed).
+	RetryAfter time.Duration
+	// Limits has one entry per limit of the policy, in the policy's order
+	// (empty when the cluster does not report them).
+	Limits []Limit
+	// ServedBy is the id of the node whose log entry decided the hit.
+	ServedBy string
+}
+
+// Limit is one limit of a policy as a decision left it.
+type Limit struct {
+	Limit     int64
+	Window    time.Duration
+	Remaining int64
+	ResetAt   time.Time
+	// WindowStart is zero for a token bucket.
+	WindowStart time.Time
+}
+
+// Hit is one key of a CheckAll.
+type Hit struct {
+	Policy string `json:"policy"`
+	Key    string `json:"client"`
+	// Cost defaults to 1.
+	Cost int64 `json:"cost,omitempty"`
+}
+
+// MultiResult is the decision of a CheckAll: all hits counted, or none.
+type MultiResult struct {
+	Allowed bool
+	// Results has one entry per hit, in request order; when Allowed is
+	// false they say which hits would have passed (nothing was spent).
+	Results []Result
+}
+
+// wireResult is a check's JSON body (200 or 429).
+type wireResult struct {
+	Allowed      bool        `json:"allowed"`
+	Remaining    int64       `json:"remaining"`
+	ResetAt      int64       `json:"resetAt"`
+	Limit        int64       `json:"limit"`
+	WindowMs     int64       `json:"windowMs"`
+	Policy       string      `json:"policy"`
+	Client       string      `json:"client"`
+	RetryAfterMs *int64      `json:"retryAfterMs"`
+	Limits       []wireLimit `json:"limits"`
+}
+
+type wireLimit struct {
+	Limit       int64 `json:"limit"`
+	WindowMs    int64 `json:"windowMs"`
+	Remaining   int64 `json:"remaining"`
+	ResetAt     int64 `json:"resetAt"`
+	WindowStart int64 `json:"windowStart"`
+}
+
+func (w wireResult) result(policy, key, servedBy string) Result {
+	r := Result{Allowed: w.Allowed, Policy: w.Policy, Key: key, Limit: w.Limit, Window: ms(w.WindowMs),
+		Remaining: w.Remaining, ResetAt: msTime(w.ResetAt), ServedBy: servedBy}
+	if r.Policy == "" {
+		r.Policy = policy
+	}
+	if w.RetryAfterMs != nil {
+		r.RetryAfter = ms(*w.RetryAfterMs)
+	}
+	for _, l := range w.Limits {
+		r.Limits = append(r.Limits, Limit{Limit: l.Limit, Window: ms(l.WindowMs), Remaining: l.Remaining,
+			ResetAt: msTime(l.ResetAt), WindowStart: msTime(l.WindowStart)})
+	}
+	return r
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+func msTime(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// checkPath is GET /check/:policy/:key; the default policy also has the
+// shorter /check/:key, which every rlnode version serves.
+func checkPath(policy, key string, cost int64) string {
+	p := "/check/" + url.PathEscape(key)
+	if policy != "" && policy != "default" {
+		p = "/check/" + url.PathEscape(policy) + "/" + url.PathEscape(key)
+	}
+	if cost != 1 {
+		p += "?cost=" + strconv.FormatInt(cost, 10)
+	}
+	return p
+}
+
+// Check counts one hit of cost (0 means 1) for key under policy. A refused
+// hit is a Result with Allowed false and a nil error; an error means there
+// was no decision (see the Err* values).
+func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Result, error) {
+	if cost == 0 {
+		cost = 1
+	}
+	if key == "" {
+		return Result{}, &Error{kind: ErrInvalid, Detail: "key is empty"}
+	}
+	if cost < 0 {
+		return Result{}, &Error{kind: ErrInvalid, Detail: fmt.Sprintf("cost %d is negative", cost)}
+	}
+	a, err := c.call(ctx, http.MethodGet, checkPath(policy, key, cost), nil, http.StatusOK, http.StatusTooManyRequests)
+	if err != nil {
+		return Result{}, err
+	}
+	var w wireResult
+	if err := json.Unmarshal(a.body, &w); err != nil {
+		return Result{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode answer: %w", err)}
+	}
+	r := w.result(policy, key, a.header.Get("X-Rlnode-Served-By"))
+	if !r.Allowed && r.RetryAfter == 0 {
+		if n, err := strconv.Atoi(a.header.Get("Retry-After")); err == nil {
+			r.RetryAfter = time.Duration(n) * time.Second
+		}
+	}
+	return r, nil
+}
+
+// CheckAll decides several hits in one log entry, all or nothing: allowed
+// only if every hit is, and then every hit counts; otherwise none does (POST
+// /v1/check, at most 64 hits).
+func (c *Client) CheckAll(ctx context.Context, hits ...Hit) (MultiResult, error) {
+	if len(hits) == 0 {
+		return MultiResult{}, &Error{kind: ErrInvalid, Detail: "no hits"}
+	}
+	body, err := json.Marshal(struct {
+		Hits []Hit `json:"hits"`
+	}{hits})
+	if err != nil {
+		return MultiResult{}, &Error{kind: ErrInvalid, cause: err}
+	}
+	a, err := c.call(ctx, http.MethodPost, "/v1/check", body, http.StatusOK, http.StatusTooManyRequests)
+	if err != nil {
+		return MultiResult{}, err
+	}
+	var w struct {
+		Allowed bool         `json:"allowed"`
+		Results []wireResult `json:"results"`
+	}
+	if err := json.Unmarshal(a.body, &w); err != nil || len(w.Results) != len(hits) {
+		if err == nil {
+			err = fmt.Errorf("%d results for %d hits", len(w.Results), len(hits))
+		}
+		return MultiResult{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode answer: %w", err)}
+	}
+	m := MultiResult{Allowed: w.Allowed, Results: make([]Result, len(hits))}
+	served := a.header.Get("X-Rlnode-Served-By")
+	for i, h := range hits {
+		m.Results[i] = w.Results[i].result(h.Policy, h.Key, served)
+	}
+	return m, nil
+}
+
+// Status is a key's state as a read sees it, without counting a hit.
+type Status struct {
+	Policy    string
+	Key       string
+	Limit     int64
+	Window    time.Duration
+	Remaining int64
+	ResetAt   time.Time
+	Limits    []Limit
+	ServedBy  string
+}
+
+// Peek reads a key's state without counting (a linearizable read on the
+// leader; GET /v1/status/:policy/:key).
+func (c *Client) Peek(ctx context.Context, policy, key string) (Status, error) {
+	if key == "" {
+		return Status{}, &Error{kind: ErrInvalid, Detail: "key is empty"}
+	}
+	a, err := c.call(ctx, http.MethodGet, "/v1/status/"+url.PathEscape(policy)+"/"+url.PathEscape(key), nil, http.StatusOK)
+	if err != nil {
+		return Status{}, err
+	}
+	var w wireResult
+	var served struct {
+		ServedBy string `json:"servedBy"`
+	}
+	if err := json.Unmarshal(a.body, &w); err != nil {
+		return Status{}, &Error{Node: a.node, Status: a.status, kind: ErrInvalid, cause: fmt.Errorf("decode answer: %w", err)}
+	}
+	_ = json.Unmarshal(a.body, &served)
+	r := w.result(policy, key, served.ServedBy)
+	return Status{Policy: r.Policy, Key: key, Limit: r.Limit, Window: r.Window, Remaining: r.Remaining,
+		ResetAt: r.ResetAt, Limits: r.Limits, ServedBy: r.ServedBy}, nil
+}
+
+// Reset forgets a key's state, so its next hit starts afresh (DELETE
+// /v1/windows/:policy/:key; needs Config.Token when the cluster has one).
+func (c *Client) Reset(ctx context.Context, policy, key string) error {
+	if key == "" {
+		return &Error{kind: ErrInvalid, Detail: "key is empty"}
+	}
+	_, err := c.call(ctx, http.MethodDelete, "/v1/windows/"+url.PathEscape(policy)+"/"+url.PathEscape(key), nil,
+		http.StatusOK, http.StatusNoContent)
+	return err
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+)
+
+const policyUsage = `usage:
+  rlnode policy list
+  rlnode policy get NAME
+  rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...]
+  rlnode policy delete NAME
+  rlnode policy apply -f FILE [--dry-run]
+  rlnode policy import-envoy [--dry-run] FILE...   (envoyproxy/ratelimit YAML)
+(and --addr, --cluster-token, --json as for every admin command)`
+
+// runPolicy dispatches `rlnode policy SUBCOMMAND`.
+func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, policyUsage)
+		return usageErr("a subcommand is required")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, policyUsage)
+		return nil
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list":
+		return policyList(ctx, args, stdout, stderr)
+	case "get":
+		return policyGet(ctx, args, stdout, stderr)
+	case "set":
+		return policySet(ctx, args, stdout, stderr)
+	case "delete":
+		return policyDelete(ctx, args, stdout, stderr)
+	case "apply":
+		return policyApply(ctx, args, stdout, stderr)
+	case "import-envoy":
+		return policyImportEnvoy(ctx, args, stdout, stderr)
+	}
+	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
+}
+
+type policyTable struct {
+	Policies []policy.Policy `json:"policies"`
+}
+
+func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) {
+	var l policyTable
+	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Policies, nil
+}
+
+func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("policy list", "", stderr)
+	if pos, err := parseAdmin(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageErr("policy list takes no arguments")
+	}
+	ps, err := fetchPolicies(ctx, a)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, policyTable{Policies: ps})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMITS")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+	}
+	return tw.Flush()
+}
+
+// limitsText is e.g. "10/1s burst 20, 1000/24h0m0s".
+func limitsText(p policy.Policy) string {
+	parts := make([]string, len(p.Limits))
+	for i, l := range p.Limits {
+		parts[i] = fmt.Sprintf("%d/%s", l.Limit, l.Window)
+		if l.Burst > 0 {
+			parts[i] += fmt.Sprintf(" burst %d", l.Burst)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("policy get", "NAME", stderr)
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("rlnode policy get NAME")
+	}
+	var p policy.Policy
+	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, p)
+	}
+	fmt.Fprintf(stdout, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+	return nil
+}
+
+// repeated collects a flag given several times; "a,b" counts as two.
+type repeated []string
+
+func (r *repeated) String() string { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		*r = append(*r, strings.TrimSpace(s))
+	}
+	return nil
+}
+
+func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("policy set", "NAME", stderr)
+	var alg string
+	var limits, windows, bursts repeated
+	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
+	fs.Var(&limits, "limit", "hits allowed per window; repeat (or N,M) for several limits, paired in order with --window")
+	fs.Var(&windows, "window", "window of the limit at the same position (a Go duration: 1s, 1m, 24h)")
+	fs.Var(&bursts, "burst", "token_bucket capacity of the limit at the same position (default: its limit)")
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("rlnode policy set NAME --algorithm A --limit N --window D [--burst B]")
+	}
+	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	var res struct {
+		Result string `json:"result"`
+	}
+	if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, &res); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, map[string]any{"result": res.Result, "policy": p})
+	}
+	fmt.Fprintf(stdout, "%s %s (%s %s)\n", res.Result, p.Name, p.Algorithm, limitsText(p))
+	return nil
+}
+
+func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy.Policy, error) {
+	p := policy.Policy{Name: name, Algorithm: alg}
+	if len(limits) == 0 || len(limits) != len(windows) {
+		return p, fmt.Errorf("give each --limit a --window (got %d limits, %d windows)", len(limits), len(windows))
+	}
+	if len(bursts) > 0 && len(bursts) != len(limits) {
+		return p, fmt.Errorf("give --burst for every limit or for none (got %d bursts for %d limits)", len(bursts), len(limits))
+	}
+	for i := range limits {
+		n, err := strconv.ParseInt(limits[i], 10, 64)
+		if err != nil {
+			return p, fmt.Errorf("--limit %q: want a whole number", limits[i])
+		}
+		w, err := time.ParseDuration(windows[i])
+		if err != nil {
+			return p, fmt.Errorf("--window %q: want a Go duration such as 1s, 1m or 24h", windows[i])
+		}
+		l := policy.Limit{Limit: n, Window: policy.Duration(w)}
+		if len(bursts) > 0 {
+			if l.Burst, err = strconv.ParseInt(bursts[i], 10, 64); err != nil || l.Burst < 1 {
+				return p, fmt.Errorf("--burst %q: want a whole number >= 1", bursts[i])
+			}
+		}
+		p.Limits = append(p.Limits, l)
+	}
+	return p, p.Validate()
+}
+
+func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("policy delete", "NAME", stderr)
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("rlnode policy delete NAME")
+	}
+	if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(stdout, map[string]string{"deleted": pos[0]})
+	}
+	fmt.Fprintf(stdout, "deleted %s\n", pos[0])
+	return nil
+}
+
+// policyApply makes the cluster's table equal to a file: it sets what is
+// new or changed and deletes what the file does not list.
+func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, a := newAdminFlags("policy apply", "", stderr)
+	var file string
+	var dry bool
+	fs.StringVar(&file, "f", "", "YAML or JSON file of policies (required)")
+	fs.BoolVar(&dry, "dry-run", false, "print what would change and change nothing")
+	pos, err := parseAdmin(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || file == "" {
+		return usageErr("rlnode policy apply -f FILE [--dry-run]")
+	}
+	want, err := policy.ReadFile(file)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	all, err := fetchPolicies(ctx, a)
+	if err != nil {
+		return err
+	}
+	// Policies with an Envoy match belong to import-envoy (and to the
+	// gRPC service's limit overrides): apply leaves them alone unless the
+	// file names them.
+	var have []policy.Policy
+	for _, p := range all {
+		if p.Envoy == nil || slices.ContainsFunc(want, func(q policy.Policy) bool { return q.Name == p.Name }) {
+			have = append(have, p)
+		}
+	}
+	added, changed, removed := policy.Diff(have, want)
+	verb := ""
+	if dry {
+		verb = "would be "
+	}
+	report := func(what, name string) {
+		if !a.json {
+			fmt.Fprintf(stdout, "%s%s %s\n", verb, what, name)
+		}
+	}
+	for _, p := range append(added, changed...) {
+		if !dry {
+			if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
+				return err
+			}
+		}
+		if isIn(p, added) {
+			report("added", p.Name)
+		} else {
+			report("changed", p.Name)
+		}
+	}
+	for _, name := range removed {
+		if !dry {
+			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
+				return err
+			}
+		}
+		report("removed", name)
+	}
+	if a.json {
+		return printJSON(stdout, map[string]any{"added": names(added), "changed": names(changed), "removed": orEmpty(removed), "dryRun": dry})
+	}
+	if len(added)+len(changed)+len(removed) == 0 {
+		fmt.Fprintln(stdout, "no changes")
+	}
+	return nil
+}
+
+func isIn(p policy.Policy, ps []policy.Policy) bool {
+	for _, q := range ps {
+		if q.Name == p.Name {
+			return true
+		}
+	}
+	return false
+}
+
+func names(ps []policy.Policy) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+var _ flag.Value = (*repeated)(nil)

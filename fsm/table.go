@@ -1,0 +1,129 @@
+package fsm
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/rlnode/rlnode/policy"
+)
+
+// SetResult is what Apply returns for a set-policies entry: per policy,
+// "added", "changed" or "unchanged"; Skipped when a seed met a table that
+// was already seeded.
+type SetResult struct {
+	Skipped bool
+	Changes []string
+}
+
+// DeleteResult is what Apply returns for a delete-policy entry.
+type DeleteResult struct{ Found bool }
+
+// ResetResult is what Apply returns for a reset-key entry.
+type ResetResult struct{ Found bool }
+
+func (f *FSM) applySetPolicies(data []byte) (any, error) {
+	mode, ps, err := decodeSetPolicies(data)
+	if err != nil {
+		return nil, err
+	}
+	if mode == SetSeed && f.seeded {
+		return &SetResult{Skipped: true}, nil
+	}
+	f.seeded = true
+	f.tableVersion.Add(1)
+	res := &SetResult{Changes: make([]string, len(ps))}
+	for i, p := range ps {
+		old := f.policies[p.Name]
+		switch {
+		case old == nil:
+			res.Changes[i] = "added"
+			f.policies[p.Name] = newTablePolicy(p, f.nextEpoch)
+		case old.p.Equal(p):
+			res.Changes[i] = "unchanged"
+		default:
+			// Same incarnation: open windows keep their state, matched
+			// per limit by window length on the key's next hit.
+			res.Changes[i] = "changed"
+			f.policies[p.Name] = newTablePolicy(p, old.epoch)
+		}
+	}
+	return res, nil
+}
+
+func newTablePolicy(p policy.Policy, epoch uint32) *tablePolicy {
+	return &tablePolicy{p: p, alg: p.Alg(), limits: p.WindowLimits(), epoch: epoch}
+}
+
+// applyDeletePolicy removes a policy. Its keys die at once (their epoch is
+// no longer any policy's) and are reclaimed by expiry.
+func (f *FSM) applyDeletePolicy(data []byte) (any, error) {
+	name, err := decodeDeletePolicy(data)
+	if err != nil {
+		return nil, err
+	}
+	f.seeded = true
+	p := f.policies[name]
+	if p == nil {
+		return &DeleteResult{}, nil
+	}
+	delete(f.policies, name)
+	f.tableVersion.Add(1)
+	f.nextEpoch = max(f.nextEpoch, p.epoch) + 1
+	f.sweepLeft = len(f.slab)
+	return &DeleteResult{Found: true}, nil
+}
+
+// applyResetKey forgets one key: it decides as never seen from now on.
+func (f *FSM) applyResetKey(data []byte) (any, error) {
+	pol, client, err := decodeResetKey(data)
+	if err != nil {
+		return nil, err
+	}
+	f.key = appendKey(f.key[:0], pol, client)
+	idx, ok := f.index[string(f.key)]
+	if !ok {
+		return &ResetResult{}, nil
+	}
+	s := &f.slab[idx]
+	found := f.alive(s, f.lastNow)
+	// Dead from now on; the expiry heap still holds the slot and frees it.
+	s.exp = min(s.exp, f.lastNow)
+	s.epoch = ^uint32(0)
+	return &ResetResult{Found: found}, nil
+}
+
+// Policy returns a policy of the replicated table.
+func (f *FSM) Policy(name string) (policy.Policy, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.policies[name]
+	if p == nil {
+		return policy.Policy{}, false
+	}
+	return p.p, true
+}
+
+// Policies returns the replicated table sorted by name.
+func (f *FSM) Policies() []policy.Policy {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]policy.Policy, 0, len(f.policies))
+	for _, p := range f.policies {
+		out = append(out, p.p)
+	}
+	slices.SortFunc(out, func(a, b policy.Policy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Seeded reports whether any policy entry has been applied: a leader seeds
+// the table from its flags only while it is not.
+func (f *FSM) Seeded() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.seeded
+}
+
+// PolicyVersion moves on whenever the policy table may have changed
+// (entries, restores); compare it to know whether something derived from
+// Policies is stale.
+func (f *FSM) PolicyVersion() uint64 { return f.tableVersion.Load() }

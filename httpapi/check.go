@@ -1,0 +1,408 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
+)
+
+// checkBody is a single check's answer, and one result of POST /v1/check.
+// limit, remaining, resetAt and windowMs describe the most constraining
+// limit; limits has every limit in the policy's order.
+type checkBody struct {
+	Allowed      bool        `json:"allowed"`
+	Remaining    int64       `json:"remaining"`
+	ResetAt      int64       `json:"resetAt"`
+	Limit        int64       `json:"limit"`
+	WindowMs     int64       `json:"windowMs"`
+	Policy       string      `json:"policy"`
+	Client       string      `json:"client,omitempty"`
+	Limits       []limitBody `json:"limits"`
+	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
+}
+
+type limitBody struct {
+	Limit       int64  `json:"limit"`
+	WindowMs    int64  `json:"windowMs"`
+	Remaining   int64  `json:"remaining"`
+	ResetAt     int64  `json:"resetAt"`
+	WindowStart *int64 `json:"windowStart,omitempty"`
+}
+
+type quotaProblem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+	checkBody
+}
+
+// costProblem is the 422 body: retryAfterMs is null, never a number.
+type costProblem struct {
+	problem
+	Policy       string      `json:"policy"`
+	Limits       []limitBody `json:"limits"`
+	RetryAfterMs *int64      `json:"retryAfterMs"`
+}
+
+// CodeUnknownPolicy answers a check or read of a policy not in the table.
+const CodeUnknownPolicy = "unknown_policy"
+
+// checkDefault is GET /check/:client: the default policy.
+func (a *API) checkDefault(c *gin.Context) { a.checkOne(c, a.cfg.Policy, c.Param("a")) }
+
+// checkNamed is GET /check/:policy/:client.
+func (a *API) checkNamed(c *gin.Context) { a.checkOne(c, c.Param("a"), c.Param("b")) }
+
+func (a *API) checkOne(c *gin.Context, policyName, client string) {
+	start := time.Now()
+	if err := cluster.ValidateClient(client); err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
+		return
+	}
+	if err := policy.ValidateName(policyName); err != nil {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
+		return
+	}
+	cost := int64(1)
+	if s, given := c.GetQuery("cost"); given {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 1 || v > policy.MaxLimit+1 {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("cost %q must be a whole number from 1 to %d", s, int64(policy.MaxLimit+1)))
+			return
+		}
+		cost = v
+	}
+	if a.neverAllowed(c, policyName, cost, "") {
+		a.observeCheck(policyName, window.CostExceedsLimit.String(), start)
+		return
+	}
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	res, err := a.cfg.Node.Check(ctx, policyName, client, cost)
+	if err != nil {
+		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
+		a.hitError(c, err)
+		return
+	}
+	h := res.Hits[0]
+	if h.UnknownPolicy {
+		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
+		unknownPolicy(c, policyName)
+		return
+	}
+	a.observeCheck(policyName, h.Outcome.String(), start)
+	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
+	body := bodyOf(h, res.Allowed, false)
+	switch {
+	case res.Allowed:
+		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: body})
+	case h.Outcome == window.CostExceedsLimit:
+		costExceeds(c, h, body)
+	default:
+		retryMs := int64(0)
+		if body.RetryAfterMs != nil {
+			retryMs = *body.RetryAfterMs
+		}
+		body.RetryAfterMs = &retryMs
+		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
+		m := h.MainPart()
+		c.Render(http.StatusTooManyRequests, jsonRender{contentType: problemJSON, v: quotaProblem{
+			Type:   "https://iana.org/assignments/http-problem-types#quota-exceeded",
+			Title:  "Request quota exceeded",
+			Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, time.Duration(m.WindowMs)*time.Millisecond, retryMs),
+			Code:   CodeQuotaExceeded, checkBody: body,
+		}})
+	}
+}
+
+// neverAllowed answers 422 without writing to the log when this node's
+// table already shows that cost exceeds a limit of the policy (capacity for
+// a token bucket). The log decides everything else, including this same
+// case when the table here has not caught up with a new policy.
+func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) bool {
+	p, ok := a.cfg.Node.Policy(name)
+	if !ok {
+		return false
+	}
+	for _, l := range p.Limits {
+		capacity := l.Limit
+		if l.Burst > 0 {
+			capacity = l.Burst
+		}
+		if cost > capacity {
+			c.Header("Cache-Control", "no-store")
+			c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
+				problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
+					Detail: fmt.Sprintf("%scost %d exceeds the limit of %d per %s of policy %q: this request can never be allowed, do not retry", at, cost, capacity, l.Window, name),
+					Code:   CodeCostExceedsLimit},
+				Policy: name,
+			}})
+			c.Abort()
+			return true
+		}
+	}
+	return false
+}
+
+// unknownLabel is the metrics label of checks of policies not in the table:
+// names clients make up must not grow the metric's label set.
+const unknownLabel = "(unknown)"
+
+func (a *API) policyLabel(name string) string {
+	if _, ok := a.cfg.Node.Policy(name); ok {
+		return name
+	}
+	return unknownLabel
+}
+
+func unknownPolicy(c *gin.Context, name string) {
+	writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was counted", name))
+}
+
+func costExceeds(c *gin.Context, h cluster.HitResult, body checkBody) {
+	m := h.MainPart()
+	for _, p := range h.Parts {
+		if p.Outcome == window.CostExceedsLimit {
+			m = p
+			break
+		}
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
+		problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("cost %d exceeds the limit of %d per %s: this request can never be allowed, do not retry", h.Cost, m.Limit, time.Duration(m.WindowMs)*time.Millisecond),
+			Code:   CodeCostExceedsLimit},
+		Policy: h.Policy, Limits: body.Limits,
+	}})
+	c.Abort()
+}
+
+// bodyOf shapes one hit's result. counted says whether its group passed;
+// retryAfterMs is set when the hit itself was refused.
+func bodyOf(h cluster.HitResult, counted, withClient bool) checkBody {
+	m := h.MainPart()
+	b := checkBody{Allowed: counted, Remaining: m.Remaining, ResetAt: m.ResetAt, Limit: m.Limit, WindowMs: m.WindowMs,
+		Policy: h.Policy, Limits: make([]limitBody, len(h.Parts))}
+	if withClient {
+		b.Client = h.Client
+		b.Allowed = h.Outcome == window.Allowed
+	}
+	retry := int64(0)
+	for i, p := range h.Parts {
+		lb := limitBody{Limit: p.Limit, WindowMs: p.WindowMs, Remaining: p.Remaining, ResetAt: p.ResetAt}
+		if p.WindowStart != 0 {
+			ws := p.WindowStart
+			lb.WindowStart = &ws
+		}
+		b.Limits[i] = lb
+		if p.Outcome == window.Refused {
+			retry = max(retry, p.RetryAfterMs)
+		}
+	}
+	if h.Outcome == window.Refused {
+		b.RetryAfterMs = &retry
+	}
+	return b
+}
+
+// setRateLimitHeaders writes the IETF draft's structured fields, one item
+// per limit, and the X-RateLimit-* headers most client libraries read (the
+// most constraining limit).
+func (a *API) setRateLimitHeaders(c *gin.Context, now int64, servedBy string, hr cluster.HitResult) {
+	h := c.Writer.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set(cluster.HeaderServedBy, servedBy)
+	// Built with strconv rather than fmt: this runs on every hit.
+	pol := make([]byte, 0, 64)
+	rl := make([]byte, 0, 64)
+	for i, p := range hr.Parts {
+		if i > 0 {
+			pol = append(pol, ", "...)
+			rl = append(rl, ", "...)
+		}
+		name := hr.Policy
+		if len(hr.Parts) > 1 {
+			name += "-" + shortWindow(p.WindowMs)
+		}
+		pol = strconv.AppendQuote(pol, name)
+		rl = strconv.AppendQuote(rl, name)
+		pol = append(pol, ";q="...)
+		pol = strconv.AppendInt(pol, p.Limit, 10)
+		pol = append(pol, ";w="...)
+		pol = strconv.AppendInt(pol, (p.WindowMs+999)/1000, 10)
+		rl = append(rl, ";r="...)
+		rl = strconv.AppendInt(rl, p.Remaining, 10)
+		rl = append(rl, ";t="...)
+		rl = strconv.AppendInt(rl, max(0, (p.ResetAt-now+999)/1000), 10)
+	}
+	h.Set("RateLimit-Policy", string(pol))
+	h.Set("RateLimit", string(rl))
+	m := hr.MainPart()
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(m.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(m.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt((m.ResetAt+999)/1000, 10))
+}
+
+// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms.
+func shortWindow(ms int64) string {
+	for _, u := range []struct {
+		ms   int64
+		name string
+	}{{86_400_000, "d"}, {3_600_000, "h"}, {60_000, "m"}, {1000, "s"}} {
+		if ms%u.ms == 0 {
+			return strconv.FormatInt(ms/u.ms, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
+}
+
+// multiRequest is POST /v1/check's body.
+type multiRequest struct {
+	Hits []struct {
+		Policy string `json:"policy"`
+		Client string `json:"client"`
+		Cost   *int64 `json:"cost"`
+	} `json:"hits"`
+}
+
+type multiBody struct {
+	Allowed bool        `json:"allowed"`
+	Results []checkBody `json:"results"`
+}
+
+// checkMany is POST /v1/check: several hits in one log entry, all or
+// nothing.
+func (a *API) checkMany(c *gin.Context) {
+	start := time.Now()
+	var req multiRequest
+	if !bindJSON(c, &req, false) {
+		return
+	}
+	if len(req.Hits) == 0 || len(req.Hits) > cluster.MaxGroup {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("hits: %d hits, want 1 to %d", len(req.Hits), cluster.MaxGroup))
+		return
+	}
+	hits := make([]cluster.Hit, len(req.Hits))
+	for i, h := range req.Hits {
+		hits[i] = cluster.Hit{Policy: h.Policy, Client: h.Client, Cost: 1}
+		if h.Policy == "" {
+			hits[i].Policy = a.cfg.Policy
+		}
+		if h.Cost != nil {
+			hits[i].Cost = *h.Cost
+		}
+		if err := validHit(hits[i]); err != nil {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("hits[%d].%v", i, err))
+			return
+		}
+	}
+	for i, h := range hits {
+		if a.neverAllowed(c, h.Policy, h.Cost, fmt.Sprintf("hits[%d]: ", i)) {
+			a.observeCheck("multi", window.CostExceedsLimit.String(), start)
+			return
+		}
+	}
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	res, err := a.cfg.Node.CheckAll(ctx, hits)
+	if err != nil {
+		a.observeCheck("multi", resultFor(err), start)
+		a.hitError(c, err)
+		return
+	}
+	body := multiBody{Allowed: res.Allowed, Results: make([]checkBody, len(res.Hits))}
+	retry := int64(0)
+	for i, h := range res.Hits {
+		if h.UnknownPolicy {
+			a.observeCheck("multi", CodeUnknownPolicy, start)
+			writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("hits[%d]: policy %q is not defined (GET /v1/policies lists them); nothing was counted", i, h.Policy))
+			return
+		}
+		if h.Outcome == window.CostExceedsLimit {
+			a.observeCheck("multi", h.Outcome.String(), start)
+			costExceeds(c, h, bodyOf(h, false, true))
+			return
+		}
+		body.Results[i] = bodyOf(h, res.Allowed, true)
+		if r := body.Results[i].RetryAfterMs; r != nil {
+			retry = max(retry, *r)
+		}
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Header(cluster.HeaderServedBy, res.ServedBy)
+	status := http.StatusOK
+	if !res.Allowed {
+		status = http.StatusTooManyRequests
+		c.Header("Retry-After", strconv.FormatInt(max(1, (retry+999)/1000), 10))
+		a.observeCheck("multi", window.Refused.String(), start)
+	} else {
+		a.observeCheck("multi", window.Allowed.String(), start)
+	}
+	c.Render(status, jsonRender{contentType: "application/json; charset=utf-8", v: body})
+}
+
+// validHit names the field at fault ("client: ...", "policy: ...").
+func validHit(h cluster.Hit) error {
+	if err := cluster.ValidateClient(h.Client); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if err := policy.ValidateName(h.Policy); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if h.Cost < 1 || h.Cost > policy.MaxLimit+1 {
+		return fmt.Errorf("cost: %d must be from 1 to %d", h.Cost, int64(policy.MaxLimit+1))
+	}
+	return nil
+}
+
+func resultFor(err error) string {
+	switch {
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		return "outcome_unknown"
+	default:
+		return "not_counted"
+	}
+}
+
+// hitError answers a failed hit, keeping "not counted" and "unknown" apart
+// and passing on a definite answer the leader gave a forwarded hit.
+func (a *API) hitError(c *gin.Context, err error) {
+	var he *cluster.HTTPError
+	if errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		code := he.Code
+		if code == "" {
+			code = CodeInvalidRequest
+		}
+		writeProblem(c, he.Status, code, "the leader refused the request; nothing was counted ("+he.Detail+")")
+		return
+	}
+	c.Header("Retry-After", "1")
+	switch {
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		writeProblem(c, http.StatusServiceUnavailable, CodeOutcomeUnknown,
+			"the outcome of this hit is unknown: it may or may not have counted ("+firstLine(err)+")")
+	case errors.Is(err, cluster.ErrNoLeader):
+		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader,
+			"the cluster has no leader right now; the hit was not counted ("+firstLine(err)+")")
+	default:
+		writeProblem(c, http.StatusServiceUnavailable, CodeNotCounted,
+			"the hit was not counted ("+firstLine(err)+")")
+	}
+}
+
+// firstLine flattens errors.Join output into one line for a detail string.
+func firstLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rlnode/rlnode/jepsen-lite/checker"
+)
+
+// runPolicy is one policy the run creates through the HTTP API, with every
+// set of limits it has had (the raise-limit nemesis only ever raises).
+type runPolicy struct {
+	name      string
+	algorithm string
+	versions  [][]checker.Limit
+}
+
+func (p *runPolicy) current() []checker.Limit { return p.versions[len(p.versions)-1] }
+
+// body is the PUT /v1/policies/:name request for limits.
+func (p *runPolicy) body(limits []checker.Limit) map[string]any {
+	var ls []map[string]any
+	for _, l := range limits {
+		m := map[string]any{"limit": l.Limit, "window": (time.Duration(l.WindowMs) * time.Millisecond).String()}
+		if l.Burst > 0 {
+			m["burst"] = l.Burst
+		}
+		ls = append(ls, m)
+	}
+	return map[string]any{"algorithm": p.algorithm, "limits": ls}
+}
+
+// raised returns the next version of p's limits: a fixed or sliding
+// window's limit goes up by 2; a token bucket's rate goes up to the next
+// rate whose refill interval is whole milliseconds (what the checker's
+// model needs) and its burst by one.
+func (p *runPolicy) raised() []checker.Limit {
+	next := slices.Clone(p.current())
+	for i, l := range next {
+		switch p.algorithm {
+		case checker.TokenBucket:
+			n := l.Limit + 1
+			for l.WindowMs%n != 0 {
+				n++
+			}
+			next[i].Limit = n
+			if l.Burst > 0 {
+				next[i].Burst = l.Burst + 1
+			}
+		default:
+			next[i].Limit += 2
+		}
+	}
+	return next
+}
+
+// policySet is the run's policy table, shared by the nemesis (which raises
+// limits) and the checker (which judges against every version).
+type policySet struct {
+	mu   sync.Mutex
+	pols []*runPolicy
+}
+
+// newPolicySet lays out the default run's policies: a fixed window and a
+// sliding window of limit per window, and a token bucket with two limits
+// (a short one with a small burst, a long one that bounds the sustained
+// rate), so that both of its limits refuse now and then.
+func newPolicySet(limit int64, window time.Duration) *policySet {
+	w := window.Milliseconds()
+	return &policySet{pols: []*runPolicy{
+		{name: "jl-fixed", algorithm: checker.FixedWindow, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
+		{name: "jl-sliding", algorithm: checker.SlidingWindow, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
+		{name: "jl-bucket", algorithm: checker.TokenBucket, versions: [][]checker.Limit{{
+			{Limit: 4, WindowMs: 1000, Burst: 2},    // a token every 250ms, 2 at once
+			{Limit: 20, WindowMs: 10000, Burst: 10}, // a token every 500ms, 10 at once
+		}}},
+	}}
+}
+
+func (ps *policySet) names() []string {
+	var out []string
+	for _, p := range ps.pols {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+// checkerPolicies is the table the checker judges against.
+func (ps *policySet) checkerPolicies() map[string]checker.Policy {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := map[string]checker.Policy{}
+	for _, p := range ps.pols {
+		cp := checker.Policy{Algorithm: p.algorithm}
+		for _, v := range p.versions {
+			cp.Versions = append(cp.Versions, slices.Clone(v))
+		}
+		out[p.name] = cp
+	}
+	return out
+}
+
+// describe is one line per policy for the log.
+func (ps *policySet) describe() string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var parts []string
+	for _, p := range ps.pols {
+		var ls []string
+		for _, l := range p.current() {
+			s := fmt.Sprintf("%d/%s", l.Limit, time.Duration(l.WindowMs)*time.Millisecond)
+			if l.Burst > 0 {
+				s += fmt.Sprintf(" burst %d", l.Burst)
+			}
+			ls = append(ls, s)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, p.algorithm, strings.Join(ls, " + ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// create PUTs every policy on the cluster (through any node; followers
+// forward to the leader), retrying while a leader settles.
+func (ps *policySet) create(ctx context.Context, adm *admin, urls []string) error {
+	for _, p := range ps.pols {
+		if err := putPolicy(ctx, adm, urls, p.name, p.body(p.current())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// raise adds a raised version of every policy and PUTs it. The version is
+// recorded before the PUT: a PUT whose answer is lost may still have been
+// applied, and a version no answer ever reports costs the checker
+// nothing.
+func (ps *policySet) raise(ctx context.Context, adm *admin, urls []string) (string, error) {
+	var done []string
+	var errs []error
+	for _, p := range ps.pols {
+		next := p.raised()
+		ps.mu.Lock()
+		p.versions = append(p.versions, next)
+		ps.mu.Unlock()
+		if err := putPolicy(ctx, adm, urls, p.name, p.body(next)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var ls []string
+		for _, l := range next {
+			ls = append(ls, fmt.Sprint(l.Limit))
+		}
+		done = append(done, p.name+" -> "+strings.Join(ls, "+"))
+	}
+	return strings.Join(done, ", "), errors.Join(errs...)
+}
+
+func putPolicy(ctx context.Context, adm *admin, urls []string, name string, body map[string]any) error {
+	err := retry(ctx, 15*time.Second, func() error {
+		var errs []error
+		for _, u := range urls {
+			err := adm.do(ctx, 3*time.Second, http.MethodPut, u+"/v1/policies/"+name, body, nil)
+			if err == nil {
+				return nil
+			}
+			if isAPIError(err, "invalid_request") {
+				return retryStop(err) // our own bad request: retrying will not help
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return fmt.Errorf("put policy %s: %w", name, err)
+	}
+	return nil
+}
+
+// target is one rate-limited key of the workload.
+type target struct {
+	policy string // "" = the default policy (GET /check/:client)
+	client string
+	key    string // the checker's key: policy/client, or client alone
+	fixed  bool   // a fixed window: peeks are checked only for these
+}
+
+// targets spreads n keys over the policies, round robin, and pairs them
+// for multi-key checks: keys 0 and 1, 2 and 3, ... (a pair never shares a
+// key with another pair, so the checker's groups stay two keys wide).
+// Without policies every key is in the default policy and nothing is
+// paired.
+func targets(n int, policies []string, algorithms []string) ([]target, [][2]int) {
+	var ts []target
+	for i := range n {
+		c := fmt.Sprintf("k%d", i)
+		if len(policies) == 0 {
+			ts = append(ts, target{client: c, key: c, fixed: true})
+			continue
+		}
+		p := policies[i%len(policies)]
+		ts = append(ts, target{policy: p, client: c, key: p + "/" + c, fixed: algorithms[i%len(policies)] == checker.FixedWindow})
+	}
+	var pairs [][2]int
+	for i := 0; len(policies) > 0 && i+1 < n; i += 2 {
+		pairs = append(pairs, [2]int{i, i + 1})
+	}
+	return ts, pairs
+}
+
+func (ps *policySet) algorithms() []string {
+	var out []string
+	for _, p := range ps.pols {
+		out = append(out, p.algorithm)
+	}
+	return out
+}

@@ -1,0 +1,243 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// ReadFile reads a file of policies; see Parse.
+func ReadFile(path string) ([]Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ps, nil
+}
+
+// Parse reads a list of policies written as YAML or JSON (JSON is YAML):
+// either a top-level list or a mapping with a "policies" list. Unknown
+// fields are errors naming their path, every policy is validated, and a
+// name may appear once.
+func Parse(data []byte) ([]Policy, error) {
+	var doc any
+	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
+		return nil, fmt.Errorf("not YAML or JSON: %w", err)
+	}
+	var list []any
+	path := ""
+	switch v := doc.(type) {
+	case []any:
+		list = v
+	case yaml.MapSlice:
+		path = "policies"
+		for _, it := range v {
+			if key, _ := it.Key.(string); key != "policies" {
+				return nil, fmt.Errorf("unknown field %q at the top level: want policies", fmt.Sprint(it.Key))
+			}
+			l, ok := it.Value.([]any)
+			if !ok && it.Value != nil {
+				return nil, errors.New("policies: want a list of policies")
+			}
+			list = l
+		}
+	case nil:
+		return nil, nil
+	default:
+		return nil, errors.New("want a list of policies or a mapping with a policies list")
+	}
+	var out []Policy
+	seen := map[string]int{}
+	for i, item := range list {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		p, err := fromNode(at, item, "")
+		if err != nil {
+			return nil, err
+		}
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		if j, dup := seen[p.Name]; dup {
+			return nil, fmt.Errorf("%s: policy %q is also %s[%d]", at, p.Name, path, j)
+		}
+		seen[p.Name] = i
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ParseOne reads one policy's body (JSON or YAML) as PUT /v1/policies/:name
+// sends it. The name comes from the URL; a name in the body must match it.
+// The result is validated.
+func ParseOne(name string, data []byte) (Policy, error) {
+	var doc any
+	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
+		return Policy{}, fmt.Errorf("body is not JSON: %w", err)
+	}
+	p, err := fromNode("", doc, name)
+	if err != nil {
+		return Policy{}, err
+	}
+	return p, p.Validate()
+}
+
+// fromNode converts a decoded policy, naming the path of anything it
+// cannot use. fixedName, when set, is the name the policy must have.
+func fromNode(at string, node any, fixedName string) (Policy, error) {
+	var p Policy
+	fields, ok := node.(yaml.MapSlice)
+	if !ok {
+		return p, fmt.Errorf("%s: want a policy {name, algorithm, limits}", orBody(at))
+	}
+	p.Name = fixedName
+	for _, f := range fields {
+		key := fmt.Sprint(f.Key)
+		field := join(at, key)
+		switch key {
+		case "name":
+			s, ok := f.Value.(string)
+			if !ok {
+				return p, fmt.Errorf("%s: want a string", field)
+			}
+			if fixedName != "" && s != fixedName {
+				return p, fmt.Errorf("%s %q differs from the name %q in the URL", field, s, fixedName)
+			}
+			p.Name = s
+		case "algorithm":
+			s, ok := f.Value.(string)
+			if !ok {
+				return p, fmt.Errorf("%s: want a string", field)
+			}
+			p.Algorithm = s
+		case "limits":
+			list, ok := f.Value.([]any)
+			if !ok {
+				return p, fmt.Errorf("%s: want a list of {limit, window[, burst]}", field)
+			}
+			for i, l := range list {
+				lim, err := limitFromNode(fmt.Sprintf("%s[%d]", field, i), l)
+				if err != nil {
+					return p, err
+				}
+				p.Limits = append(p.Limits, lim)
+			}
+		case "envoy":
+			e, err := envoyFromNode(field, f.Value)
+			if err != nil {
+				return p, err
+			}
+			p.Envoy = e
+		default:
+			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits)", field)
+		}
+	}
+	return p, nil
+}
+
+func limitFromNode(at string, node any) (Limit, error) {
+	var l Limit
+	fields, ok := node.(yaml.MapSlice)
+	if !ok {
+		return l, fmt.Errorf("%s: want {limit, window[, burst]}", at)
+	}
+	for _, f := range fields {
+		key := fmt.Sprint(f.Key)
+		field := join(at, key)
+		var err error
+		switch key {
+		case "limit":
+			l.Limit, err = integer(field, f.Value)
+		case "burst":
+			l.Burst, err = integer(field, f.Value)
+			if err == nil && l.Burst == 0 {
+				err = fmt.Errorf("%s 0 must be at least 1 (leave it out for the limit)", field)
+			}
+		case "window":
+			s, ok := f.Value.(string)
+			if !ok {
+				return l, fmt.Errorf("%s: want a Go duration string such as \"1s\" or \"24h\"", field)
+			}
+			d, perr := time.ParseDuration(s)
+			if perr != nil {
+				return l, fmt.Errorf("%s %q is not a Go duration such as 1s, 1m30s or 24h", field, s)
+			}
+			l.Window = Duration(d)
+		default:
+			return l, fmt.Errorf("%s: unknown field (want limit, window, burst)", field)
+		}
+		if err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+func integer(field string, v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case int:
+		return int64(n), nil
+	case uint64:
+		if n > math.MaxInt64 {
+			return 0, fmt.Errorf("%s %d is too large", field, n)
+		}
+		return int64(n), nil
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<62 {
+			return int64(n), nil
+		}
+	}
+	return 0, fmt.Errorf("%s: want a whole number, got %v", field, v)
+}
+
+func join(at, key string) string {
+	if at == "" {
+		return key
+	}
+	return at + "." + key
+}
+
+func orBody(at string) string {
+	if at == "" {
+		return "body"
+	}
+	return at
+}
+
+// Diff compares a wanted table with the current one: what `apply` adds,
+// changes and removes, each sorted by name.
+func Diff(current, want []Policy) (added, changed []Policy, removed []string) {
+	have := map[string]Policy{}
+	for _, p := range current {
+		have[p.Name] = p
+	}
+	for _, p := range want {
+		old, ok := have[p.Name]
+		switch {
+		case !ok:
+			added = append(added, p)
+		case !old.Equal(p):
+			changed = append(changed, p)
+		}
+		delete(have, p.Name)
+	}
+	for name := range have {
+		removed = append(removed, name)
+	}
+	byName := func(a, b Policy) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(added, byName)
+	slices.SortFunc(changed, byName)
+	slices.Sort(removed)
+	return added, changed, removed
+}

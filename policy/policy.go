@@ -1,0 +1,198 @@
+// Package policy owns rlnode's Policy type: a named budget with an
+// algorithm and one or more limits, its validation (messages name the field
+// at fault) and reading policies from YAML or JSON.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/window"
+)
+
+// Default is the policy GET /check/:client uses, and the one --limit and
+// --window seed. It is spelled here and nowhere else.
+const Default = "default"
+
+// Bounds a policy must stay within. MaxLimit is what the window package's
+// arithmetic is proven for.
+const (
+	MaxNameLen = 64
+	MaxLimits  = 8
+	MaxLimit   = 1 << 40
+	MaxWindow  = 366 * 24 * time.Hour
+)
+
+// Policy is a named budget. Every limit must allow a hit for it to pass.
+type Policy struct {
+	Name      string  `json:"name"`
+	Algorithm string  `json:"algorithm"`
+	Limits    []Limit `json:"limits"`
+	// Envoy, when set, says which envoyproxy/ratelimit descriptor this
+	// policy answers for (rlnode policy import-envoy); the gRPC rate limit
+	// service matches requests against it.
+	Envoy *Envoy `json:"envoy,omitempty"`
+}
+
+// Limit is one limit of a policy: Limit hits of cost 1 per Window. Burst is
+// a token bucket's capacity (0 means Limit); only token_bucket has one.
+type Limit struct {
+	Limit  int64    `json:"limit"`
+	Window Duration `json:"window"`
+	Burst  int64    `json:"burst,omitempty"`
+}
+
+// Alg is the policy's algorithm; call it only on a valid policy.
+func (p Policy) Alg() window.Algorithm {
+	a, _ := window.ParseAlgorithm(p.Algorithm)
+	return a
+}
+
+// WindowLimits converts the limits for the window package.
+func (p Policy) WindowLimits() []window.Limit {
+	out := make([]window.Limit, len(p.Limits))
+	for i, l := range p.Limits {
+		out[i] = window.Limit{Limit: l.Limit, WindowMs: l.Window.Milliseconds(), Burst: l.Burst}
+	}
+	return out
+}
+
+// Equal reports whether two policies are the same.
+func (p Policy) Equal(q Policy) bool {
+	if p.Name != q.Name || p.Algorithm != q.Algorithm || len(p.Limits) != len(q.Limits) {
+		return false
+	}
+	for i := range p.Limits {
+		if p.Limits[i] != q.Limits[i] {
+			return false
+		}
+	}
+	return p.Envoy.Equal(q.Envoy)
+}
+
+// String is a one-line summary, e.g. `api token_bucket 10/1s burst 20, 1000/24h0m0s`.
+func (p Policy) String() string {
+	var b strings.Builder
+	b.WriteString(p.Name + " " + p.Algorithm + " ")
+	for i, l := range p.Limits {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d/%s", l.Limit, time.Duration(l.Window))
+		if l.Burst != 0 {
+			fmt.Fprintf(&b, " burst %d", l.Burst)
+		}
+	}
+	return b.String()
+}
+
+// ValidateName checks a policy name: 1-64 characters of [A-Za-z0-9_.:-].
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("name %q must be 1 to %d characters", name, MaxNameLen)
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:-", c) >= 0
+		if !ok {
+			return fmt.Errorf("name %q may only contain letters, digits and _ . : -", name)
+		}
+	}
+	return nil
+}
+
+// Validate reports every problem, each naming its field
+// (e.g. "limits[1].window: ...").
+func (p Policy) Validate() error {
+	var errs []error
+	if err := ValidateName(p.Name); err != nil {
+		errs = append(errs, err)
+	}
+	alg, err := window.ParseAlgorithm(p.Algorithm)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("algorithm %q is unknown: want fixed_window, sliding_window or token_bucket", p.Algorithm))
+	}
+	switch {
+	case len(p.Limits) == 0:
+		errs = append(errs, errors.New("limits: at least one limit is required"))
+	case len(p.Limits) > MaxLimits:
+		errs = append(errs, fmt.Errorf("limits: %d limits, at most %d", len(p.Limits), MaxLimits))
+	}
+	for i, l := range p.Limits {
+		field := fmt.Sprintf("limits[%d]", i)
+		if l.Limit < 1 || l.Limit > MaxLimit {
+			errs = append(errs, fmt.Errorf("%s.limit %d must be between 1 and %d", field, l.Limit, int64(MaxLimit)))
+		}
+		w := time.Duration(l.Window)
+		switch {
+		case w <= 0:
+			errs = append(errs, fmt.Errorf("%s.window %s must be positive", field, w))
+		case w > MaxWindow:
+			errs = append(errs, fmt.Errorf("%s.window %s is over 366 days", field, w))
+		case w%time.Millisecond != 0:
+			errs = append(errs, fmt.Errorf("%s.window %s must be a whole number of milliseconds", field, w))
+		}
+		if l.Burst != 0 && err == nil && alg != window.TokenBucket {
+			errs = append(errs, fmt.Errorf("%s.burst: only token_bucket has a burst", field))
+		} else if l.Burst < 0 || l.Burst > MaxLimit {
+			errs = append(errs, fmt.Errorf("%s.burst %d must be between 1 and %d", field, l.Burst, int64(MaxLimit)))
+		}
+		for j := range i {
+			if p.Limits[j].Window == l.Window && w > 0 {
+				errs = append(errs, fmt.Errorf("%s.window %s repeats limits[%d].window: each limit needs its own window", field, w, j))
+			}
+		}
+	}
+	if p.Envoy != nil {
+		if err := p.Envoy.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("envoy: %w", err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &Error{Policy: p.Name, Errs: errs}
+}
+
+// Error is a failed validation: one error per field at fault.
+type Error struct {
+	Policy string
+	Errs   []error
+}
+
+func (e *Error) Error() string {
+	msgs := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("policy %q: %s", e.Policy, strings.Join(msgs, "; "))
+}
+
+// Duration is a time.Duration written as a Go duration string ("1s", "24h").
+type Duration time.Duration
+
+// Milliseconds returns the duration in whole milliseconds.
+func (d Duration) Milliseconds() int64 { return time.Duration(d).Milliseconds() }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes the Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("window %q is not a Go duration such as 1s, 1m30s or 24h", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Fixed returns a fixed-window policy with one limit, as --limit and
+// --window describe the default one.
+func Fixed(name string, limit int64, w time.Duration) Policy {
+	return Policy{Name: name, Algorithm: window.FixedWindow.String(), Limits: []Limit{{Limit: limit, Window: Duration(w)}}}
+}

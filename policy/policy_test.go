@@ -1,0 +1,153 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidateNamesTheField(t *testing.T) {
+	ok := Policy{Name: "api", Algorithm: "token_bucket", Limits: []Limit{{Limit: 10, Window: Duration(time.Second), Burst: 20}, {Limit: 1000, Window: Duration(24 * time.Hour)}}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid policy: %v", err)
+	}
+	nine := make([]Limit, 9)
+	for i := range nine {
+		nine[i] = Limit{Limit: 1, Window: Duration(time.Duration(i+1) * time.Second)}
+	}
+	for _, tc := range []struct {
+		name string
+		p    Policy
+		want string
+	}{
+		{"empty name", Policy{Algorithm: "fixed_window", Limits: ok.Limits[1:]}, "name"},
+		{"bad name", Policy{Name: "a/b", Algorithm: "fixed_window", Limits: ok.Limits[1:]}, "name"},
+		{"long name", Policy{Name: strings.Repeat("x", 65), Algorithm: "fixed_window", Limits: ok.Limits[1:]}, "name"},
+		{"unknown algorithm", Policy{Name: "p", Algorithm: "leaky_bucket", Limits: ok.Limits[1:]}, "algorithm"},
+		{"no limits", Policy{Name: "p", Algorithm: "fixed_window"}, "limits:"},
+		{"nine limits", Policy{Name: "p", Algorithm: "fixed_window", Limits: nine}, "limits:"},
+		{"limit 0", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 0, Window: Duration(time.Second)}}}, "limits[0].limit"},
+		{"limit too big", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: MaxLimit + 1, Window: Duration(time.Second)}}}, "limits[0].limit"},
+		{"window 0", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 1}}}, "limits[0].window"},
+		{"window negative", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 1, Window: Duration(-time.Second)}}}, "limits[0].window"},
+		{"window over 366 days", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 1, Window: Duration(367 * 24 * time.Hour)}}}, "limits[0].window"},
+		{"window below 1ms", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 1, Window: Duration(time.Microsecond)}}}, "limits[0].window"},
+		{"same window twice", Policy{Name: "p", Algorithm: "fixed_window", Limits: []Limit{{Limit: 1, Window: Duration(time.Second)}, {Limit: 2, Window: Duration(time.Second)}}}, "limits[1].window"},
+		{"burst negative", Policy{Name: "p", Algorithm: "token_bucket", Limits: []Limit{{Limit: 1, Window: Duration(time.Second), Burst: -1}}}, "limits[0].burst"},
+		{"burst on a window", Policy{Name: "p", Algorithm: "sliding_window", Limits: []Limit{{Limit: 1, Window: Duration(time.Second), Burst: 5}}}, "limits[0].burst"},
+	} {
+		err := tc.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+const example = `
+policies:
+  - name: login
+    algorithm: fixed_window
+    limits:
+      - {limit: 5, window: 1m}
+  - name: search
+    algorithm: sliding_window
+    limits:
+      - {limit: 100, window: 1s}
+      - {limit: 10000, window: 24h}
+  - name: upload
+    algorithm: token_bucket
+    limits:
+      - {limit: 10, window: 1s, burst: 50}
+`
+
+func TestParseYAMLAndJSON(t *testing.T) {
+	ps, err := Parse([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 3 || ps[1].Limits[1].Window != Duration(24*time.Hour) || ps[2].Limits[0].Burst != 50 {
+		t.Fatalf("parsed %+v", ps)
+	}
+	js := `[{"name":"login","algorithm":"fixed_window","limits":[{"limit":5,"window":"1m"}]}]`
+	ps2, err := Parse([]byte(js))
+	if err != nil || len(ps2) != 1 || !ps2[0].Equal(ps[0]) {
+		t.Fatalf("JSON list: %+v %v", ps2, err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.yaml")
+	os.WriteFile(path, []byte(example), 0o644)
+	if ps3, err := ReadFile(path); err != nil || len(ps3) != 3 {
+		t.Fatalf("ReadFile: %v", err)
+	}
+	one, err := ParseOne("login", []byte(`{"algorithm":"fixed_window","limits":[{"limit":5,"window":"1m"}]}`))
+	if err != nil || !one.Equal(ps[0]) {
+		t.Fatalf("ParseOne: %+v %v", one, err)
+	}
+}
+
+func TestParseNamesThePathOfBadInput(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"policies:\n  - name: a\n    algorithm: fixed_window\n    limits: [{limit: 1, window: 1s, wndow: 2s}]\n", "policies[0].limits[0].wndow: unknown field"},
+		{"- name: a\n  colour: red\n", "[0].colour: unknown field"},
+		{"- name: a\n  algorithm: fixed_window\n  limits: [{limit: 1.5, window: 1s}]\n", "[0].limits[0].limit"},
+		{"- name: a\n  algorithm: fixed_window\n  limits: [{limit: 1, window: soon}]\n", "[0].limits[0].window"},
+		{"- name: a\n  algorithm: fixed_window\n  limits: [{limit: 1, window: 1s, burst: 0}]\n", "[0].limits[0].burst"},
+		{"- name: a\n  algorithm: fixed_window\n  limits: [{limit: 0, window: 1s}]\n", "limits[0].limit"},
+		{"- {name: a, algorithm: fixed_window, limits: [{limit: 1, window: 1s}]}\n- {name: a, algorithm: fixed_window, limits: [{limit: 1, window: 1s}]}\n", "[1]: policy \"a\" is also [0]"},
+		{"polices: []\n", "unknown field \"polices\""},
+		{"- [1, 2\n", "not YAML or JSON"},
+	} {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+	if _, err := ParseOne("a", []byte(`{"name":"b","algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`)); err == nil || !strings.Contains(err.Error(), "name") {
+		t.Errorf("a body naming another policy: %v", err)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	ps, _ := Parse([]byte(example))
+	cur := []Policy{ps[0], Fixed("old", 1, time.Second), {Name: "search", Algorithm: "sliding_window", Limits: ps[1].Limits[:1]}}
+	added, changed, removed := Diff(cur, ps)
+	if len(added) != 1 || added[0].Name != "upload" || len(changed) != 1 || changed[0].Name != "search" || len(removed) != 1 || removed[0] != "old" {
+		t.Fatalf("diff: added %v changed %v removed %v", added, changed, removed)
+	}
+}
+
+// FuzzParse: any bytes parse to policies that validate, or to an error.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(example))
+	f.Add([]byte(`[{"name":"x","algorithm":"token_bucket","limits":[{"limit":1,"window":"1h","burst":3}]}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ps, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			if p.Validate() != nil {
+				t.Fatalf("parsed an invalid policy %+v", p)
+			}
+		}
+	})
+}
+
+// The README's example file is a valid policy file.
+func TestREADMEExampleParses(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```yaml\n# policies.yaml\n")
+	if !ok {
+		t.Fatal("README has no ```yaml block starting with # policies.yaml")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	ps, err := Parse([]byte(block))
+	if err != nil || len(ps) < 3 {
+		t.Fatalf("README example: %d policies, %v", len(ps), err)
+	}
+}

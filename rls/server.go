@@ -1,0 +1,158 @@
+// Package rls serves Envoy's rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on top of
+// an rlnode cluster, configured by envoyproxy/ratelimit's YAML as imported
+// into the replicated policy table (rlnode policy import-envoy).
+package rls
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+)
+
+// Limiter is what the rate limit service needs from the cluster.
+type Limiter interface {
+	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
+	Policies() []policy.Policy
+	PolicyVersion() uint64
+	Policy(name string) (policy.Policy, bool)
+	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
+	Ready(wait time.Duration) error
+}
+
+var _ Limiter = (*cluster.Node)(nil)
+
+// Observer records what the service decided, per descriptor. result is one
+// of ok, over_limit, shadow_over_limit, unlimited, no_match.
+type Observer interface {
+	RLSDescriptor(domain, result string)
+}
+
+// Config configures the service.
+type Config struct {
+	Limiter Limiter
+	// Token, when set, must arrive as gRPC metadata "authorization: Bearer
+	// <token>" on every ShouldRateLimit call (health checks need none).
+	Token string
+	// TLS, when set, serves gRPC over TLS.
+	TLS *tls.Config
+	// RequestTimeout bounds one decision (default 2s).
+	RequestTimeout time.Duration
+	Logger         hclog.Logger
+	Observer       Observer
+}
+
+// Server is the gRPC server.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	healthpb.UnimplementedHealthServer
+	cfg  Config
+	grpc *grpc.Server
+
+	mu      sync.Mutex
+	tree    *tree
+	version uint64 // the policy table version tree was built from
+}
+
+// New builds the server; Serve starts it.
+func New(cfg Config) *Server {
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{cfg: cfg}
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize)}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s)
+	return s
+}
+
+// Serve answers on ln until Stop.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop drains in-flight calls until ctx ends, then closes every stream.
+func (s *Server) Stop(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.cfg.Token == "" || strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+		return h(ctx, req)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 {
+			return h(ctx, req)
+		}
+	}
+	return nil, status.Error(codes.Unauthenticated, "this service needs the cluster token: metadata authorization: Bearer <token>")
+}
+
+// Check is the gRPC health check: SERVING while the node is ready (knows a
+// leader and has applied what it knows is committed).
+func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	switch req.GetService() {
+	case "", rlsv3.RateLimitService_ServiceDesc.ServiceName:
+	default:
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.cfg.Limiter.Ready(0) != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+// currentTree returns the descriptor tree, rebuilt when this node's policy
+// table moved on since it was built (the limits themselves always come from
+// the table the deciding log entry sees).
+func (s *Server) currentTree() *tree {
+	v := s.cfg.Limiter.PolicyVersion()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tree == nil || s.version != v {
+		// Read the version first: a change during the build leaves the
+		// tree marked stale, never fresh.
+		s.tree, s.version = buildTree(s.cfg.Limiter.Policies()), v
+	}
+	return s.tree
+}
