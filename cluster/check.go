@@ -98,6 +98,12 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 		hits = append(hits, g...)
 		sizes[i] = len(g)
 	}
+	if n.clockCheck.skewed.Load() {
+		// Never stamp hits with a clock that is off: not counted, so
+		// the caller's node retries with the next leader.
+		err := errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+		return func() []outcome { return failAll(len(reqs), err) }
+	}
 	n.cfg.Observer.BatchApplied(len(hits))
 	now := n.clock.nowMs(n.raft.CurrentTerm())
 	f := n.raft.Apply(fsm.AppendHits(make([]byte, 0, 16+len(hits)*40), now, hits, sizes), n.cfg.ApplyTimeout)

@@ -78,6 +78,13 @@ type Config struct {
 	RaftLog raftlog.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
+	// BootstrapExpect, when above zero, forms a cluster of that many
+	// voters together with the nodes listed to BootstrapExpect (see
+	// bootstrap.go) instead of bootstrapping alone.
+	BootstrapExpect int
+	// RejoinEmpty moves a data dir's lost or damaged state aside and
+	// starts the node empty, to rejoin as a new member.
+	RejoinEmpty bool
 	// Seed is the policy table this node writes when, as leader, it finds
 	// the replicated table never set (a new cluster, or one upgraded from
 	// the release before policies). Afterwards policies change only
@@ -116,6 +123,10 @@ type Config struct {
 	// DefaultRaftTuning's.
 	Raft RaftTuning
 
+	// JoinCatchupTimeout is how long a joining server may take to catch up
+	// as a non-voter before the leader removes it again.
+	JoinCatchupTimeout time.Duration
+
 	// ClusterToken, when set, is sent on requests to peers and proven (never
 	// sent) on every Raft connection.
 	ClusterToken string
@@ -124,6 +135,9 @@ type Config struct {
 	TLS *tlsconf.Source
 	// RaftLimits bound Raft connections (zero values: defaults).
 	RaftLimits RaftLimits
+	// MaxClockOffset is how far this node's clock may be from the
+	// majority of the cluster's before it refuses to lead.
+	MaxClockOffset time.Duration
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 
@@ -171,6 +185,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = 1
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = 500 * time.Millisecond
+	}
+	if c.JoinCatchupTimeout == 0 {
+		c.JoinCatchupTimeout = 2 * time.Minute
 	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4

@@ -18,7 +18,7 @@ const InternalPrefix = "/internal/"
 // the batches of hits followers forward to the leader. With a cluster token
 // every request must carry it. Errors are problem documents like the public
 // API's.
-func (n *Node) InternalHandler() http.Handler { return n.fwd }
+func (n *Node) InternalHandler() http.Handler { return n.internal }
 
 // Mount returns a handler that sends InternalPrefix to InternalHandler and
 // every other request to public, on the raw path (no cleaning or
@@ -26,7 +26,7 @@ func (n *Node) InternalHandler() http.Handler { return n.fwd }
 func (n *Node) Mount(public http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, InternalPrefix) {
-			n.fwd.ServeHTTP(w, r)
+			n.internal.ServeHTTP(w, r)
 			return
 		}
 		public.ServeHTTP(w, r)

@@ -26,8 +26,12 @@ type JoinRequest struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raftAddr"`
 	HTTPAddr string `json:"httpAddr"`
-	// Voter defaults to true when omitted.
+	// Voter defaults to true when omitted. A voter is added as a non-voter
+	// first and promoted once it has caught up.
 	Voter *bool `json:"voter,omitempty"`
+	// Rejoin says the server lost its state and comes back empty: a voter
+	// of the same id is its old incarnation and is removed first.
+	Rejoin bool `json:"rejoin,omitempty"`
 }
 
 // Validate checks a join request.
@@ -76,30 +80,34 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("join %s: read configuration: %w", j.ID, err)
 	}
-	present := false
+	present, isVoter := false, false
 	for _, s := range cf.Configuration().Servers {
 		sameID, sameAddr := s.ID == raft.ServerID(j.ID), s.Address == raft.ServerAddress(j.RaftAddr)
 		switch {
-		case sameID && sameAddr && (s.Suffrage == raft.Voter) == j.voter():
-			present = true
+		case sameID && sameAddr && !(j.Rejoin && s.Suffrage == raft.Voter):
+			present, isVoter = true, s.Suffrage == raft.Voter
 		case sameID || sameAddr:
-			n.log.Info("replacing member that shares id or address", "old_id", s.ID, "old_addr", s.Address, "id", j.ID, "addr", j.RaftAddr)
+			n.log.Info("replacing member that shares id or address", "old_id", s.ID, "old_addr", s.Address, "id", j.ID, "addr", j.RaftAddr, "rejoin", j.Rejoin)
 			if err := n.raft.RemoveServer(s.ID, 0, 0).Error(); err != nil {
 				return fmt.Errorf("join %s: remove old member %s: %w", j.ID, s.ID, translate(err))
 			}
 		}
 	}
-	if !present {
-		var f raft.IndexFuture
-		if j.voter() {
-			f = n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
-		} else {
-			f = n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0)
+	switch {
+	case present && isVoter && !j.voter():
+		if err := n.raft.DemoteVoter(raft.ServerID(j.ID), 0, 0).Error(); err != nil {
+			return fmt.Errorf("join %s: demote to non-voter: %w", j.ID, translate(err))
 		}
-		if err := f.Error(); err != nil {
+	case !present:
+		// Every new server starts as a non-voter: it cannot cost the
+		// cluster its quorum until it has proved it keeps up.
+		if err := n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, 0).Error(); err != nil {
 			return fmt.Errorf("join %s: %w", j.ID, translate(err))
 		}
-		n.log.Info("server joined", "id", j.ID, "raft_addr", j.RaftAddr, "http_addr", j.HTTPAddr, "voter", j.voter())
+		n.log.Info("server joined as a non-voter", "id", j.ID, "raft_addr", j.RaftAddr, "http_addr", j.HTTPAddr, "wants_vote", j.voter())
+	}
+	if j.voter() && !isVoter {
+		n.promoter.stage(j.ID, n.raft.CommitIndex())
 	}
 	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
 	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
@@ -150,6 +158,11 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		return res, err
 	}
 	var f raft.Future
+	if best, ok := n.bestClockPeer(); id == "" && ok {
+		// Hand over to the peer whose clock agrees best, never to one
+		// whose clock is off.
+		id = string(best.ID)
+	}
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
@@ -158,16 +171,23 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 			return res, err
 		}
 		var addr raft.ServerAddress
+		voter := false
 		for _, s := range cf.Configuration().Servers {
 			if s.ID == raft.ServerID(id) {
-				addr = s.Address
+				addr, voter = s.Address, s.Suffrage == raft.Voter
 			}
 		}
 		if addr == "" {
 			return res, fmt.Errorf("transfer leadership to %s: %w", id, ErrUnknownServer)
 		}
+		if !voter {
+			return res, fmt.Errorf("transfer leadership to %s: it is not a voter (a joining server becomes one once it has caught up)", id)
+		}
 		if id == n.cfg.ID {
 			return TransferResult{LeaderID: id}, nil
+		}
+		if off, ms := n.peerSkewed(id); off {
+			return res, fmt.Errorf("transfer leadership to %s: its clock is %s off from this leader's: %w", id, time.Duration(ms)*time.Millisecond, ErrClockSkew)
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}
@@ -189,6 +209,12 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
+	if _, member := n.suffrage(); !member || n.raft.State() == raft.Shutdown {
+		// Already removed (raft shuts itself down when its own removal
+		// commits): nothing to leave. Asking the cluster anyway retried
+		// until the shutdown timeout, against a leader it cannot know.
+		return nil
+	}
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {

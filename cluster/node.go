@@ -5,13 +5,13 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +35,12 @@ type Node struct {
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
+	internal  http.Handler
 
 	leaderBatch *groupCommit
+	promoter    promoter
+	claimMu     sync.Mutex
+	clockCheck  clockCheck
 	fwdBatch    *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
@@ -46,6 +50,9 @@ type Node struct {
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
+	// rejoined records that the node's old state was moved aside
+	// (RejoinEmpty) and it must rejoin as a new member.
+	rejoined bool
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -69,6 +76,7 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.fwd = newForwarder(cfg, n, n.stop)
+	n.internal = n.internalMux()
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -78,30 +86,39 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
-	n.wg.Add(1)
+	n.wg.Add(3)
 	go n.watchLeadership()
+	go n.runPromoter()
+	go n.runClockCheck()
 	return n, nil
 }
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
-	}
-	if err := checkIdentity(cfg.DataDir, cfg.ID); err != nil {
-		return err
-	}
-	stores, err := raftlog.Open(cfg.DataDir, cfg.RaftLog, n.log)
+	rejoined, err := n.prepareDataDir()
 	if err != nil {
 		return err
 	}
-	n.stores, n.logKind = stores, stores.Kind
-	n.log.Info("raft log", "kind", stores.Kind)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, snapshotDir), 2, n.log.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("open snapshot store: %w", err)
+	err = n.openStores()
+	var corrupt *CorruptError
+	if errors.As(err, &corrupt) && cfg.RejoinEmpty && !rejoined {
+		n.closeStores()
+		aside, merr := moveAside(cfg.DataDir)
+		if merr != nil {
+			return errors.Join(err, merr)
+		}
+		n.log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", err, "moved_to", aside)
+		rejoined, err = true, n.openStores()
 	}
-	n.snaps = snaps
+	if err != nil {
+		return err
+	}
+	n.rejoined = rejoined
+	if id, _ := readIdentity(cfg.DataDir); id == "" {
+		if err := writeIdentity(cfg.DataDir, cfg.ID); err != nil {
+			return err
+		}
+	}
 
 	stream := cfg.Stream
 	if stream == nil {
@@ -143,14 +160,22 @@ func (n *Node) open() error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	existing, err := raft.HasExistingState(stores.Log, stores.Stable, snaps)
+	existing, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, n.snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
-	r, err := raft.NewRaft(rc, (*raftFSM)(n), stores.Log, stores.Stable, snaps, n.transport)
+	var r *raft.Raft
+	err = guard(n.logPath(), func() (err error) {
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, voteGate{n.transport, n})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("start raft (is the data dir corrupt?): %w", err)
+		var corrupt *CorruptError
+		if !errors.As(err, &corrupt) {
+			err = &CorruptError{File: cfg.DataDir, Err: fmt.Errorf("start raft: %w", err)}
+		}
+		return err
 	}
 	n.raft = r
 	switch {
@@ -168,40 +193,46 @@ func (n *Node) open() error {
 	return nil
 }
 
+// openStores opens the Raft log and the snapshot store and reads both
+// through once, so damage shows up now as a CorruptError naming the file.
+func (n *Node) openStores() error {
+	cfg := n.cfg
+	stores, err := raftlog.Open(cfg.DataDir, cfg.RaftLog, n.log)
+	if err != nil {
+		var mismatch *raftlog.MismatchError
+		if errors.As(err, &mismatch) || strings.Contains(err.Error(), "locked by another process") {
+			return err
+		}
+		return &CorruptError{File: n.logPath(), Err: err}
+	}
+	n.stores, n.logKind = stores, stores.Kind
+	n.log.Info("raft log", "kind", stores.Kind)
+	if err := CheckLogStore(n.logPath(), stores.Log, stores.Stable); err != nil {
+		return err
+	}
+	base := snapshotBase(cfg.DataDir)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, n.log.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	n.snaps = snaps
+	return CheckSnapshots(filepath.Join(base, snapshotDir), snaps)
+}
+
+// logPath names the Raft log for messages: wal/ or raft.db.
+func (n *Node) logPath() string {
+	if kind, found, _ := raftlog.Detect(n.cfg.DataDir); found && kind == raftlog.WAL {
+		return filepath.Join(n.cfg.DataDir, raftlog.WALDir)
+	}
+	return filepath.Join(n.cfg.DataDir, raftlog.BoltFile)
+}
+
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
 func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
 func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
-
-// checkIdentity pins a data dir to one node id: a restart with another --id
-// would otherwise silently run as a stranger to its own log.
-func checkIdentity(dir, id string) error {
-	path := filepath.Join(dir, identity)
-	var rec struct {
-		ID string `json:"id"`
-	}
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		rec.ID = id
-		b, _ = json.Marshal(rec)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := json.Unmarshal(b, &rec); err != nil || rec.ID == "" {
-		return fmt.Errorf("%s is corrupt (want {\"id\":...}); restore it or remove the data dir", path)
-	}
-	if rec.ID != id {
-		return fmt.Errorf("data dir %s belongs to node %q, not %q: use --id %s or another --data-dir", dir, rec.ID, id, rec.ID)
-	}
-	return nil
-}
 
 // watchLeadership reacts to gaining leadership: it waits until everything
 // committed by earlier leaders is applied (so reads and the clock start from
@@ -279,6 +310,10 @@ func (n *Node) closeStores() error {
 // start (so it must not bootstrap or join again).
 func (n *Node) HadState() bool { return n.hadState }
 
+// Rejoined reports that the node's old state was moved aside at start
+// (RejoinEmpty): it must rejoin the cluster as a new member.
+func (n *Node) Rejoined() bool { return n.rejoined }
+
 // ID is this node's server id.
 func (n *Node) ID() string { return n.cfg.ID }
 
@@ -351,7 +386,12 @@ type Status struct {
 	DigestIndex       uint64 `json:"digestIndex"`
 	AppliedNow        int64  `json:"appliedNow"`
 	ClockOffsetMs     int64  `json:"clockOffsetMs,omitempty"`
-	Halted            string `json:"halted,omitempty"`
+	// ClockSkewMs is this node's clock minus the median of its peers'
+	// (measured once a second); ClockSkewed means it refuses to lead.
+	ClockSkewMs    int64  `json:"clockSkewMs"`
+	ClockSkewed    bool   `json:"clockSkewed"`
+	MaxClockOffset int64  `json:"maxClockOffsetMs"`
+	Halted         string `json:"halted,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -369,6 +409,7 @@ func (n *Node) Status() Status {
 		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows, Policies: fs.Policies,
 		Digest: fmt.Sprintf("%016x", digest), DigestIndex: at, AppliedNow: fs.AppliedNow,
 		ClockOffsetMs: n.clock.debugOffset.Load(),
+		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
@@ -383,13 +424,17 @@ type Gauges struct {
 	AppliedIndex uint64
 	CommitIndex  uint64
 	Windows      int
+	// ClockSkewMs and ClockSkewed: see Status.
+	ClockSkewMs int64
+	ClockSkewed bool
 }
 
 // Gauges returns the node's gauges without computing a digest.
 func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: fs.AppliedIndex,
-		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows}
+		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load()}
 }
 
 // Peer is one server of the Raft configuration.
@@ -423,6 +468,13 @@ func (n *Node) Peers() ([]Peer, error) {
 // Snapshot takes a snapshot now and returns its id.
 func (n *Node) Snapshot() (string, error) {
 	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil && strings.Contains(err.Error(), "wait until the configuration entry") {
+		// A configuration change (a promotion) is the newest entry and
+		// the state machine has not passed it: a barrier moves it along.
+		if berr := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); berr == nil {
+			f = n.raft.Snapshot()
+		}
+	}
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return "", fmt.Errorf("nothing new to snapshot since the last one: %w", err)

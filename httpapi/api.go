@@ -66,6 +66,8 @@ type Health interface {
 type Debug interface {
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
+	Backup(ctx context.Context, w io.Writer) error
+	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error
 }
 
 // Node is every role; *cluster.Node implements it.
@@ -168,6 +170,8 @@ func New(cfg Config) *API {
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
+	guarded.GET(cluster.BackupPath, a.backup)
+	guarded.POST(cluster.RestorePath, a.restore)
 	if cfg.DebugEndpoints {
 		guarded.GET("/debug/clock-offset", a.getClockOffset)
 		guarded.POST("/debug/clock-offset", a.setClockOffset)

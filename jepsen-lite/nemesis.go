@@ -427,7 +427,7 @@ func (nm *nemesis) skewClock(ctx context.Context, i int, off time.Duration) (hea
 
 // membership removes a random member through the API, kills it, wipes its
 // data dir and, at heal, starts it empty with --join so it has to be added
-// again and catch up (from a snapshot, given the low snapshot threshold
+// again (as a non-voter, promoted by the leader once caught up) and catch up (from a snapshot, given the low snapshot threshold
 // and trailing logs the nodes run with).
 func (nm *nemesis) membership(ctx context.Context, rec *faultRecord) (healFunc, error) {
 	names := nm.cl.names()
@@ -490,6 +490,28 @@ func (nm *nemesis) membership(ctx context.Context, rec *faultRecord) (healFunc, 
 		rec.Extra["rejoinSeconds"] = time.Since(t).Seconds()
 		if err != nil {
 			return fmt.Errorf("%s did not rejoin: %w", id, err)
+		}
+		// It joined as a non-voter; the leader promotes it once its log
+		// has caught up. Wait for that, so the next fault meets a full
+		// set of voters, and record how long the catch-up took.
+		err = retry(ctx, 60*time.Second, func() error {
+			ps, err := nm.adm.peers(ctx, nm.cl.specs[i].url())
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				if p.ID == id && p.Voter {
+					return nil
+				}
+				if p.ID == id {
+					return fmt.Errorf("%s is still a non-voter", id)
+				}
+			}
+			return fmt.Errorf("%s is not in the configuration", id)
+		})
+		rec.Extra["promotedSeconds"] = time.Since(t).Seconds()
+		if err != nil {
+			return fmt.Errorf("%s rejoined but was not promoted to voter: %w", id, err)
 		}
 		rec.Extra["rejoinAppliedIndex"] = st.AppliedIndex
 		rec.Extra["rejoinSnapshotIndex"] = st.LastSnapshotIndex

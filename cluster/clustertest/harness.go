@@ -53,6 +53,9 @@ type Options struct {
 	// its internal endpoints (token is Options.Token). Without it a node
 	// serves only the internal endpoints.
 	API func(node *cluster.Node, token string, logger hclog.Logger) http.Handler
+	// MaxClockOffset is the nodes' clock discipline bound (0: default);
+	// tests of a deliberately skewed leader lift it.
+	MaxClockOffset time.Duration
 }
 
 func (o *Options) defaults() {
@@ -152,7 +155,9 @@ func (c *Cluster) Join(n *Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	err := cluster.JoinCluster(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, c.opts.Token, nil, func(string, ...any) {})
+	// Joined servers start as non-voters; wait for the promotion, as a
+	// real node does.
+	err := n.Node.JoinAndWait(ctx, via, cluster.JoinRequest{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr}, func(string, ...any) {})
 	if err != nil {
 		c.t.Fatalf("join %s: %v", n.ID, err)
 	}
@@ -189,7 +194,7 @@ func (n *Node) start(bootstrap bool) {
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
-		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset,
+		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
 		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
 	})
 	if err != nil {

@@ -244,6 +244,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 	}
+	clock := fmt.Sprintf("%+.3fs from the median peer (max %s)", float64(st.ClockSkewMs)/1000, time.Duration(st.MaxClockOffset)*time.Millisecond)
+	if st.ClockSkewed {
+		clock += "  SKEWED: refuses to lead"
+	}
+	fmt.Fprintf(tw, "clock:\t%s\n", clock)
 	if st.Halted != "" {
 		fmt.Fprintf(tw, "HALTED:\t%s\n", st.Halted)
 	}
@@ -274,7 +279,11 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if a.json {
 		return printJSON(stdout, map[string]any{"joined": j.ID, "voter": voter})
 	}
-	fmt.Fprintf(stdout, "joined %s (raft %s, http %s, voter %v)\n", j.ID, j.RaftAddr, j.HTTPAddr, voter)
+	if voter {
+		fmt.Fprintf(stdout, "joined %s (raft %s, http %s) as a non-voter; the leader promotes it to voter once it has caught up, or removes it if it does not within the leader's --join-catchup-timeout\n", j.ID, j.RaftAddr, j.HTTPAddr)
+		return nil
+	}
+	fmt.Fprintf(stdout, "joined %s (raft %s, http %s, non-voter)\n", j.ID, j.RaftAddr, j.HTTPAddr)
 	return nil
 }
 

@@ -203,13 +203,17 @@ func TestLeaveOnShutdownAndClusterToken(t *testing.T) {
 // passed, and must let the window roll over after that.
 func TestLaggingLeaderProcessNeverReopensEarly(t *testing.T) {
 	window := 3 * time.Second
-	n1 := proctest.StartNode(t, rlnodeBin, "n1", "--limit", "2", "--window", window.String())
+	// Clock discipline would keep the laggard from leading; lift it to
+	// test what the state machine does with a lagging leader's stamps.
+	lift := []string{"--limit", "2", "--window", window.String(), "--max-clock-offset", "1h"}
+	n1 := proctest.StartNode(t, rlnodeBin, "n1", lift...)
 	proctest.WaitReady(t, n1, 15*time.Second)
-	n2 := proctest.StartNode(t, rlnodeBin, "n2", "--limit", "2", "--window", window.String(), "--join", n1.URL())
-	lag := proctest.StartNode(t, rlnodeBin, "lag", "--limit", "2", "--window", window.String(), "--join", n1.URL(), "--debug-clock-offset", "-30s")
+	n2 := proctest.StartNode(t, rlnodeBin, "n2", append(lift, "--join", n1.URL())...)
+	lag := proctest.StartNode(t, rlnodeBin, "lag", append(lift, "--join", n1.URL(), "--debug-clock-offset", "-30s")...)
 	for _, n := range []*proctest.Node{n2, lag} {
 		proctest.WaitReady(t, n, 15*time.Second)
 	}
+	proctest.WaitVoters(t, n1, 3, 20*time.Second)
 	if leaderOf(t, []*proctest.Node{n1, n2, lag}) == lag {
 		if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "n1", "--addr", n1.URL()); code != 0 {
 			t.Fatalf("move leadership off the laggard: %s", stderr)

@@ -49,6 +49,10 @@ type serveConfig struct {
 	pprofAddr                                            string
 	grpcAddr                                             string
 	waitForJoin                                          bool
+	rejoinEmpty                                          bool
+	joinCatchupTimeout                                   time.Duration
+	bootstrapExpect                                      int
+	maxClockOffset                                       time.Duration
 	raftTiming                                           cluster.Timing
 	trustedProxies                                       string
 	trusted                                              []netip.Prefix
@@ -77,6 +81,10 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
+	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
+	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
+	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node whose clock is further than this from the majority of the cluster's refuses to lead (and says so in its log, status and metrics)")
+	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -120,6 +128,21 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.maxClockOffset <= 0 {
+		errs = append(errs, fmt.Errorf("--max-clock-offset %s: must be positive", c.maxClockOffset))
+	}
+	if c.bootstrapExpect < 0 {
+		errs = append(errs, fmt.Errorf("--bootstrap-expect %d: must be 0 (off) or the number of voters to start with", c.bootstrapExpect))
+	}
+	if c.bootstrapExpect > 0 && c.join == "" {
+		errs = append(errs, errors.New("--bootstrap-expect needs --join: the HTTP addresses of all the nodes that form the cluster"))
+	}
+	if c.bootstrapExpect > 0 && c.waitForJoin {
+		errs = append(errs, errors.New("--bootstrap-expect and --wait-for-join exclude each other"))
+	}
+	if c.rejoinEmpty && c.join == "" {
+		errs = append(errs, errors.New("--rejoin-empty needs --join: the addresses of running members to rejoin through"))
 	}
 	if c.httpAdvertise == "" {
 		c.httpAdvertise = c.httpAddr
@@ -217,6 +240,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	node, err := cluster.Open(cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
@@ -291,10 +315,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				joinDone <- nil
 				return
 			}
-			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}
-			err := cluster.JoinCluster(joinCtx, addrs, self, c.token, tlsSrc, logger.Info)
+			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
+			var err error
+			if c.bootstrapExpect > 0 && !node.Rejoined() {
+				err = node.BootstrapExpect(joinCtx, addrs, logger.Info)
+			} else {
+				err = node.JoinAndWait(joinCtx, addrs, self, logger.Info)
+			}
 			if err == nil {
-				logger.Info("joined the cluster", "via", c.join)
+				logger.Info("joined the cluster as a voter", "via", c.join)
 			}
 			joinDone <- err
 		}()

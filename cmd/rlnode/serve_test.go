@@ -90,7 +90,7 @@ func TestServeRefusesCorruptOrBusyDataDir(t *testing.T) {
 	args := []string{"serve", "--data-dir", dir, "--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t)}
 	// No --raft-log from the environment: the junk raft.db reads as a bolt log.
 	_, stderr, code := proctest.Run(t, rlnodeBin, []string{"RLNODE_RAFT_LOG="}, args...)
-	if code != 1 || !strings.Contains(stderr, "open raft log") {
+	if code != 1 || !strings.Contains(stderr, "raft.db is corrupt") {
 		t.Fatalf("corrupt raft.db: exit %d, stderr %q", code, stderr)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "raft.db")); !strings.HasPrefix(string(b), "this is not a bolt") {

@@ -228,6 +228,25 @@ func StartNodeIn(t testing.TB, bin, id, dataDir string, extra ...string) *Node {
 	return n
 }
 
+// StartSymmetric starts n nodes at once, each with --bootstrap-expect n and
+// the same --join list of all n; it does not wait for them.
+func StartSymmetric(t testing.TB, bin string, n int, extra ...string) []*Node {
+	t.Helper()
+	nodes := make([]*Node, n)
+	var urls []string
+	for i := range nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		nodes[i] = &Node{ID: id, HTTPAddr: FreeAddr(t), RaftAddr: FreeAddr(t), DataDir: filepath.Join(t.TempDir(), id)}
+		urls = append(urls, nodes[i].URL())
+	}
+	for _, nd := range nodes {
+		args := append([]string{"serve", "--id", nd.ID, "--http-addr", nd.HTTPAddr, "--raft-addr", nd.RaftAddr, "--data-dir", nd.DataDir,
+			"--bootstrap-expect", fmt.Sprint(n), "--join", strings.Join(urls, ",")}, extra...)
+		nd.Proc = Start(t, bin, nd.ID, args...)
+	}
+	return nodes
+}
+
 // StartCluster starts n nodes: the first bootstraps, the rest --join it. It
 // waits until all are ready.
 func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
@@ -240,7 +259,37 @@ func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
 	for _, nd := range nodes {
 		WaitReady(t, nd, 15*time.Second)
 	}
+	WaitVoters(t, nodes[0], n, 20*time.Second)
 	return nodes
+}
+
+// WaitVoters waits until n's view of the configuration has want voters
+// (joined servers start as non-voters and are promoted once caught up).
+func WaitVoters(t testing.TB, n *Node, want int, timeout time.Duration) {
+	t.Helper()
+	Poll(t, timeout, func() error {
+		r, err := Get(n.URL() + "/v1/cluster/peers")
+		if err != nil {
+			return err
+		}
+		var ps []struct {
+			ID    string `json:"id"`
+			Voter bool   `json:"voter"`
+		}
+		if err := json.Unmarshal(r.Raw, &ps); err != nil {
+			return fmt.Errorf("peers: %w: %s", err, r.Raw)
+		}
+		voters := 0
+		for _, p := range ps {
+			if p.Voter {
+				voters++
+			}
+		}
+		if voters != want {
+			return fmt.Errorf("%d voters, want %d: %s", voters, want, r.Raw)
+		}
+		return nil
+	})
 }
 
 // Response is an HTTP answer with its JSON body decoded.

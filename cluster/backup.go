@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/fsm"
+)
+
+// Backup and restore. A backup is the state machine's own snapshot format
+// (every live window, the replicated clock and the node metadata, ending
+// in a CRC), taken on the leader after a read barrier, so it holds every
+// hit committed before the request. Restore hands such a file to raft's
+// user restore on the leader of a new, empty cluster, which installs it
+// as a snapshot on every member.
+const (
+	BackupPath  = "/v1/cluster/backup"
+	RestorePath = "/v1/cluster/restore"
+)
+
+// ErrNotEmpty is returned when a restore would overwrite live windows.
+var ErrNotEmpty = errors.New("the cluster is not empty")
+
+// writerSink lets the state machine persist a snapshot into any writer.
+type writerSink struct{ io.Writer }
+
+func (writerSink) ID() string    { return "backup" }
+func (writerSink) Cancel() error { return nil }
+func (writerSink) Close() error  { return nil }
+
+// Backup writes a consistent snapshot of the state to w. Leader only: the
+// HTTP layer sends followers' callers to the leader.
+func (n *Node) Backup(ctx context.Context, w io.Writer) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := n.readBarrier(ctx); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	snap, err := n.fsm.Snapshot()
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer snap.Release()
+	if err := snap.Persist(writerSink{w}); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	return nil
+}
+
+// VerifyBackup checks a backup file end to end (format and CRC) by loading
+// it into a scratch state machine.
+func VerifyBackup(path string) (windows int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	scratch := fsm.New(fsm.Config{})
+	if err := scratch.Restore(f); err != nil {
+		return 0, fmt.Errorf("%s is not a valid rlnode backup: %w", path, err)
+	}
+	return scratch.Stats().StoredWindows, nil
+}
+
+// RestoreBackup replaces the cluster's state with a backup of size bytes
+// read from r. Leader only. Unless force is set the cluster must hold no
+// windows: restore is for a new cluster, not for rolling one back. The
+// cluster's own node metadata (HTTP addresses) is kept, not the backup's.
+func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := n.readBarrier(ctx); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if w := n.fsm.Stats().StoredWindows; w > 0 && !force {
+		return fmt.Errorf("restore: %w: it holds %d windows; restore into a new cluster (or force it)", ErrNotEmpty, w)
+	}
+	// Check the whole file before raft sees it: a damaged backup must not
+	// become the cluster's state.
+	tmp, err := os.CreateTemp(n.cfg.DataDir, "restore-*.tmp")
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if m, err := io.Copy(tmp, r); err != nil || m != size {
+		return fmt.Errorf("restore: received %d of %d bytes: %v", m, size, err)
+	}
+	if _, err := VerifyBackup(tmp.Name()); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	before := n.fsm.Nodes()
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
+	if err := n.raft.Restore(meta, tmp, n.cfg.ApplyTimeout*10); err != nil {
+		return fmt.Errorf("restore: %w", translate(err))
+	}
+	n.log.Warn("restored the cluster's state from a backup", "bytes", size)
+	return n.keepNodeMetadata(before)
+}
+
+// keepNodeMetadata puts back the metadata the cluster had before a
+// restore (the backup carries the old cluster's addresses).
+func (n *Node) keepNodeMetadata(before map[string]fsm.Node) error {
+	after := n.fsm.Nodes()
+	var errs []error
+	for id, m := range before {
+		if after[id] != m {
+			errs = append(errs, n.raft.Apply(fsm.EncodeSetNode(m), n.cfg.ApplyTimeout).Error())
+		}
+	}
+	for id := range after {
+		if _, ok := before[id]; !ok {
+			errs = append(errs, n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("restore: put back node metadata: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Symmetric bootstrap (--bootstrap-expect N). Every node starts with the
+// same --join list and no node is special:
+//
+//  1. A node without Raft state asks every listed address who it is
+//     (BootstrapInfoPath). If any of them already has Raft state, a cluster
+//     exists: the node joins it the ordinary way.
+//  2. Once it has met N nodes without state that expect the same N, the
+//     node with the lowest id among the N lowest ids is the claimer. It
+//     records a claim (claimer and members) in its data dir, asks every
+//     other member to accept it (BootstrapClaimPath), and bootstraps with
+//     all N as voters only when all have accepted. Everyone else waits to
+//     be contacted by the new leader.
+//  3. A node accepts one claim only, ever (it is written to its data dir
+//     before the answer), and only while it has no Raft state. Two
+//     bootstraps would need two fully accepted claims sharing no node, so
+//     as long as N is more than half of the listed nodes there is exactly
+//     one cluster, whatever the start order, restarts or retries.
+
+// Bootstrap endpoints, served by the HTTP layer behind the cluster token.
+const (
+	BootstrapInfoPath  = "/internal/v1/bootstrap"
+	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
+	claimFile          = "bootstrap-claim.json"
+)
+
+// BootstrapMember is one server of a symmetric bootstrap.
+type BootstrapMember struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	HTTPAddr string `json:"httpAddr"`
+}
+
+// BootstrapInfo is what a node says about itself to bootstrapping peers.
+type BootstrapInfo struct {
+	BootstrapMember
+	Expect   int             `json:"expect"`
+	HasState bool            `json:"hasState"`
+	Claim    *BootstrapClaim `json:"claim,omitempty"`
+}
+
+// BootstrapClaim asks the members to form one cluster, bootstrapped by By.
+type BootstrapClaim struct {
+	By      string            `json:"by"`
+	Members []BootstrapMember `json:"members"`
+}
+
+func (c BootstrapClaim) same(o BootstrapClaim) bool {
+	return c.By == o.By && slices.Equal(c.Members, o.Members)
+}
+
+// ErrClaimRefused is returned when a node will not take part in a claim.
+var ErrClaimRefused = errors.New("bootstrap claim refused")
+
+func (n *Node) self() BootstrapMember {
+	return BootstrapMember{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
+}
+
+// hasRaftState reports whether the node belongs to a cluster: it has a
+// configuration (bootstrapped, or contacted by a leader).
+func (n *Node) hasRaftState() bool {
+	if n.raft.LastIndex() > 0 {
+		return true
+	}
+	cf := n.raft.GetConfiguration()
+	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
+}
+
+func (n *Node) readClaim() (*BootstrapClaim, error) {
+	path := filepath.Join(n.cfg.DataDir, claimFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &CorruptError{File: path, Err: err}
+	}
+	var c BootstrapClaim
+	if err := json.Unmarshal(b, &c); err != nil || c.By == "" {
+		return nil, &CorruptError{File: path, Err: fmt.Errorf("not a bootstrap claim: %v", err)}
+	}
+	return &c, nil
+}
+
+// BootstrapInfo describes this node to bootstrapping peers.
+func (n *Node) BootstrapInfo() BootstrapInfo {
+	claim, _ := n.readClaim()
+	return BootstrapInfo{BootstrapMember: n.self(), Expect: n.cfg.BootstrapExpect, HasState: n.hasRaftState(), Claim: claim}
+}
+
+// AcceptClaim records c as the one claim this node takes part in. The same
+// claim again is accepted (a claimer's retry); any other is refused.
+func (n *Node) AcceptClaim(c BootstrapClaim) error {
+	n.claimMu.Lock()
+	defer n.claimMu.Unlock()
+	if n.cfg.BootstrapExpect == 0 {
+		return fmt.Errorf("%w: this node was not started with --bootstrap-expect", ErrClaimRefused)
+	}
+	if !slices.ContainsFunc(c.Members, func(m BootstrapMember) bool { return m.ID == n.cfg.ID }) {
+		return fmt.Errorf("%w: %s is not among its members", ErrClaimRefused, n.cfg.ID)
+	}
+	if len(c.Members) != n.cfg.BootstrapExpect {
+		return fmt.Errorf("%w: it has %d members, this node expects %d", ErrClaimRefused, len(c.Members), n.cfg.BootstrapExpect)
+	}
+	if n.hasRaftState() {
+		return fmt.Errorf("%w: this node already belongs to a cluster", ErrClaimRefused)
+	}
+	have, err := n.readClaim()
+	if err != nil {
+		return err
+	}
+	if have != nil {
+		if have.same(c) {
+			return nil
+		}
+		return fmt.Errorf("%w: this node already accepted the claim of %s", ErrClaimRefused, have.By)
+	}
+	b, _ := json.Marshal(c)
+	path := filepath.Join(n.cfg.DataDir, claimFile)
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		return fmt.Errorf("record claim: %w", err)
+	}
+	if err := syncRename(path+".tmp", path); err != nil {
+		return fmt.Errorf("record claim: %w", err)
+	}
+	n.log.Info("accepted bootstrap claim", "by", c.By, "members", len(c.Members))
+	return nil
+}
+
+func syncRename(tmp, path string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// BootstrapExpect runs the symmetric bootstrap until this node belongs to
+// a cluster, then records its metadata through an ordinary join.
+func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
+	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.TLS, n.cfg.PeerTransport)
+	pc.forwarding = false
+	defer pc.close()
+	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
+	lastNote := time.Time{}
+	for !n.hasRaftState() {
+		infos := n.probe(ctx, pc, addrs)
+		if slices.ContainsFunc(infos, func(i BootstrapInfo) bool { return i.HasState }) {
+			log("a cluster already exists; joining it")
+			return n.JoinAndWait(ctx, addrs, self, log)
+		}
+		done, note := n.tryClaim(ctx, pc, infos)
+		if done {
+			break
+		}
+		if time.Since(lastNote) > 5*time.Second {
+			log("waiting for the cluster to form", "expect", n.cfg.BootstrapExpect, "status", note)
+			lastNote = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bootstrap-expect: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	// Members other than the claimer learn of the cluster from its leader;
+	// an ordinary join records this node's HTTP address.
+	return n.JoinAndWait(ctx, addrs, self, log)
+}
+
+// probe asks every address who it is; unreachable ones are left out.
+func (n *Node) probe(ctx context.Context, pc *peerClient, addrs []string) []BootstrapInfo {
+	var out []BootstrapInfo
+	for _, a := range addrs {
+		var info BootstrapInfo
+		if err := pc.getJSON(ctx, BaseURL(a)+BootstrapInfoPath, &info); err != nil {
+			continue
+		}
+		if info.ID != n.cfg.ID && !slices.ContainsFunc(out, func(i BootstrapInfo) bool { return i.ID == info.ID }) {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// tryClaim makes or renews this node's claim when it is the claimer, and
+// bootstraps once every member accepted. It reports whether it did and,
+// if not, why.
+func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapInfo) (bool, string) {
+	claim, err := n.readClaim()
+	if err != nil {
+		return false, err.Error()
+	}
+	if claim == nil {
+		seen := []BootstrapMember{n.self()}
+		for _, i := range infos {
+			if i.Expect == n.cfg.BootstrapExpect && !i.HasState {
+				seen = append(seen, i.BootstrapMember)
+			}
+		}
+		if len(seen) < n.cfg.BootstrapExpect {
+			return false, fmt.Sprintf("met %d of %d nodes", len(seen), n.cfg.BootstrapExpect)
+		}
+		slices.SortFunc(seen, func(a, b BootstrapMember) int { return strings.Compare(a.ID, b.ID) })
+		members := seen[:n.cfg.BootstrapExpect]
+		if members[0].ID != n.cfg.ID {
+			return false, fmt.Sprintf("waiting for %s to claim the bootstrap", members[0].ID)
+		}
+		c := BootstrapClaim{By: n.cfg.ID, Members: slices.Clone(members)}
+		if err := n.AcceptClaim(c); err != nil {
+			return false, err.Error()
+		}
+		claim = &c
+	}
+	if claim.By != n.cfg.ID {
+		return false, fmt.Sprintf("accepted the claim of %s; waiting to be contacted", claim.By)
+	}
+	for _, m := range claim.Members {
+		if m.ID == n.cfg.ID {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pc.postJSON(cctx, BaseURL(m.HTTPAddr)+BootstrapClaimPath, claim, nil)
+		cancel()
+		if err != nil {
+			return false, fmt.Sprintf("%s has not accepted the claim: %v", m.ID, err)
+		}
+	}
+	var servers []raft.Server
+	for _, m := range claim.Members {
+		servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Voter})
+	}
+	err = n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return false, fmt.Sprintf("bootstrap: %v", err)
+	}
+	n.log.Info("every member accepted the claim; bootstrapped the cluster", "members", len(servers))
+	return true, ""
+}
+
+// getJSON fetches url and decodes a 2xx JSON answer into out.
+func (p *peerClient) getJSON(ctx context.Context, url string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := p.do(ctx, http.MethodGet, url, "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read answer from %s: %w", url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeHTTPError(resp.StatusCode, b)
+	}
+	return json.Unmarshal(b, out)
+}

@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rlnode/rlnode/cluster/raftlog"
+)
+
+// logFile holds the stable store (term and vote) in every layout, and the
+// log too unless the data dir uses the WAL.
+const logFile = raftlog.BoltFile
+
+// ErrLostState means the data dir has an identity (node.json) but its Raft
+// log is gone: the node once was a member, and starting it empty would
+// bootstrap a second cluster or vote without remembering its votes.
+var ErrLostState = errors.New("raft state lost")
+
+// lostStateError explains ErrLostState in words an operator can act on.
+func lostStateError(dir, id string) error {
+	return fmt.Errorf("%w: data dir %s has %s (node %q) but no Raft log (%s).\n"+
+		"  This node was a member once; starting it empty could form a second cluster or vote\n"+
+		"  without memory, so it refuses. If the other members are running, start it again with\n"+
+		"  --rejoin-empty --join <members>: its old files are moved aside and it joins as a new\n"+
+		"  member, copying the cluster's state. If no member survived, see README, Recovery.",
+		ErrLostState, dir, identity, id, logFile)
+}
+
+// readIdentity returns the id recorded in dir ("" when there is none).
+func readIdentity(dir string) (string, error) {
+	path := filepath.Join(dir, identity)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", &CorruptError{File: path, Err: err}
+	}
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.ID == "" {
+		return "", &CorruptError{File: path, Err: errors.New(`want {"id":"<node id>"}`)}
+	}
+	return rec.ID, nil
+}
+
+// writeIdentity pins dir to id: a restart with another --id would otherwise
+// silently run as a stranger to its own log.
+func writeIdentity(dir, id string) error {
+	path := filepath.Join(dir, identity)
+	b, _ := json.Marshal(struct {
+		ID string `json:"id"`
+	}{id})
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// snapshotBase is what raft's file snapshot store is given: it keeps its
+// snapshots in <base>/snapshots. New data dirs use <dataDir>/snapshots;
+// older ones have <dataDir>/snapshots/snapshots and keep it.
+func snapshotBase(dataDir string) string {
+	if st, err := os.Stat(filepath.Join(dataDir, snapshotDir, snapshotDir)); err == nil && st.IsDir() {
+		return filepath.Join(dataDir, snapshotDir)
+	}
+	return dataDir
+}
+
+// moveAside moves the node's files out of dir into a fresh subdirectory, so
+// --rejoin-empty never destroys anything, and returns that directory.
+func moveAside(dir string) (string, error) {
+	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
+	moved := false
+	for _, name := range []string{identity, logFile, snapshotDir, claimFile, raftlog.WALDir} {
+		src := filepath.Join(dir, name)
+		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if !moved {
+			if err := os.MkdirAll(aside, 0o755); err != nil {
+				return "", fmt.Errorf("move old state aside: %w", err)
+			}
+			moved = true
+		}
+		if err := os.Rename(src, filepath.Join(aside, name)); err != nil {
+			return "", fmt.Errorf("move %s aside: %w", src, err)
+		}
+	}
+	if !moved {
+		return "", nil
+	}
+	return aside, nil
+}
+
+// prepareDataDir checks the identity and the Raft log file before anything
+// is opened for writing. It returns whether the node must start empty
+// because its old state was moved aside (RejoinEmpty).
+func (n *Node) prepareDataDir() (rejoined bool, err error) {
+	cfg := n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return false, fmt.Errorf("create data dir: %w", err)
+	}
+	bad := n.checkDataDir()
+	if bad == nil || errors.Is(bad, ErrLocked) || !cfg.RejoinEmpty {
+		if bad == nil && cfg.RejoinEmpty {
+			n.log.Warn("ignoring --rejoin-empty: the data dir has healthy Raft state", "data_dir", cfg.DataDir)
+		}
+		return false, bad
+	}
+	var wrongID *wrongIDError
+	if errors.As(bad, &wrongID) {
+		return false, bad
+	}
+	aside, err := moveAside(cfg.DataDir)
+	if err != nil {
+		return false, err
+	}
+	n.log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", bad, "moved_to", aside)
+	return true, nil
+}
+
+type wrongIDError struct{ dir, have, want string }
+
+func (e *wrongIDError) Error() string {
+	return fmt.Sprintf("data dir %s belongs to node %q, not %q: use --id %s or another --data-dir", e.dir, e.have, e.want, e.have)
+}
+
+// checkDataDir reports why the data dir must not be opened as it is: a
+// wrong or corrupt identity, a lost Raft log, or a damaged Bolt file.
+func (n *Node) checkDataDir() error {
+	cfg := n.cfg
+	id, err := readIdentity(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if id != "" && id != cfg.ID {
+		return &wrongIDError{dir: cfg.DataDir, have: id, want: cfg.ID}
+	}
+	logPath := filepath.Join(cfg.DataDir, logFile)
+	_, statErr := os.Stat(logPath)
+	switch {
+	case errors.Is(statErr, os.ErrNotExist) && id != "":
+		return lostStateError(cfg.DataDir, id)
+	case errors.Is(statErr, os.ErrNotExist):
+		return nil
+	case statErr != nil:
+		return &CorruptError{File: logPath, Err: statErr}
+	}
+	if err := CheckBoltFile(logPath); err != nil {
+		return err
+	}
+	// A WAL data dir keeps its segment index in a Bolt file too.
+	walMeta := filepath.Join(cfg.DataDir, raftlog.WALDir, "wal-meta.db")
+	if _, err := os.Stat(walMeta); err == nil {
+		return CheckBoltFile(walMeta)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/fsm"
+)
+
+// RecoverPeer is one surviving server in a recovery peers file.
+type RecoverPeer struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	// Voter defaults to true.
+	Voter *bool `json:"voter,omitempty"`
+}
+
+// ReadRecoverPeers reads and checks a peers file: a JSON array of
+// {"id","raftAddr"} naming every server that survives.
+func ReadRecoverPeers(path string) ([]RecoverPeer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var peers []RecoverPeer
+	if err := json.Unmarshal(b, &peers); err != nil {
+		return nil, fmt.Errorf("%s: want a JSON array of {\"id\":..., \"raftAddr\":...}: %w", path, err)
+	}
+	if len(peers) == 0 {
+		return nil, fmt.Errorf("%s names no server", path)
+	}
+	seen := map[string]bool{}
+	voters := 0
+	for _, p := range peers {
+		if p.ID == "" || p.RaftAddr == "" {
+			return nil, fmt.Errorf("%s: every server needs an id and a raftAddr: %+v", path, p)
+		}
+		if seen[p.ID] {
+			return nil, fmt.Errorf("%s names %s twice", path, p.ID)
+		}
+		seen[p.ID] = true
+		if p.Voter == nil || *p.Voter {
+			voters++
+		}
+	}
+	if voters == 0 {
+		return nil, fmt.Errorf("%s names no voter", path)
+	}
+	return peers, nil
+}
+
+// Recover rewrites a STOPPED node's Raft configuration to exactly peers,
+// with hashicorp/raft's RecoverCluster: the node applies its committed log,
+// snapshots it and records the new configuration, so it can elect a leader
+// among the survivors once a majority has been lost for good. Every
+// surviving server must be recovered with the same peers file.
+func Recover(dataDir string, peers []RecoverPeer, logger hclog.Logger) error {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	id, err := readIdentity(dataDir)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("%s has no %s: not an rlnode data dir (or its identity was lost)", dataDir, identity)
+	}
+	self := false
+	var conf raft.Configuration
+	for _, p := range peers {
+		s := raft.Voter
+		if p.Voter != nil && !*p.Voter {
+			s = raft.Nonvoter
+		}
+		self = self || p.ID == id
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: s})
+	}
+	if !self {
+		return fmt.Errorf("the peers file does not name this node (%s): list every survivor, this one included", id)
+	}
+	logPath := filepath.Join(dataDir, logFile)
+	if _, err := os.Stat(logPath); errors.Is(err, os.ErrNotExist) {
+		return lostStateError(dataDir, id)
+	}
+	if err := CheckBoltFile(logPath); err != nil {
+		return err
+	}
+	stores, err := raftlog.Open(dataDir, "", logger)
+	if err != nil {
+		return err
+	}
+	defer stores.Close()
+	if err := CheckLogStore(logPath, stores.Log, stores.Stable); err != nil {
+		return err
+	}
+	base := snapshotBase(dataDir)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, logger.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	if err := CheckSnapshots(filepath.Join(base, snapshotDir), snaps); err != nil {
+		return err
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(id)
+	rc.Logger = logger.Named("raft")
+	_, trans := raft.NewInmemTransport("")
+	machine := fsm.New(fsm.Config{})
+	err = guard(logPath, func() error {
+		return raft.RecoverCluster(rc, machine, stores.Log, stores.Stable, snaps, trans, conf)
+	})
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", dataDir, err)
+	}
+	logger.Info("recovered", "id", id, "servers", len(conf.Servers))
+	return nil
+}
