@@ -296,41 +296,9 @@ func (a *API) auth(c *gin.Context) {
 		}
 	}
 
-	if a.neverAllowed(c, policyName, cost, "forward-auth: ") {
-		a.observeCheck(a.policyLabel(policyName), window.CostExceedsLimit.String(), start)
-		return
-	}
-	ctx, cancel := a.requestContext(c)
-	defer cancel()
-	res, err := a.cfg.Node.Check(ctx, policyName, key, cost)
-	if err != nil {
-		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
-		a.hitError(c, err)
-		return
-	}
-	h := res.Hits[0]
-	if h.UnknownPolicy {
-		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
-		unknownPolicy(c, policyName)
-		return
-	}
-	a.observeCheck(a.policyLabel(policyName), h.Outcome.String(), start)
-	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
-	c.Header(HeaderAuthKey, key)
-	body := bodyOf(h, res.Allowed, false)
-	switch {
-	case res.Allowed:
-		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: body})
-	case h.Outcome == window.CostExceedsLimit:
-		costExceeds(c, h, body)
-	default:
-		retryMs := *body.RetryAfterMs
-		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
-		c.Render(refuse, jsonRender{contentType: problemJSON, v: quotaProblem{
-			Type: "https://iana.org/assignments/http-problem-types#quota-exceeded", Title: "Request quota exceeded", Status: refuse,
-			Detail:    fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", policyName, retryMs),
-			Code:      CodeQuotaExceeded,
-			checkBody: body,
-		}})
-	}
+	a.decideOne(c, oneCheck{policy: policyName, key: key, cost: cost, start: start, refuse: refuse, prefix: "forward-auth: ",
+		refusedDetail: func(_ window.Result, retryMs int64) string {
+			return fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", policyName, retryMs)
+		},
+		header: func() { c.Header(HeaderAuthKey, key) }})
 }

@@ -83,26 +83,53 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 		}
 		cost = v
 	}
-	if a.neverAllowed(c, policyName, cost, "") {
-		a.observeCheck(policyName, window.CostExceedsLimit.String(), start)
+	a.decideOne(c, oneCheck{policy: policyName, key: client, cost: cost, start: start, refuse: http.StatusTooManyRequests,
+		refusedDetail: func(m window.Result, retryMs int64) string {
+			return fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond), retryMs)
+		}})
+}
+
+// oneCheck is one hit as a front end of this package asks for it.
+type oneCheck struct {
+	policy, key string
+	cost        int64
+	start       time.Time
+	// refuse is the status of a refusal: 429, or what a forward-auth
+	// caller asked for.
+	refuse int
+	// prefix starts a 422's detail; refusedDetail words a refusal.
+	prefix        string
+	refusedDetail func(main window.Result, retryMs int64) string
+	// header, if set, adds front-end headers to every decided answer.
+	header func()
+}
+
+// decideOne runs one hit through the cluster and writes its answer: 200,
+// 422 when the cost can never be allowed, or a refusal with Retry-After.
+func (a *API) decideOne(c *gin.Context, q oneCheck) {
+	if a.neverAllowed(c, q.policy, q.cost, q.prefix) {
+		a.observeCheck(a.policyLabel(q.policy), window.CostExceedsLimit.String(), q.start)
 		return
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.Check(ctx, policyName, client, cost)
+	res, err := a.cfg.Node.Check(ctx, q.policy, q.key, q.cost)
 	if err != nil {
-		a.observeCheck(a.policyLabel(policyName), resultFor(err), start)
+		a.observeCheck(a.policyLabel(q.policy), resultFor(err), q.start)
 		a.hitError(c, err)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
-		a.observeCheck(unknownLabel, CodeUnknownPolicy, start)
-		unknownPolicy(c, policyName)
+		a.observeCheck(unknownLabel, CodeUnknownPolicy, q.start)
+		unknownPolicy(c, q.policy)
 		return
 	}
-	a.observeCheck(policyName, h.Outcome.String(), start)
+	a.observeCheck(a.policyLabel(q.policy), h.Outcome.String(), q.start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
+	if q.header != nil {
+		q.header()
+	}
 	body := bodyOf(h, res.Allowed, false)
 	switch {
 	case res.Allowed:
@@ -116,12 +143,11 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 		}
 		body.RetryAfterMs = &retryMs
 		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
-		m := h.MainPart()
-		c.Render(http.StatusTooManyRequests, jsonRender{contentType: problemJSON, v: quotaProblem{
+		c.Render(q.refuse, jsonRender{contentType: problemJSON, v: quotaProblem{
 			Type:   "https://iana.org/assignments/http-problem-types#quota-exceeded",
 			Title:  "Request quota exceeded",
-			Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, time.Duration(m.WindowMs)*time.Millisecond, retryMs),
+			Status: q.refuse,
+			Detail: q.refusedDetail(h.MainPart(), retryMs),
 			Code:   CodeQuotaExceeded, checkBody: body,
 		}})
 	}
@@ -182,7 +208,7 @@ func costExceeds(c *gin.Context, h cluster.HitResult, body checkBody) {
 	c.Header("Cache-Control", "no-store")
 	c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
 		problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
-			Detail: fmt.Sprintf("cost %d exceeds the limit of %d per %s: this request can never be allowed, do not retry", h.Cost, m.Limit, time.Duration(m.WindowMs)*time.Millisecond),
+			Detail: fmt.Sprintf("cost %d exceeds the limit of %d per %s: this request can never be allowed, do not retry", h.Cost, m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond)),
 			Code:   CodeCostExceedsLimit},
 		Policy: h.Policy, Limits: body.Limits,
 	}})
@@ -392,17 +418,34 @@ func (a *API) hitError(c *gin.Context, err error) {
 	switch {
 	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		writeProblem(c, http.StatusServiceUnavailable, CodeOutcomeUnknown,
-			"the outcome of this hit is unknown: it may or may not have counted ("+firstLine(err)+")")
+			"the outcome of this hit is unknown: it may or may not have counted"+cause(err))
 	case errors.Is(err, cluster.ErrNoLeader):
 		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader,
-			"the cluster has no leader right now; the hit was not counted ("+firstLine(err)+")")
+			"the cluster has no leader right now; the hit was not counted"+cause(err))
 	default:
 		writeProblem(c, http.StatusServiceUnavailable, CodeNotCounted,
-			"the hit was not counted ("+firstLine(err)+")")
+			"the hit was not counted"+cause(err))
 	}
 }
 
 // firstLine flattens errors.Join output into one line for a detail string.
 func firstLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// cause is " (why)" for a failed hit: the joined error without the
+// classifying sentinels, which the detail already says in words.
+func cause(err error) string {
+	var why []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		switch line {
+		case cluster.ErrOutcomeUnknown.Error(), cluster.ErrNotCounted.Error(), cluster.ErrNoLeader.Error(), cluster.ErrNotLeader.Error(), "":
+		default:
+			why = append(why, line)
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(why, "; ") + ")"
 }

@@ -72,7 +72,7 @@ func (p Policy) Equal(q Policy) bool {
 	return p.Envoy.Equal(q.Envoy)
 }
 
-// String is a one-line summary, e.g. `api token_bucket 10/1s burst 20, 1000/24h0m0s`.
+// String is a one-line summary, e.g. `api token_bucket 10/1s burst 20, 1000/24h`.
 func (p Policy) String() string {
 	var b strings.Builder
 	b.WriteString(p.Name + " " + p.Algorithm + " ")
@@ -80,7 +80,7 @@ func (p Policy) String() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%d/%s", l.Limit, time.Duration(l.Window))
+		fmt.Fprintf(&b, "%d/%s", l.Limit, l.Window)
 		if l.Burst != 0 {
 			fmt.Fprintf(&b, " burst %d", l.Burst)
 		}
@@ -175,11 +175,21 @@ type Duration time.Duration
 // Milliseconds returns the duration in whole milliseconds.
 func (d Duration) Milliseconds() int64 { return time.Duration(d).Milliseconds() }
 
-// String formats like time.Duration.
-func (d Duration) String() string { return time.Duration(d).String() }
+// String formats like time.Duration without zero trailing units, the way
+// people write windows: "1m", "24h", "1h30m", "1.5s".
+func (d Duration) String() string {
+	s := time.Duration(d).String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+		if t, ok := strings.CutSuffix(s, "h0m"); ok {
+			s = t + "h"
+		}
+	}
+	return s
+}
 
 // MarshalText writes the Go duration string.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // UnmarshalText reads a Go duration string.
 func (d *Duration) UnmarshalText(b []byte) error {

@@ -151,3 +151,20 @@ func TestREADMEExampleParses(t *testing.T) {
 		t.Fatalf("README example: %d policies, %v", len(ps), err)
 	}
 }
+
+// Windows print the way people write them, and read back unchanged.
+func TestDurationString(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Minute: "1m", 24 * time.Hour: "24h", 90 * time.Minute: "1h30m",
+		time.Hour + time.Second: "1h0m1s", 1500 * time.Millisecond: "1.5s", time.Second: "1s",
+	} {
+		got := Duration(d).String()
+		if got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
+		}
+		var back Duration
+		if err := back.UnmarshalText([]byte(got)); err != nil || time.Duration(back) != d {
+			t.Errorf("%q reads back as %v, %v", got, time.Duration(back), err)
+		}
+	}
+}

@@ -74,6 +74,7 @@ func (o *Options) defaults() {
 type Cluster struct {
 	t     *testing.T
 	opts  Options
+	dir   string // parent of the nodes' data dirs
 	mu    sync.Mutex
 	Nodes []*Node
 	// cut holds the ids of isolated nodes; links to or from them fail.
@@ -104,7 +105,11 @@ type Node struct {
 // New makes an empty cluster; Start or AddNode add members.
 func New(t *testing.T, opts Options) *Cluster {
 	opts.defaults()
-	c := &Cluster{t: t, opts: opts, cut: map[string]bool{}, byAddr: map[string]string{}}
+	// The data dirs' parent is made before Close is registered: cleanups run
+	// last-first, so the nodes stop before their files are removed (a
+	// TempDir made later is removed while a node may still be writing a
+	// snapshot into it).
+	c := &Cluster{t: t, opts: opts, cut: map[string]bool{}, byAddr: map[string]string{}, dir: t.TempDir()}
 	t.Cleanup(c.Close)
 	return c
 }
@@ -128,7 +133,7 @@ func (c *Cluster) AddNode(bootstrap bool) *Node {
 	c.mu.Lock()
 	id := fmt.Sprintf("n%d", len(c.Nodes)+1)
 	c.mu.Unlock()
-	n := &Node{ID: id, Dir: filepath.Join(c.t.TempDir(), id), c: c}
+	n := &Node{ID: id, Dir: filepath.Join(c.dir, id), c: c}
 	n.start(bootstrap)
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)

@@ -88,7 +88,7 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-// limitsText is e.g. "10/1s burst 20, 1000/24h0m0s".
+// limitsText is e.g. "10/1s burst 20, 1000/24h".
 func limitsText(p policy.Policy) string {
 	parts := make([]string, len(p.Limits))
 	for i, l := range p.Limits {

@@ -51,7 +51,7 @@ func TestOldDataDirKeepsItsWindows(t *testing.T) {
 		t.Fatalf("alice's sixth hit: %d %s; want 429", r.Status, r.Raw)
 	}
 	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "policy", "list", "--addr", n.URL())
-	if code != 0 || !strings.Contains(out, "default") || !strings.Contains(out, "5/1h0m0s") {
+	if code != 0 || !strings.Contains(out, "default") || !strings.Contains(out, "5/1h") {
 		t.Fatalf("policy list after upgrade: exit %d\n%s%s", code, out, stderr)
 	}
 }
