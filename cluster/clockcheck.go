@@ -49,6 +49,17 @@ type clockCheck struct {
 	skewed  atomic.Bool
 	// estimate is this node's offset from the median peer (ms).
 	estimate atomic.Int64
+	// kick asks for a check now (on gaining leadership) rather than at
+	// the next tick.
+	kick chan struct{}
+}
+
+// checkNow asks the clock check to run at once; it never blocks.
+func (c *clockCheck) checkNow() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 // ClockReading reports this node's clock (with any debug skew).
@@ -69,6 +80,7 @@ func (n *Node) runClockCheck() {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.clockCheck.kick:
 		}
 		n.measureClocks()
 		n.judgeClock()
