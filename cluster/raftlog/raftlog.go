@@ -129,6 +129,14 @@ func open(dir string, kind Kind, logger hclog.Logger) (*Stores, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	if kind == WAL {
+		// A wal log without its raft.db has lost the term and vote: starting
+		// would let this node vote twice in a term. Refuse.
+		_, metaErr := os.Stat(filepath.Join(dir, WALDir, "wal-meta.db"))
+		if _, err := os.Stat(filepath.Join(dir, BoltFile)); errors.Is(err, os.ErrNotExist) && metaErr == nil {
+			return nil, fmt.Errorf("%s has a raft log in %s/ but no %s (its term and vote): restore %s from a backup, or remove the data dir and let the node rejoin", dir, WALDir, BoltFile, BoltFile)
+		}
+	}
 	b, err := openBolt(filepath.Join(dir, BoltFile))
 	if err != nil {
 		return nil, err
