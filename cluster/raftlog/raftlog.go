@@ -42,11 +42,11 @@ const (
 
 // Default is the kind a new data dir gets when none is asked for. Measured
 // with scripts/bench.sh (3-node clusters of both kinds and the Redis
-// baseline in one run, 3 interleaved repetitions, 2-core VM shared with
-// other work, loadavg 11-28): /check on the leader did 3200 vs 2016 hits/s
-// at 64 workers (wal/bolt 1.59x, median) and 3184 vs 1725 at 256 (1.85x);
-// wal was faster in 5 of the 6 pairs. One fsync per append instead of
-// Bolt's two is the difference.
+// baseline in one run, 3 interleaved repetitions, medians, 2-core VM shared
+// with other work): /check on the leader, wal/bolt at 64 and 256 workers:
+// 1.59x and 1.85x (loadavg 11-28), 1.68x and 1.10x (loadavg 3-15), 1.08x
+// and 1.02x (loadavg 2-6); wal faster in 13 of the 18 pairs. One fsync per
+// append instead of Bolt's two; the second one costs most on a busy disk.
 const Default = WAL
 
 // File names inside a data dir.
@@ -128,6 +128,14 @@ func Open(dir string, want Kind, logger hclog.Logger) (*Stores, error) {
 func open(dir string, kind Kind, logger hclog.Logger) (*Stores, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
+	}
+	if kind == WAL {
+		// A wal log without its raft.db has lost the term and vote: starting
+		// would let this node vote twice in a term. Refuse.
+		_, metaErr := os.Stat(filepath.Join(dir, WALDir, "wal-meta.db"))
+		if _, err := os.Stat(filepath.Join(dir, BoltFile)); errors.Is(err, os.ErrNotExist) && metaErr == nil {
+			return nil, fmt.Errorf("%s has a raft log in %s/ but no %s (its term and vote): restore %s from a backup, or remove the data dir and let the node rejoin", dir, WALDir, BoltFile, BoltFile)
+		}
 	}
 	b, err := openBolt(filepath.Join(dir, BoltFile))
 	if err != nil {

@@ -90,6 +90,12 @@ func TestOpenRefusesMismatchAndDetects(t *testing.T) {
 	if !errors.As(err, &me) || me.OnDisk != WAL || me.Want != Bolt {
 		t.Fatalf("bolt on a wal dir: %v", err)
 	}
+	if err := os.Remove(filepath.Join(dir, BoltFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, "", nil); err == nil || !strings.Contains(err.Error(), "no raft.db") {
+		t.Fatalf("wal without raft.db: %v", err)
+	}
 	file := t.TempDir()
 	os.WriteFile(filepath.Join(file, WALDir), []byte("x"), 0o644)
 	if _, _, err := Detect(file); err == nil {
