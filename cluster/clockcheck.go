@@ -49,6 +49,17 @@ type clockCheck struct {
 	skewed  atomic.Bool
 	// estimate is this node's offset from the median peer (ms).
 	estimate atomic.Int64
+	// kick asks for a check now (on gaining leadership) rather than at
+	// the next tick.
+	kick chan struct{}
+}
+
+// checkNow asks the clock check to run at once; it never blocks.
+func (c *clockCheck) checkNow() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 // ClockReading reports this node's clock (with any debug skew).
@@ -69,6 +80,7 @@ func (n *Node) runClockCheck() {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.clockCheck.kick:
 		}
 		n.measureClocks()
 		n.judgeClock()
@@ -81,31 +93,36 @@ func (n *Node) measureClocks() {
 		return
 	}
 	for _, s := range cf.Configuration().Servers {
-		id := string(s.ID)
-		if id == n.cfg.ID {
-			continue
+		if id := string(s.ID); id != n.cfg.ID {
+			n.measurePeer(id)
 		}
-		meta, ok := n.fsm.Node(id)
-		if !ok || meta.HTTPAddr == "" {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		start := time.Now()
-		var rd ClockReading
-		err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+ClockPath, &rd)
-		rtt := time.Since(start)
-		cancel()
-		if err != nil || rd.ID != id {
-			continue
-		}
-		mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
-		n.clockCheck.mu.Lock()
-		if n.clockCheck.offsets == nil {
-			n.clockCheck.offsets = map[string]peerOffset{}
-		}
-		n.clockCheck.offsets[id] = peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1, at: time.Now()}
-		n.clockCheck.mu.Unlock()
 	}
+}
+
+// measurePeer takes one reading of a peer's clock and records it; false
+// when the peer could not be read.
+func (n *Node) measurePeer(id string) bool {
+	meta, ok := n.fsm.Node(id)
+	if !ok || meta.HTTPAddr == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	var rd ClockReading
+	err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+ClockPath, &rd)
+	rtt := time.Since(start)
+	if err != nil || rd.ID != id {
+		return false
+	}
+	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
+	n.clockCheck.mu.Lock()
+	defer n.clockCheck.mu.Unlock()
+	if n.clockCheck.offsets == nil {
+		n.clockCheck.offsets = map[string]peerOffset{}
+	}
+	n.clockCheck.offsets[id] = peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1, at: time.Now()}
+	return true
 }
 
 // judgeClock decides whether this node may lead: not while its clock

@@ -186,6 +186,11 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		if id == n.cfg.ID {
 			return TransferResult{LeaderID: id}, nil
 		}
+		// Read the target's clock now: the periodic reading may not have
+		// reached it yet (a new leader, a new member), and a skewed
+		// target would refuse to stand for election and only disturb
+		// the cluster.
+		n.measurePeer(id)
 		if off, ms := n.peerSkewed(id); off {
 			return res, fmt.Errorf("transfer leadership to %s: its clock is %s off from this leader's: %w", id, time.Duration(ms)*time.Millisecond, ErrClockSkew)
 		}
@@ -194,9 +199,18 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 	if err := f.Error(); err != nil {
 		return res, fmt.Errorf("transfer leadership: %w", translate(err))
 	}
+	steppedDown := false
 	for {
-		if lid, _ := n.Leader(); lid != "" && lid != n.cfg.ID {
+		lid, _ := n.Leader()
+		if lid != "" && lid != n.cfg.ID {
 			return TransferResult{LeaderID: lid}, nil
+		}
+		if !n.IsLeader() {
+			steppedDown = true
+		} else if steppedDown {
+			// The target did not take over and this node won the
+			// next election again: the transfer is over, not pending.
+			return res, errors.New("transfer leadership: the target did not take over; this node leads again")
 		}
 		select {
 		case <-ctx.Done():

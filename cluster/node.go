@@ -75,6 +75,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
+	n.clockCheck.kick = make(chan struct{}, 1)
 	n.fwd = newForwarder(cfg, n, n.stop)
 	n.internal = n.internalMux()
 	if err := n.open(); err != nil {
@@ -247,6 +248,7 @@ func (n *Node) watchLeadership() {
 			if !isLeader {
 				continue
 			}
+			n.clockCheck.checkNow()
 			term := n.raft.CurrentTerm()
 			if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
 				n.log.Warn("barrier after gaining leadership failed", "error", err)
