@@ -25,7 +25,7 @@ FROM scratch
 
 ARG REVISION=dev
 LABEL org.opencontainers.image.title="rlnode" \
-      org.opencontainers.image.description="Raft-replicated fixed-window rate limiter" \
+      org.opencontainers.image.description="Raft-replicated rate limiter" \
       org.opencontainers.image.source="https://github.com/rlnode/rlnode" \
       org.opencontainers.image.revision="${REVISION}"
 

@@ -83,6 +83,20 @@ func (n *Node) hasRaftState() bool {
 	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
 }
 
+// claimedVoter reports whether this node accepted a bootstrap claim that
+// names it (same id and Raft address): the claimer bootstrapped the cluster
+// with it as a voter, so having no Raft state yet means only that the new
+// leader has not reached it, not that it lost its data (the claim would
+// have gone with the data dir).
+func (n *Node) claimedVoter() bool {
+	c, err := n.readClaim()
+	if err != nil || c == nil {
+		return false
+	}
+	self := n.self()
+	return slices.ContainsFunc(c.Members, func(m BootstrapMember) bool { return m.ID == self.ID && m.RaftAddr == self.RaftAddr })
+}
+
 func (n *Node) readClaim() (*BootstrapClaim, error) {
 	path := filepath.Join(n.cfg.DataDir, claimFile)
 	b, err := os.ReadFile(path)

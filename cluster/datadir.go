@@ -21,13 +21,13 @@ const logFile = raftlog.BoltFile
 var ErrLostState = errors.New("raft state lost")
 
 // lostStateError explains ErrLostState in words an operator can act on.
-func lostStateError(dir, id string) error {
+func lostStateError(dir, id, missing string) error {
 	return fmt.Errorf("%w: data dir %s has %s (node %q) but no Raft log (%s).\n"+
 		"  This node was a member once; starting it empty could form a second cluster or vote\n"+
 		"  without memory, so it refuses. If the other members are running, start it again with\n"+
 		"  --rejoin-empty --join <members>: its old files are moved aside and it joins as a new\n"+
 		"  member, copying the cluster's state. If no member survived, see README, Recovery.",
-		ErrLostState, dir, identity, id, logFile)
+		ErrLostState, dir, identity, id, missing)
 }
 
 // readIdentity returns the id recorded in dir ("" when there is none).
@@ -150,7 +150,7 @@ func (n *Node) checkDataDir() error {
 	_, statErr := os.Stat(logPath)
 	switch {
 	case errors.Is(statErr, os.ErrNotExist) && id != "":
-		return lostStateError(cfg.DataDir, id)
+		return lostStateError(cfg.DataDir, id, logFile)
 	case errors.Is(statErr, os.ErrNotExist):
 		return nil
 	case statErr != nil:
@@ -158,6 +158,14 @@ func (n *Node) checkDataDir() error {
 	}
 	if err := CheckBoltFile(logPath); err != nil {
 		return err
+	}
+	if lost, err := raftlog.WALMissing(cfg.DataDir); err != nil {
+		return &CorruptError{File: logPath, Err: err}
+	} else if lost {
+		if id == "" {
+			return &CorruptError{File: logPath, Err: raftlog.ErrWALMissing}
+		}
+		return lostStateError(cfg.DataDir, id, raftlog.WALDir+"/")
 	}
 	// A WAL data dir keeps its segment index in a Bolt file too.
 	walMeta := filepath.Join(cfg.DataDir, raftlog.WALDir, "wal-meta.db")

@@ -189,8 +189,11 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 	for first := true; ; first = false {
 		// A node with no Raft state cannot be a voter of this
 		// incarnation (promotion needs its log), so a voter of its id is
-		// an old incarnation that lost its data: replace it.
-		self.Rejoin = (first && self.Rejoin) || !n.hasRaftState()
+		// an old incarnation that lost its data: replace it. Except a
+		// member of the bootstrap claim it accepted: it is a voter of the
+		// cluster's first configuration, not yet reached by the leader;
+		// replacing it would leave the new cluster with one voter.
+		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.claimedVoter())
 		if err := JoinCluster(ctx, addrs, self, n.cfg.ClusterToken, n.cfg.TLS, log); err != nil {
 			return err
 		}

@@ -87,7 +87,7 @@ func Recover(dataDir string, peers []RecoverPeer, logger hclog.Logger) error {
 	}
 	logPath := filepath.Join(dataDir, logFile)
 	if _, err := os.Stat(logPath); errors.Is(err, os.ErrNotExist) {
-		return lostStateError(dataDir, id)
+		return lostStateError(dataDir, id, logFile)
 	}
 	if err := CheckBoltFile(logPath); err != nil {
 		return err

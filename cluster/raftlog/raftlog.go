@@ -11,7 +11,10 @@
 // The kind is read from the disk: a wal/ directory means wal, else a raft.db
 // means bolt, else the dir is new. Both layouts keep raft.db, so the stable
 // store (term and vote) never moves and a conversion switches kind with one
-// rename.
+// rename. A wal data dir's raft.db also carries a marker key, so a raft.db
+// whose wal/ went missing reads as a lost log (ErrWALMissing), never as a
+// Bolt data dir with an empty log: such a node would vote without the
+// entries it once acknowledged.
 package raftlog
 
 import (
@@ -54,6 +57,38 @@ const (
 	BoltFile = "raft.db"
 	WALDir   = "wal"
 )
+
+// kindKey is the stable-store key in raft.db that marks a wal data dir.
+var kindKey = []byte("rlnode.raftLog")
+
+// ErrWALMissing means raft.db belongs to a wal data dir whose wal/ is gone.
+var ErrWALMissing = errors.New("raft.db belongs to a wal data dir, but wal/ is missing: the raft log is lost")
+
+// WALMissing reports whether dir's raft.db is marked as a wal data dir's
+// while dir has no wal/. It reads raft.db through a read-only handle and
+// reports false when there is no raft.db.
+func WALMissing(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, WALDir)); !errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	path := filepath.Join(dir, BoltFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer db.Close()
+	var marked bool
+	err = db.View(func(tx *bbolt.Tx) error {
+		if b := tx.Bucket([]byte("conf")); b != nil { // raft-boltdb's stable store bucket
+			marked = string(b.Get(kindKey)) == string(WAL)
+		}
+		return nil
+	})
+	return marked, err
+}
 
 // ParseKind reads "wal" or "bolt"; "" stays "" (no preference).
 func ParseKind(s string) (Kind, error) {
@@ -143,6 +178,10 @@ func open(dir string, kind Kind, logger hclog.Logger) (*Stores, error) {
 	}
 	s := &Stores{Kind: kind, Log: b, Stable: b, bolt: b}
 	if kind == Bolt {
+		if v, err := b.Get(kindKey); err == nil && string(v) == string(WAL) {
+			b.Close()
+			return nil, fmt.Errorf("%s: %w", dir, ErrWALMissing)
+		}
 		return s, nil
 	}
 	w, err := openWAL(filepath.Join(dir, WALDir), logger)
@@ -151,6 +190,12 @@ func open(dir string, kind Kind, logger hclog.Logger) (*Stores, error) {
 		return nil, err
 	}
 	s.wal, s.Log = w, w
+	if v, err := b.Get(kindKey); err != nil || string(v) != string(WAL) {
+		if err := b.Set(kindKey, []byte(WAL)); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("mark %s as a wal data dir's: %w", BoltFile, err)
+		}
+	}
 	return s, nil
 }
 

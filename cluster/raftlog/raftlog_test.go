@@ -108,3 +108,53 @@ func TestOpenRefusesMismatchAndDetects(t *testing.T) {
 		t.Fatal("ParseKind(lsm): no error")
 	}
 }
+
+// A wal data dir whose wal/ was deleted is a lost log, never a Bolt data
+// dir with an empty log (a node on that would vote without the entries it
+// once acknowledged). A Bolt data dir, and one converted back from wal, are
+// not flagged.
+func TestWALMissingIsALostLog(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 1, 10)
+	s.Close()
+	if lost, err := WALMissing(dir); lost || err != nil {
+		t.Fatalf("healthy wal dir: lost %v, %v", lost, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, WALDir)); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := WALMissing(dir); !lost || err != nil {
+		t.Fatalf("wal dir without wal/: lost %v, %v; want true", lost, err)
+	}
+	if s, err := Open(dir, "", nil); !errors.Is(err, ErrWALMissing) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("open a wal dir without wal/: %v, want ErrWALMissing", err)
+	}
+
+	bolt := t.TempDir()
+	s, err = Open(bolt, Bolt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 1, 10)
+	s.Close()
+	if _, err := Migrate(context.Background(), bolt, WAL, nil); err != nil {
+		t.Fatal(err)
+	}
+	summary(t, bolt, WAL) // a node ran on it: raft.db is marked
+	if _, err := Migrate(context.Background(), bolt, Bolt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := WALMissing(bolt); lost || err != nil {
+		t.Fatalf("converted back to bolt: lost %v, %v", lost, err)
+	}
+	if got := summary(t, bolt, Bolt); got.Last != 10 {
+		t.Fatalf("converted back to bolt: %+v", got)
+	}
+}

@@ -65,7 +65,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 || *out == "" {
-		return usageErr("usage: rlnode backup --out FILE [--addr URL]")
+		return usageErr("backup needs --out FILE: rlnode backup --out FILE [--addr URL]")
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -115,7 +115,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("usage: rlnode restore [--addr URL] [--force] FILE")
+		return usageErr("restore takes one argument, the backup FILE: rlnode restore [--addr URL] [--force] FILE")
 	}
 	file := pos[0]
 	windows, err := cluster.VerifyBackup(file)

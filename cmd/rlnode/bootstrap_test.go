@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +27,8 @@ func bootstrapRounds() int {
 
 // Three nodes with the same --join list and --bootstrap-expect 3, started
 // at the same moment, form exactly one cluster, round after round: every
-// node's configuration holds all three as voters and all agree on one
-// leader.
+// node's configuration holds all three as voters from the start and all
+// agree on one leader.
 func TestBootstrapExpectAllAtOnce(t *testing.T) {
 	for round := range bootstrapRounds() {
 		ok := t.Run(fmt.Sprintf("round%d", round+1), func(t *testing.T) {
@@ -36,6 +37,14 @@ func TestBootstrapExpectAllAtOnce(t *testing.T) {
 				proctest.WaitReady(t, n, 30*time.Second)
 			}
 			proctest.Poll(t, 20*time.Second, func() error { return oneCluster(t, nodes) })
+			// The three were voters from the first configuration on: no
+			// member that had not been reached yet was removed and
+			// re-added (which left the new cluster with one voter).
+			for _, n := range nodes {
+				if out := n.Output(); strings.Contains(out, "replacing member") {
+					t.Fatalf("%s replaced a member of the cluster it had just bootstrapped:\n%s", n.ID, out)
+				}
+			}
 			if r := proctest.MustGet(t, nodes[2].URL()+"/check/alice"); r.Status != 200 || r.Num("remaining") != 4 {
 				t.Fatalf("first hit: %d %s", r.Status, r.Raw)
 			}

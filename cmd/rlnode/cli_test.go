@@ -28,6 +28,7 @@ func TestVersionHelpAndUsageErrors(t *testing.T) {
 		"join": "no positional arguments", "remove": "rlnode remove [flags] ID", "transfer-leadership": "[ID]",
 		"snapshot": "no positional arguments", "health": "no positional arguments", "bench": "no positional arguments",
 		"version": "no arguments", "migrate-log": "no positional arguments", "tls": "rlnode tls init", "tls init": "--out DIR --nodes",
+		"backup": "--out FILE", "restore": "rlnode restore [flags] FILE", "recover": "rlnode recover [flags] --data-dir D --peers FILE",
 	}
 	for cmd, w := range want {
 		out, stderr, code := proctest.Run(t, rlnodeBin, nil, append(strings.Fields(cmd), "--help")...)
@@ -35,7 +36,8 @@ func TestVersionHelpAndUsageErrors(t *testing.T) {
 			t.Errorf("rlnode %s --help: exit %d, want 0 and %q in:\n%s%s", cmd, code, w, out, stderr)
 		}
 	}
-	for _, args := range [][]string{{"remove"}, {"transfer-leadership", "a", "b"}, {"bench", "x"}, {"join", "--id", "x"}} {
+	for _, args := range [][]string{{"remove"}, {"transfer-leadership", "a", "b"}, {"bench", "x"}, {"join", "--id", "x"},
+		{"backup"}, {"restore"}, {"recover"}, {"policy", "import-envoy"}} {
 		_, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
 		if code != 2 || strings.Contains(stderr, "usage: usage:") || strings.Contains(stderr, args[0]+": "+args[0]+":") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and no repeated prefix", args, code, stderr)

@@ -25,7 +25,7 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	if len(files) == 0 {
-		return usageErr("usage: rlnode policy import-envoy [--dry-run] FILE...")
+		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] FILE...")
 	}
 	domains, want, err := policy.ReadEnvoyFiles(files...)
 	if err != nil {

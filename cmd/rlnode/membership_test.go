@@ -12,11 +12,22 @@ import (
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
-// The README's three-node cluster, stopped; n1 loses raft.db but keeps
-// node.json. It refuses to start (it would bootstrap a second cluster),
-// then --rejoin-empty brings it back as a new member with the cluster's
-// windows.
+// The README's three-node cluster, stopped; n1 loses raft.db (or, on the
+// wal log, only wal/) but keeps node.json. It refuses to start (it would
+// bootstrap a second cluster, or vote without the entries it once
+// acknowledged), then --rejoin-empty brings it back as a new member with
+// the cluster's windows.
 func TestLostRaftStateRefusesThenRejoinsEmpty(t *testing.T) {
+	t.Run("raft.db", func(t *testing.T) { testLostRaftState(t, "raft.db") })
+	t.Run("wal", func(t *testing.T) {
+		if os.Getenv("RLNODE_RAFT_LOG") == "bolt" {
+			t.Skip("the nodes run on bolt: no wal/ to lose")
+		}
+		testLostRaftState(t, "wal")
+	})
+}
+
+func testLostRaftState(t *testing.T, lost string) {
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "3")
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	var resetAt int64
@@ -32,13 +43,13 @@ func TestLostRaftStateRefusesThenRejoinsEmpty(t *testing.T) {
 			t.Fatalf("stop %s: exit %d", n.ID, code)
 		}
 	}
-	if err := os.Remove(filepath.Join(n1.DataDir, "raft.db")); err != nil {
+	if err := os.RemoveAll(filepath.Join(n1.DataDir, lost)); err != nil {
 		t.Fatal(err)
 	}
 
 	n1.Restart()
 	if code := n1.Wait(20 * time.Second); code != 1 {
-		t.Fatalf("n1 without raft.db: exit %d, want 1 (refuse):\n%s", code, n1.Output())
+		t.Fatalf("n1 without %s: exit %d, want 1 (refuse):\n%s", lost, code, n1.Output())
 	}
 	if out := n1.Output(); !strings.Contains(out, "no Raft log") || !strings.Contains(out, "--rejoin-empty") {
 		t.Fatalf("n1's refusal does not explain the way back:\n%s", out)

@@ -15,6 +15,7 @@ import (
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "recover", "--data-dir D --peers FILE")
 	dir := fs.String("data-dir", "", "data dir of a STOPPED node that survived")
 	peersFile := fs.String("peers", "", `JSON file listing every surviving server: [{"id":"n1","raftAddr":"10.0.0.1:8300"}, ...]`)
 	if err := fs.Parse(args); err != nil {
@@ -24,7 +25,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageErr("%v", err)
 	}
 	if fs.NArg() > 0 || *dir == "" || *peersFile == "" {
-		return usageErr("usage: rlnode recover --data-dir D --peers FILE (on every survivor, with the node stopped)")
+		return usageErr("recover needs --data-dir and --peers: rlnode recover --data-dir D --peers FILE (on every survivor, with the node stopped)")
 	}
 	peers, err := cluster.ReadRecoverPeers(*peersFile)
 	if err != nil {
