@@ -25,6 +25,7 @@ import (
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rls"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 type serveConfig struct {
@@ -193,20 +194,29 @@ func (c *serveConfig) joinAddrs() []string {
 	return out
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// parseServe reads and checks serve's flags.
+func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs, c := serveFlags(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return usageErr("%v", err)
+		return nil, usageErr("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return usageErr("unexpected arguments %q", fs.Args())
+		return nil, usageErr("unexpected arguments %q", fs.Args())
 	}
 	fs.Visit(func(f *flag.Flag) { c.sec.tokenFlagGiven = c.sec.tokenFlagGiven || f.Name == "cluster-token" })
 	if err := c.validate(); err != nil {
-		return fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	return c, nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseServe(args, stderr)
+	if err != nil {
+		return err
 	}
 	tlsSrc, err := c.loadSecurity()
 	if err != nil {
@@ -237,23 +247,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	fatal := make(chan error, 1)
-	node, err := cluster.Open(cluster.Config{
-		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
-		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
-		Seed:              seed,
-		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
-		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
-		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
-		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: obs,
-		OnFatal: func(err error) {
-			select {
-			case fatal <- err:
-			default:
-			}
-		},
-	})
+	cfg := c.clusterConfig(seed, tlsSrc, logger, obs)
+	cfg.OnFatal = func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
+	}
+	node, err := cluster.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -307,56 +308,88 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer func() { stopReload(); <-reloadDone }()
 
 	joinCtx, cancelJoin := context.WithCancel(ctx)
-	joinDone := make(chan error, 1)
-	if addrs := c.joinAddrs(); len(addrs) > 0 {
-		go func() {
-			if node.HadState() {
-				logger.Info("node has Raft state; ignoring --join", "join", c.join)
-				joinDone <- nil
-				return
-			}
-			self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
-			var err error
-			if c.bootstrapExpect > 0 && !node.Rejoined() {
-				err = node.BootstrapExpect(joinCtx, addrs, logger.Info)
-			} else {
-				err = node.JoinAndWait(joinCtx, addrs, self, logger.Info)
-			}
-			if err == nil {
-				logger.Info("joined the cluster as a voter", "via", c.join)
-			}
-			joinDone <- err
-		}()
-	} else {
-		joinDone <- nil
-	}
+	joinDone := c.joinInBackground(joinCtx, node, logger)
 
-	var runErr error
-	joined := joinDone
-	for done := false; !done; {
+	runErr := waitForStop(ctx, logger, fatal, grpcSrv.done(), serveErr, joinDone)
+	cancelJoin()
+	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
+}
+
+// waitForStop returns when the node should stop: nil on a signal (ctx),
+// else why it cannot go on.
+func waitForStop(ctx context.Context, logger hclog.Logger, fatal, grpcDone, httpDone, joined <-chan error) error {
+	for {
 		select {
 		case <-ctx.Done():
 			logger.Info("shutting down")
-			done = true
+			return nil
 		case err := <-fatal:
-			runErr, done = fmt.Errorf("stopping: %w", err), true
-		case err := <-grpcSrv.done():
-			runErr, done = fmt.Errorf("grpc server: %w", err), true
-		case err := <-serveErr:
-			runErr, done = fmt.Errorf("http server: %w", err), true
+			return fmt.Errorf("stopping: %w", err)
+		case err := <-grpcDone:
+			return fmt.Errorf("grpc server: %w", err)
+		case err := <-httpDone:
+			return fmt.Errorf("http server: %w", err)
 		case err := <-joined:
 			// A failed join ends the node; a successful one just stops
 			// being watched.
-			joined = nil
 			if err != nil {
-				runErr, done = err, true
+				return err
 			}
+			joined = nil
 		}
 	}
-	cancelJoin()
+}
 
-	// Shutdown order: fail readiness, leave if asked, stop accepting and
-	// drain HTTP, then Raft, then the stores.
+// clusterConfig is the node's configuration from the flags.
+func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source, logger hclog.Logger, obs cluster.Observer) cluster.Config {
+	return cluster.Config{
+		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
+		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
+		Seed:              seed,
+		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
+		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
+		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
+		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
+		Logger: logger, Observer: obs,
+	}
+}
+
+// joinInBackground joins (or bootstraps with --bootstrap-expect) when
+// --join names nodes and this node has no Raft state yet. The channel
+// receives exactly one result and is buffered, so the goroutine ends even
+// when nobody reads it; cancel ctx to give up.
+func (c *serveConfig) joinInBackground(ctx context.Context, node *cluster.Node, logger hclog.Logger) chan error {
+	done := make(chan error, 1)
+	addrs := c.joinAddrs()
+	if len(addrs) == 0 {
+		done <- nil
+		return done
+	}
+	go func() {
+		if node.HadState() {
+			logger.Info("node has Raft state; ignoring --join", "join", c.join)
+			done <- nil
+			return
+		}
+		self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
+		var err error
+		if c.bootstrapExpect > 0 && !node.Rejoined() {
+			err = node.BootstrapExpect(ctx, addrs, logger.Info)
+		} else {
+			err = node.JoinAndWait(ctx, addrs, self, logger.Info)
+		}
+		if err == nil {
+			logger.Info("joined the cluster as a voter", "via", c.join)
+		}
+		done <- err
+	}()
+	return done
+}
+
+// shutdown stops in order: fail readiness, leave if asked, stop accepting
+// and drain gRPC and HTTP, then Raft, then the stores.
+func (c *serveConfig) shutdown(runErr error, node *cluster.Node, api *httpapi.API, srv *http.Server, grpcSrv *grpcServer, logger hclog.Logger) error {
 	api.SetDraining()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
