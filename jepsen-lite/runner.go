@@ -130,7 +130,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	if err != nil {
 		return 0, "", err
 	}
-	r.converge(ctx)
+	r.convergeAndStop(ctx)
 
 	code, verdict = r.judge(history, faults, finalStart, finalEnd)
 	return code, verdict, nil
@@ -281,8 +281,9 @@ func (r *runner) finalPhase(ctx context.Context, nm *nemesis, wl *workload) (his
 	return history, finalStart, finalEnd, nil
 }
 
-// converge checks convergence while the nodes still run, then stops them.
-func (r *runner) converge(ctx context.Context) {
+// convergeAndStop checks convergence while the nodes still run (the
+// check needs their answers), then stops them.
+func (r *runner) convergeAndStop(ctx context.Context) {
 	conv := checkConvergence(ctx, r.cl, r.adm, 20*time.Second)
 	r.sum.Convergence = conv
 	if conv.OK {
