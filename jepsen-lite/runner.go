@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -88,10 +87,10 @@ func (r *runner) verdict(line string) {
 	}
 }
 
-// execute does the whole run. Cleanup (processes, then network) is
-// deferred here, so it happens on success, error and Ctrl-C alike.
+// execute does the whole run, one phase after the other. Cleanup
+// (workload, processes, then network) is deferred here, so it happens on
+// success, error and Ctrl-C alike.
 func (r *runner) execute(ctx context.Context) (code int, verdict string, err error) {
-	o := r.o
 	bin, err := r.binary(ctx)
 	if err != nil {
 		return 0, "", err
@@ -105,13 +104,50 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		return 0, "", ctx.Err()
 	}
 
-	specs, err := r.nodeSpecs()
+	sec, err := r.newCluster(ctx, bin)
 	if err != nil {
 		return 0, "", err
 	}
-	sec, secFlags, err := setupSecurity(ctx, bin, o.out, specs, o.insecure)
+	defer r.cl.killAll()
+	defer r.adm.close()
+	if err := r.startCluster(ctx); err != nil {
+		return 0, "", err
+	}
+
+	wl, err := r.startWorkload(ctx, sec)
 	if err != nil {
 		return 0, "", err
+	}
+	defer wl.stop()
+
+	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
+		fault: r.o.faultDuration, quiet: r.o.quiet, skew: r.o.skew, pols: r.pols}
+	faults, err := r.faultedPhase(ctx, nm)
+	if err != nil {
+		return 0, "", err
+	}
+	history, finalStart, finalEnd, err := r.finalPhase(ctx, nm, wl)
+	if err != nil {
+		return 0, "", err
+	}
+	r.convergeAndStop(ctx)
+
+	code, verdict = r.judge(history, faults, finalStart, finalEnd)
+	return code, verdict, nil
+}
+
+// newCluster lays out the nodes, sets up their security and the flags
+// every node shares, and makes the (not yet started) cluster and the
+// admin client.
+func (r *runner) newCluster(ctx context.Context, bin string) (*security, error) {
+	o := r.o
+	specs, err := r.nodeSpecs()
+	if err != nil {
+		return nil, err
+	}
+	sec, secFlags, err := setupSecurity(ctx, bin, o.out, specs, o.insecure)
+	if err != nil {
+		return nil, err
 	}
 	r.log.Printf("security: %s", sec.describe())
 	common := []string{"--limit", fmt.Sprint(o.limit), "--window", o.window.String()}
@@ -119,15 +155,15 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	common = append(common, secFlags...)
 	common = append(common, strings.Fields(o.serveArgs)...)
 	r.cl = newCluster(bin, specs, common, r.log, r.t0)
-	defer r.cl.killAll()
 	r.adm = newAdmin(sec)
-	defer r.adm.close()
+	return sec, nil
+}
 
-	if err := r.startCluster(ctx); err != nil {
-		return 0, "", err
-	}
-
-	// Policies, then the workload.
+// startWorkload creates the run's policies (with --policies) and starts
+// the clients.
+func (r *runner) startWorkload(ctx context.Context, sec *security) (*workload, error) {
+	o := r.o
+	specs := r.cl.specs
 	var algorithms, policyNames []string
 	if o.policies {
 		r.pols = newPolicySet(o.limit, o.window)
@@ -136,7 +172,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 			urls = append(urls, s.url())
 		}
 		if err := r.pols.create(ctx, r.adm, urls); err != nil {
-			return 0, "", fmt.Errorf("create the run's policies (does this rlnode have PUT /v1/policies? --policies=false runs without): %w", err)
+			return nil, fmt.Errorf("create the run's policies (does this rlnode have PUT /v1/policies? --policies=false runs without): %w", err)
 		}
 		r.log.Printf("policies created: %s", r.pols.describe())
 		policyNames, algorithms = r.pols.names(), r.pols.algorithms()
@@ -149,11 +185,16 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, targets: ts, pairs: pairs, tls: sec.client, clients: o.clients, rate: o.rate,
 		peekRatio: o.peekRatio, multiRatio: o.multiRatio, timeout: o.timeout, seed: o.seed})
 	wl.start(ctx)
-	defer wl.stop()
 	r.log.Printf("workload started: %d clients, ~%.0f ops/s, %.0f%% peeks, %.0f%% multi-key checks over %d pairs, keys %v",
 		o.clients, o.rate, o.peekRatio*100, o.multiRatio*100, len(pairs), keys)
+	return wl, nil
+}
 
-	// Nemesis.
+// faultList is the nemeses this run can execute: without namespaces the
+// partitions are dropped. It records what was requested and what was
+// skipped, and why, in the summary.
+func (r *runner) faultList() []string {
+	o := r.o
 	list := o.nemeses
 	skipped := map[string]string{}
 	for _, n := range o.skipped {
@@ -178,6 +219,14 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	if len(skipped) > 0 {
 		r.sum.NemesesSkipped = skipped
 	}
+	return list
+}
+
+// faultedPhase warms up, then runs the nemesis schedule for --duration
+// (extended, and said so, if that is too short for one round).
+func (r *runner) faultedPhase(ctx context.Context, nm *nemesis) ([]faultRecord, error) {
+	o := r.o
+	list := r.faultList()
 	duration, extended := effectiveDuration(list, o.duration, o.faultDuration, o.quiet)
 	if extended {
 		note := fmt.Sprintf("--duration %s is too short for one round of %d nemeses (%s each + heal + %s quiet): extended to %s",
@@ -189,45 +238,52 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	plan := buildPlan(list, duration, o.faultDuration, o.quiet, r.rng)
 	r.log.Printf("warm-up: %s of ops without faults", o.quiet)
 	if err := sleepCtx(ctx, o.quiet); err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	phaseStart := time.Now()
 	r.log.Printf("faulted phase: %s, nemeses %v", duration, list)
-	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
-		fault: o.faultDuration, quiet: o.quiet, skew: o.skew, pols: r.pols}
 	faults, err := nm.run(ctx, plan, len(list), phaseStart, duration)
 	r.sum.Faults = append(r.sum.Faults, faults...)
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	r.sum.Run.Duration = time.Since(phaseStart).Round(time.Millisecond).String()
-
-	// Heal, settle, final quiet phase.
 	r.log.Printf("faulted phase over after %s (%d faults); healing everything", time.Since(phaseStart).Round(time.Second), len(faults))
+	return faults, nil
+}
+
+// finalPhase heals everything, waits for the cluster to settle, runs
+// --final of ops with no fault and stops the workload. It returns the
+// history and the final phase's bounds (seconds since the run started).
+func (r *runner) finalPhase(ctx context.Context, nm *nemesis, wl *workload) (history []opRecord, finalStart, finalEnd float64, err error) {
 	if err := nm.healAll(ctx); err != nil {
 		r.sum.Warnings = append(r.sum.Warnings, "heal-all: "+err.Error())
 		r.log.Loudf("heal-all: %v", err)
 	}
 	if err := waitSettled(ctx, r.cl, r.adm, 30*time.Second); err != nil {
 		if ctx.Err() != nil {
-			return 0, "", ctx.Err()
+			return nil, 0, 0, ctx.Err()
 		}
 		r.sum.Warnings = append(r.sum.Warnings, "settle: "+err.Error())
 		r.log.Loudf("%v", err)
 	} else {
 		r.log.Printf("cluster settled")
 	}
-	finalStart := time.Since(r.t0).Seconds()
-	r.log.Printf("final quiet phase: %s", o.final)
-	if err := sleepCtx(ctx, o.final); err != nil {
-		return 0, "", err
+	finalStart = time.Since(r.t0).Seconds()
+	r.log.Printf("final quiet phase: %s", r.o.final)
+	if err := sleepCtx(ctx, r.o.final); err != nil {
+		return nil, 0, 0, err
 	}
-	history := wl.stop()
-	finalEnd := time.Since(r.t0).Seconds()
+	history = wl.stop()
+	finalEnd = time.Since(r.t0).Seconds()
 	r.sum.Run.FinalPhase = [2]float64{finalStart, finalEnd}
 	r.log.Printf("workload stopped: %d records", len(history))
+	return history, finalStart, finalEnd, nil
+}
 
-	// Convergence, while the nodes still run.
+// convergeAndStop checks convergence while the nodes still run (the
+// check needs their answers), then stops them.
+func (r *runner) convergeAndStop(ctx context.Context) {
 	conv := checkConvergence(ctx, r.cl, r.adm, 20*time.Second)
 	r.sum.Convergence = conv
 	if conv.OK {
@@ -239,9 +295,6 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		r.log.Printf("stopping nodes: %v", err)
 	}
 	r.log.Printf("nodes stopped")
-
-	code, verdict = r.judge(history, faults, finalStart, finalEnd)
-	return code, verdict, nil
 }
 
 // binary builds rlnode (or takes --binary).
@@ -387,154 +440,4 @@ func (r *runner) waitReady(ctx context.Context, i int, timeout time.Duration) er
 		return fmt.Errorf("%s not ready: %w", s.id, err)
 	}
 	return nil
-}
-
-// judge runs the checker, writes the report and returns the exit code and
-// the verdict line.
-func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, finalEnd float64) (int, string) {
-	o := r.o
-	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout}
-	if r.pols != nil {
-		cfg.Policies = r.pols.checkerPolicies()
-		r.sum.Policies = cfg.Policies
-	}
-	hist := checkerHistory(history)
-	r.log.Printf("checking %d ops (%d failed ops left out)...", len(hist), len(history)-len(hist))
-	t := time.Now()
-	res := checker.Check(cfg, hist)
-	r.log.Printf("checker done in %s: valid=%v, %d violations", time.Since(t).Round(time.Millisecond), res.Valid, len(res.Violations))
-	r.sum.Checker = checkerSummary{Valid: res.Valid, Keys: res.Keys, Counts: res.Counts}
-	r.sum.Violations = res.Violations
-	if !res.Valid {
-		paths, err := checker.WriteVisualizations(cfg, hist, o.out)
-		if err != nil {
-			r.sum.Warnings = append(r.sum.Warnings, "visualizations: "+err.Error())
-		}
-		for i := range paths {
-			paths[i] = filepath.Base(paths[i])
-		}
-		r.sum.Files["visualizations"] = paths
-		for _, v := range res.Violations {
-			r.log.Loudf("violation %s key %s: %s ops %v", v.Check, v.Key, v.Detail, firstN(v.OpIDs, 20))
-		}
-	}
-
-	r.sum.Counts = countOps(history)
-	r.sum.Availability = computeAvailability(history, faults, finalStart, finalEnd)
-	r.sum.Crashes = append(r.sum.Crashes, r.cl.crashList()...)
-
-	// Failures: anything that makes the run INVALID.
-	if !res.Valid {
-		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("checker: %d violation(s)", len(res.Violations)))
-	}
-	if !r.sum.Convergence.OK {
-		r.sum.Failures = append(r.sum.Failures, "convergence: "+r.sum.Convergence.Detail)
-	}
-	for _, c := range r.sum.Crashes {
-		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("node %s exited on its own at +%.1fs: %s", c.Node, c.At, c.Error))
-	}
-	ranClean := map[string]bool{}
-	for _, f := range faults {
-		if f.Error == "" {
-			ranClean[f.Name] = true
-		} else {
-			r.sum.Warnings = append(r.sum.Warnings, fmt.Sprintf("fault %s at +%.1fs: %s", f.Name, f.Start, f.Error))
-		}
-	}
-	for _, n := range o.nemeses {
-		if _, skipped := r.sum.NemesesSkipped[n]; !skipped && !ranClean[n] {
-			r.sum.Failures = append(r.sum.Failures, "nemesis "+n+" never ran without error")
-		}
-	}
-	r.sum.Valid = len(r.sum.Failures) == 0
-	r.sum.Verdict = map[bool]string{true: "VALID", false: "INVALID"}[r.sum.Valid]
-
-	if err := writeHistory(filepath.Join(o.out, "history.jsonl"), history); err != nil {
-		r.sum.Warnings = append(r.sum.Warnings, err.Error())
-	}
-	r.sum.Files["history"] = "history.jsonl"
-	title := fmt.Sprintf("jepsen-lite %s: %d nodes (%s), %d clients, limit %d/%s: %s",
-		o.name, o.nodes, r.mode, o.clients, o.limit, o.window, r.sum.Verdict)
-	if err := writePicture(filepath.Join(o.out, "run.png"), history, faults, finalStart, finalEnd, o.timeout, title); err != nil {
-		r.sum.Warnings = append(r.sum.Warnings, "picture: "+err.Error())
-		r.log.Printf("picture: %v", err)
-	} else {
-		r.sum.Files["picture"] = "run.png"
-	}
-	r.writeSummary()
-
-	c, a := r.sum.Counts, r.sum.Availability
-	detail := fmt.Sprintf("%d ops (%d hits incl. %d multi-key: %d allowed, %d refused, %d unknown, %d failed; %d peeks), %d faults, availability %s overall / %s no-fault / %s during faults, %s, wall %s, out %s",
-		c.Ops, c.Hits, c.Multi, c.Allowed, c.Refused, c.UnknownHits, c.FailedHits, c.Peeks, len(faults),
-		a.Overall, a.NoFault, a.DuringFaults, convWord(r.sum.Convergence), time.Since(r.t0).Round(time.Second), o.out)
-	if r.partitions != "run" {
-		detail += "; PARTITIONS " + strings.ToUpper(r.partitions)
-	}
-	if r.sum.Valid {
-		return exitValid, "jepsen-lite: VALID " + detail
-	}
-	for _, f := range r.sum.Failures {
-		r.log.Loudf("FAILED: %s", f)
-	}
-	return exitInvalid, "jepsen-lite: INVALID " + strings.Join(firstN(r.sum.Failures, 3), "; ") + " -- " + detail
-}
-
-func convWord(c convergence) string {
-	if c.OK {
-		return fmt.Sprintf("converged at index %d", c.Index)
-	}
-	return "NOT converged"
-}
-
-func firstN[T any](s []T, n int) []T {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// writeSummary fills in the run metadata and writes summary.json.
-func (r *runner) writeSummary() {
-	o := r.o
-	r.sum.Run.Name, r.sum.Run.Mode, r.sum.Run.Out = o.name, r.mode, o.out
-	r.sum.Run.Started = r.t0.Format(time.RFC3339)
-	r.sum.Run.WallSeconds = time.Since(r.t0).Seconds()
-	r.sum.Run.Seed = o.seed
-	r.sum.Run.Flags = map[string]any{
-		"nodes": o.nodes, "clients": o.clients, "keys": o.keys, "limit": o.limit, "window": o.window.String(),
-		"duration": o.duration.String(), "faultDuration": o.faultDuration.String(), "quiet": o.quiet.String(),
-		"final": o.final.String(), "nemesis": o.nemesis, "rate": o.rate, "peekRatio": o.peekRatio,
-		"multiRatio": o.multiRatio, "policies": o.policies,
-		"timeout": o.timeout.String(), "skew": o.skew.String(), "checkTimeout": o.checkTimeout.String(),
-	}
-	r.sum.Partitions = r.partitions
-	if r.partitions == "run" {
-		n := 0
-		for _, f := range r.sum.Faults {
-			if isPartition(f.Name) && f.Error == "" {
-				n++
-			}
-		}
-		r.sum.Partitions = fmt.Sprintf("run: %d partition faults", n)
-		if !slices.ContainsFunc(o.nemeses, isPartition) {
-			r.sum.Partitions = "not requested"
-		}
-	}
-	r.sum.PartitionMethod = r.method
-	if r.cl != nil {
-		r.sum.Run.NodeServeFlags = r.cl.common
-		r.sum.Run.Nodes = nil
-		for i, s := range r.cl.specs {
-			r.cl.mu.Lock()
-			starts := r.cl.starts[i]
-			r.cl.mu.Unlock()
-			r.sum.Run.Nodes = append(r.sum.Run.Nodes, nodeInfo{ID: s.id, HTTP: s.httpAddr, Raft: s.raftAddr, NS: s.ns,
-				DataDir: s.dataDir, LogFile: s.logPath, Restarts: starts})
-		}
-		r.sum.Files["nodeLogs"] = logDir(o.out)
-	}
-	r.sum.Files["runnerLog"] = "jepsen-lite.log"
-	if err := writeJSON(filepath.Join(o.out, "summary.json"), r.sum); err != nil {
-		r.log.Printf("%v", err)
-	}
 }
