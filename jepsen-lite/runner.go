@@ -152,6 +152,13 @@ func (r *runner) newCluster(ctx context.Context, bin string) (*security, error) 
 	r.log.Printf("security: %s", sec.describe())
 	common := []string{"--limit", fmt.Sprint(o.limit), "--window", o.window.String()}
 	common = append(common, nodeFixedFlags...)
+	// The clock-skew faults test the state machine's time clamp, which must
+	// hold for any skew that gets past rlnode's clock discipline; with the
+	// default --max-clock-offset (500 ms) a skewed node would simply be
+	// kept from leading and the clamp never tried. The discipline itself is
+	// tested by cmd/rlnode's TestSkewedNodeNeverLeads. --serve-args can
+	// set it back (the last flag wins).
+	common = append(common, "--max-clock-offset", (2*o.skew + time.Second).String())
 	common = append(common, secFlags...)
 	common = append(common, strings.Fields(o.serveArgs)...)
 	r.cl = newCluster(bin, specs, common, r.log, r.t0)
