@@ -63,7 +63,7 @@ func (h *expiryHeap) pop() expiryItem {
 func (f *FSM) expire(now int64, budget int) {
 	for ; budget > 0 && len(f.heap) > 0 && f.heap[0].at <= now; budget-- {
 		it := f.heap.pop()
-		s := &f.slab[it.idx]
+		s := f.slab.At(it.idx)
 		if f.alive(s, now) {
 			f.heap.push(s.exp, it.idx)
 			continue
@@ -78,17 +78,18 @@ func (f *FSM) expire(now int64, budget int) {
 // go within a few entries even when their windows are long, at bounded work
 // per entry. Which keys go first does not matter: they are dead already.
 func (f *FSM) sweep(budget int) {
-	if len(f.slab) == 0 {
+	if f.slab.Len() == 0 {
 		f.sweepLeft = 0
 	}
 	for ; f.sweepLeft > 0 && budget > 0; f.sweepLeft, budget = f.sweepLeft-1, budget-1 {
-		if f.sweepPos >= len(f.slab) {
+		if f.sweepPos >= f.slab.Len() {
 			f.sweepPos = 0
 		}
-		s := &f.slab[f.sweepPos]
+		i := uint32(f.sweepPos)
 		f.sweepPos++
-		if s.key != "" && s.epoch != f.epochOf(policyOf(s.key)) {
+		if s := f.slab.At(i); s.key != "" && s.epoch != f.epochOf(policyOf(s.key)) {
 			delete(f.index, s.key)
+			s = f.slab.Mut(i)
 			s.key, s.more = "", nil
 		}
 	}
@@ -98,19 +99,20 @@ func (f *FSM) sweep(budget int) {
 // order (by expiry, ties by key).
 func (f *FSM) rebuildExpiry() {
 	order := make([]uint32, 0, len(f.index))
-	for i := range f.slab {
-		if f.slab[i].key != "" {
+	for i := range f.slab.Len() {
+		if f.slab.At(uint32(i)).key != "" {
 			order = append(order, uint32(i))
 		}
 	}
 	slices.SortFunc(order, func(a, b uint32) int {
-		if c := cmp.Compare(f.slab[a].exp, f.slab[b].exp); c != 0 {
+		sa, sb := f.slab.At(a), f.slab.At(b)
+		if c := cmp.Compare(sa.exp, sb.exp); c != 0 {
 			return c
 		}
-		return strings.Compare(f.slab[a].key, f.slab[b].key)
+		return strings.Compare(sa.key, sb.key)
 	})
 	f.heap = make(expiryHeap, 0, len(order))
 	for _, idx := range order {
-		f.heap = append(f.heap, expiryItem{at: f.slab[idx].exp, idx: idx}) // sorted is a valid heap
+		f.heap = append(f.heap, expiryItem{at: f.slab.At(idx).exp, idx: idx}) // sorted is a valid heap
 	}
 }

@@ -9,6 +9,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -60,6 +61,17 @@ type slot struct {
 	more *[]limState
 }
 
+// newSlab is the FSM's slot store: a copied chunk gets its own arrays of
+// extra limits, so no write reaches a snapshot's view through them.
+func newSlab() cowSlab[slot] {
+	return cowSlab[slot]{deep: func(s *slot) {
+		if s.more != nil {
+			m := slices.Clone(*s.more)
+			s.more = &m
+		}
+	}}
+}
+
 func (s *slot) state(i int) *limState {
 	if i == 0 {
 		return &s.first
@@ -82,7 +94,7 @@ type FSM struct {
 
 	mu    sync.RWMutex
 	index map[string]uint32
-	slab  []slot
+	slab  cowSlab[slot] // copy on write, so Snapshot is cheap
 	free  []uint32
 	heap  expiryHeap
 	nodes map[string]Node
@@ -129,7 +141,7 @@ func New(cfg Config) *FSM {
 
 func (f *FSM) reset() {
 	f.index = make(map[string]uint32)
-	f.slab, f.free, f.heap = nil, nil, nil
+	f.slab, f.free, f.heap = newSlab(), nil, nil
 	f.nodes = make(map[string]Node)
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
@@ -237,17 +249,16 @@ func (f *FSM) insert(key string) uint32 {
 		idx = f.free[n-1]
 		f.free = f.free[:n-1]
 	} else {
-		f.slab = append(f.slab, slot{})
-		idx = uint32(len(f.slab) - 1)
+		idx = f.slab.Append()
 	}
-	f.slab[idx] = slot{key: key}
+	*f.slab.Mut(idx) = slot{key: key}
 	f.index[key] = idx
 	return idx
 }
 
 func (f *FSM) remove(idx uint32) {
-	delete(f.index, f.slab[idx].key)
-	f.slab[idx] = slot{}
+	delete(f.index, f.slab.At(idx).key)
+	*f.slab.Mut(idx) = slot{}
 	f.free = append(f.free, idx)
 }
 

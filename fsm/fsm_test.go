@@ -350,6 +350,6 @@ func (f *FSM) window(policy, client string) (storedWindow, bool) {
 	if !ok {
 		return storedWindow{}, false
 	}
-	s := f.slab[idx].first
+	s := f.slab.At(idx).first
 	return storedWindow{Start: s.s.A, Count: s.s.B, WindowMs: s.windowMs}, true
 }

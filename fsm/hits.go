@@ -127,7 +127,7 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 	}
 	for j := range f.undo {
 		if u := &f.undo[j]; u.created {
-			f.heap.push(f.slab[u.idx].exp, u.idx)
+			f.heap.push(f.slab.At(u.idx).exp, u.idx)
 		}
 	}
 	return parts
@@ -143,8 +143,8 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 	// Live state of this policy incarnation (f.alive, with the epoch the
 	// caller already resolved) and algorithm; anything else decides as new.
 	if found {
-		if w := &f.slab[idx]; w.exp > now && w.epoch == epoch && w.alg == alg {
-			s = w
+		if w := f.slab.At(idx); w.exp > now && w.epoch == epoch && w.alg == alg {
+			s = w // read only: writes go through Mut below
 		}
 	}
 	r.Outcome = window.Allowed
@@ -171,7 +171,7 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 	if track {
 		f.save(idx, !found)
 	}
-	w := &f.slab[idx]
+	w := f.slab.Mut(idx)
 	w.alg, w.epoch, w.n = alg, epoch, uint8(len(limits))
 	if need := len(limits) - 1; need > 0 && (w.more == nil || len(*w.more) < need) {
 		m := make([]limState, need) // a new multi-limit key, or more limits than before
@@ -209,7 +209,7 @@ func (f *FSM) save(idx uint32, created bool) {
 	if created {
 		return
 	}
-	u.old = f.slab[idx]
+	u.old = *f.slab.At(idx)
 	if m := u.old.more; m != nil {
 		u.nstates = copy(u.states[:], *m)
 	}
@@ -220,9 +220,16 @@ func (f *FSM) rollback(u *undoRec) {
 		f.remove(u.idx)
 		return
 	}
-	f.slab[u.idx] = u.old
-	if m := u.old.more; m != nil {
-		copy(*m, u.states[:u.nstates])
+	s := f.slab.Mut(u.idx)
+	cur := s.more // this generation's own array (u.old.more may be a snapshot's)
+	*s = u.old
+	if u.old.more != nil {
+		if cur == nil || len(*cur) < u.nstates {
+			m := make([]limState, len(*u.old.more))
+			cur = &m
+		}
+		copy(*cur, u.states[:u.nstates])
+		s.more = cur
 	}
 }
 

@@ -36,7 +36,7 @@ func (f *FSM) Lookup(policyName, client string) (v KeyView, ok bool) {
 	v.Policy = p.p
 	v.States = make([]window.State, len(p.limits))
 	if idx, found := f.index[string(key)]; found {
-		if s := &f.slab[idx]; f.alive(s, f.lastNow) && s.alg == p.alg {
+		if s := f.slab.At(idx); f.alive(s, f.lastNow) && s.alg == p.alg {
 			v.Stored = true
 			for i, l := range p.limits {
 				v.States[i] = s.stateFor(i, l.WindowMs)
@@ -54,8 +54,8 @@ func (f *FSM) Digest() (digest uint64, appliedIndex uint64) {
 	defer f.mu.RUnlock()
 	var sum uint64
 	var buf []byte
-	for i := range f.slab {
-		s := &f.slab[i]
+	for i := range f.slab.Len() {
+		s := f.slab.At(uint32(i))
 		if !f.alive(s, f.lastNow) {
 			continue
 		}

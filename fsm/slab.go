@@ -10,6 +10,9 @@ type cowSlab[T any] struct {
 	chunks []*chunk[T]
 	n      int    // slots in use: [0, n)
 	gen    uint64 // chunks of an older generation are shared with a frozen view
+	// deep, if set, is called on every slot of a chunk just copied, to
+	// copy what the slot points to and writes through.
+	deep func(*T)
 }
 
 // chunkBits sizes a chunk: 64 slots of ~40 bytes is one 2.5 KiB copy on
@@ -38,6 +41,11 @@ func (s *cowSlab[T]) Mut(i uint32) *T {
 	if c.gen != s.gen {
 		cp := *c
 		cp.gen = s.gen
+		if s.deep != nil {
+			for i := range cp.slots {
+				s.deep(&cp.slots[i])
+			}
+		}
 		c = &cp
 		s.chunks[i>>chunkBits] = c
 	}

@@ -42,16 +42,30 @@ type fsmSnapshot struct {
 	nodes        []Node
 	nextEpoch    uint32
 	seeded       bool
-	policies     []byte // uvarint n, n × (uvarint epoch, policy body)
-	keys         []byte // appendSlot of each live key
-	count        int
+	policies     []byte            // uvarint n, n × (uvarint epoch, policy body)
+	slots        frozenSlab[slot]  // the slab as of the snapshot (copy on write)
+	epochs       map[string]uint32 // each table policy's epoch, to tell live keys
 }
 
-// Snapshot copies the live state under the lock; Persist streams it later
-// without holding anything.
+// alive is FSM.alive against the state frozen in the snapshot.
+func (s *fsmSnapshot) alive(w *slot) bool {
+	if w.key == "" || w.exp <= s.lastNow {
+		return false
+	}
+	e, ok := s.epochs[policyOf(w.key)]
+	if !ok {
+		e = s.nextEpoch
+	}
+	return w.epoch == e
+}
+
+// Snapshot freezes the state under the lock: the slab is copy on write, so
+// that costs a pointer per 64 keys, not a copy of every key (about 100 ms
+// of stalled applies for a million keys when it encoded them here).
+// Persist picks the live keys and streams them without holding anything.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	f.mu.Lock() // Freeze starts a new generation of the slab
+	defer f.mu.Unlock()
 	if f.halted != nil {
 		return nil, ErrHalted
 	}
@@ -65,15 +79,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, p := range ps {
 		s.policies = appendPolicy(s.policies, p)
 	}
-	// Encoding under the lock costs about what copying the slots did, and
-	// the encoded form is smaller than the slots.
-	s.keys = make([]byte, 0, 48*len(f.index))
-	for i := range f.slab {
-		if w := &f.slab[i]; f.alive(w, f.lastNow) {
-			s.keys = appendSlot(s.keys, w)
-			s.count++
-		}
+	s.epochs = make(map[string]uint32, len(f.policies))
+	for name, p := range f.policies {
+		s.epochs[name] = p.epoch
 	}
+	s.slots = f.slab.Freeze()
 	return s, nil
 }
 
@@ -110,12 +120,25 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 		buf = append(buf, 0)
 	}
 	buf = appendString(buf, string(s.policies))
-	buf = binary.AppendUvarint(buf, uint64(s.count))
+	count := 0
+	s.slots.Each(func(w *slot) {
+		if s.alive(w) {
+			count++
+		}
+	})
+	buf = binary.AppendUvarint(buf, uint64(count))
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
-	if _, err := bw.Write(s.keys); err != nil {
-		return err
+	var werr error
+	s.slots.Each(func(w *slot) {
+		if werr == nil && s.alive(w) {
+			buf = appendSlot(buf[:0], w)
+			_, werr = bw.Write(buf)
+		}
+	})
+	if werr != nil {
+		return werr
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -247,7 +270,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	}
 	if r.err == nil {
 		f.index = make(map[string]uint32, count)
-		f.slab = make([]slot, 0, count)
+		f.slab = newSlab()
 	}
 	for i := uint64(0); r.err == nil && i < count; i++ {
 		var s slot
@@ -263,8 +286,9 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 			r.fail("key %d repeats a key", i)
 			break
 		}
-		f.slab = append(f.slab, s)
-		f.index[s.key] = uint32(len(f.slab) - 1)
+		idx := f.slab.Append()
+		*f.slab.Mut(idx) = s
+		f.index[s.key] = idx
 	}
 	if r.err != nil {
 		return r.err

@@ -69,7 +69,7 @@ func (f *FSM) applyDeletePolicy(data []byte) (any, error) {
 	delete(f.policies, name)
 	f.tableVersion.Add(1)
 	f.nextEpoch = max(f.nextEpoch, p.epoch) + 1
-	f.sweepLeft = len(f.slab)
+	f.sweepLeft = f.slab.Len()
 	return &DeleteResult{Found: true}, nil
 }
 
@@ -84,7 +84,7 @@ func (f *FSM) applyResetKey(data []byte) (any, error) {
 	if !ok {
 		return &ResetResult{}, nil
 	}
-	s := &f.slab[idx]
+	s := f.slab.Mut(idx)
 	found := f.alive(s, f.lastNow)
 	// Dead from now on; the expiry heap still holds the slot and frees it.
 	s.exp = min(s.exp, f.lastNow)
