@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -281,21 +280,10 @@ func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapIn
 	return true, ""
 }
 
-// getJSON fetches url and decodes a 2xx JSON answer into out.
+// getJSON fetches url and decodes a 2xx JSON answer into out, giving the
+// peer at most 2 s.
 func (p *peerClient) getJSON(ctx context.Context, url string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := p.do(ctx, http.MethodGet, url, "", nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read answer from %s: %w", url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return decodeHTTPError(resp.StatusCode, b)
-	}
-	return json.Unmarshal(b, out)
+	return p.sendJSON(ctx, http.MethodGet, url, nil, out)
 }
