@@ -248,37 +248,57 @@ func bodyOf(h cluster.HitResult, counted, withClient bool) checkBody {
 // most constraining limit).
 func (a *API) setRateLimitHeaders(c *gin.Context, now int64, servedBy string, hr cluster.HitResult) {
 	h := c.Writer.Header()
-	h.Set("Cache-Control", "no-store")
-	h.Set(cluster.HeaderServedBy, servedBy)
-	// Built with strconv rather than fmt: this runs on every hit.
-	pol := make([]byte, 0, 64)
-	rl := make([]byte, 0, 64)
+	// Built with strconv rather than fmt, into one buffer turned into one
+	// string that the five values slice, and stored under their canonical
+	// keys (what Header.Set would store them under, so the same bytes go on
+	// the wire) without Set's canonicalising: this runs on every hit.
+	b := make([]byte, 0, 192)
 	for i, p := range hr.Parts {
 		if i > 0 {
-			pol = append(pol, ", "...)
-			rl = append(rl, ", "...)
+			b = append(b, ", "...)
 		}
-		name := hr.Policy
-		if len(hr.Parts) > 1 {
-			name += "-" + shortWindow(p.WindowMs)
-		}
-		pol = strconv.AppendQuote(pol, name)
-		rl = strconv.AppendQuote(rl, name)
-		pol = append(pol, ";q="...)
-		pol = strconv.AppendInt(pol, p.Limit, 10)
-		pol = append(pol, ";w="...)
-		pol = strconv.AppendInt(pol, (p.WindowMs+999)/1000, 10)
-		rl = append(rl, ";r="...)
-		rl = strconv.AppendInt(rl, p.Remaining, 10)
-		rl = append(rl, ";t="...)
-		rl = strconv.AppendInt(rl, max(0, (p.ResetAt-now+999)/1000), 10)
+		b = appendPartName(b, hr, p)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, p.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, (p.WindowMs+999)/1000, 10)
 	}
-	h.Set("RateLimit-Policy", string(pol))
-	h.Set("RateLimit", string(rl))
+	polEnd := len(b)
+	for i, p := range hr.Parts {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPartName(b, hr, p)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, p.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, max(0, (p.ResetAt-now+999)/1000), 10)
+	}
+	rlEnd := len(b)
 	m := hr.MainPart()
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(m.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(m.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt((m.ResetAt+999)/1000, 10))
+	b = strconv.AppendInt(b, m.Limit, 10)
+	limEnd := len(b)
+	b = strconv.AppendInt(b, m.Remaining, 10)
+	remEnd := len(b)
+	b = strconv.AppendInt(b, (m.ResetAt+999)/1000, 10)
+	s := string(b)
+	v := [7]string{"no-store", servedBy, s[:polEnd], s[polEnd:rlEnd], s[rlEnd:limEnd], s[limEnd:remEnd], s[remEnd:]}
+	h["Cache-Control"] = v[0:1:1]
+	h[cluster.HeaderServedBy] = v[1:2:2]
+	h["Ratelimit-Policy"] = v[2:3:3]
+	h["Ratelimit"] = v[3:4:4]
+	h["X-Ratelimit-Limit"] = v[4:5:5]
+	h["X-Ratelimit-Remaining"] = v[5:6:6]
+	h["X-Ratelimit-Reset"] = v[6:7:7]
+}
+
+// appendPartName appends a RateLimit item's quoted name: the policy's, with
+// the window when the policy has more than one limit.
+func appendPartName(b []byte, hr cluster.HitResult, p window.Result) []byte {
+	if len(hr.Parts) == 1 {
+		return strconv.AppendQuote(b, hr.Policy)
+	}
+	return strconv.AppendQuote(b, hr.Policy+"-"+shortWindow(p.WindowMs))
 }
 
 // shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms.
