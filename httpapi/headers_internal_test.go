@@ -111,3 +111,53 @@ func TestJSONRenderMatchesMarshal(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRateLimitHeaders compares the per-hit header writer with the
+// Header.Set version it replaced (go test ./httpapi -run - -bench RateLimitHeaders -benchmem).
+func BenchmarkRateLimitHeaders(b *testing.B) {
+	gin.SetMode(gin.TestMode)
+	hr := cluster.HitResult{Policy: "default", Parts: []window.Result{{Limit: 1_000_000_000, WindowMs: 60_000, Remaining: 999_999_000, ResetAt: 1_700_000_060_000}}}
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(c.Writer.Header())
+			(&API{}).setRateLimitHeaders(c, 1_700_000_000_000, "n1", hr)
+		}
+	})
+	b.Run("header-set", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			clear(c.Writer.Header())
+			referenceRateLimitHeaders(c.Writer.Header(), 1_700_000_000_000, "n1", hr)
+		}
+	})
+}
+
+// BenchmarkJSONRender compares the Encoder renderer with Marshal + append.
+func BenchmarkJSONRender(b *testing.B) {
+	start := int64(1_700_000_000_000)
+	v := checkBody{Allowed: true, Remaining: 999_999_000, ResetAt: start + 60_000, Limit: 1_000_000_000, WindowMs: 60_000, Policy: "default",
+		Limits: []limitBody{{Limit: 1_000_000_000, WindowMs: 60_000, Remaining: 999_999_000, ResetAt: start + 60_000, WindowStart: &start}}}
+	w := discardWriter{http.Header{}}
+	b.Run("encoder", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = jsonRender{contentType: "application/json; charset=utf-8", v: v}.Render(w)
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			out, _ := json.Marshal(v)
+			_, _ = w.Write(append(out, '\n'))
+		}
+	})
+}
+
+type discardWriter struct{ h http.Header }
+
+func (d discardWriter) Header() http.Header         { return d.h }
+func (d discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d discardWriter) WriteHeader(int)             {}
