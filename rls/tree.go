@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -95,7 +95,7 @@ func bucket(entries []entry) string {
 		b.WriteString(e.value)
 	}
 	s := b.String()
-	if fsm.ValidateClient(s) != nil {
+	if cluster.ValidateClient(s) != nil {
 		sum := sha256.Sum256([]byte(s))
 		return "sha256:" + hex.EncodeToString(sum[:])
 	}
