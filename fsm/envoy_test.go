@@ -30,14 +30,7 @@ func TestPolicyEnvoyMatchRoundTrip(t *testing.T) {
 
 	tf := newTestFSM(t)
 	tf.apply(1, EncodeSetPolicies(SetUpsert, []policy.Policy{plain, matched}))
-	snap, err := tf.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	sink := persistSnapshot(t, tf.f)
 	other := newTestFSM(t)
 	v := other.f.PolicyVersion()
 	if err := other.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {

@@ -27,6 +27,20 @@ func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { s.cancelled = true; return nil }
 func (s *memSink) Close() error  { return nil }
 
+// persistSnapshot takes a snapshot of f and persists it into memory.
+func persistSnapshot(t *testing.T, f *FSM) *memSink {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink
+}
+
 type testFSM struct {
 	t     *testing.T
 	f     *FSM
@@ -152,14 +166,7 @@ func TestSnapshotRestoreKeepsDigest(t *testing.T) {
 		tf.hits(1, t0+int64(i), hit(fmt.Sprintf("k%d", i%300)), HitV1{Policy: "p2", Client: "x", Limit: 100, WindowMs: 60_000, Cost: 2})
 	}
 	d1, idx1 := tf.f.Digest()
-	snap, err := tf.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	sink := persistSnapshot(t, tf.f)
 	other := newTestFSM(t)
 	other.hits(1, t0, hit("garbage-before-restore"))
 	if err := other.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
@@ -305,14 +312,7 @@ func TestLapsedWindowDecidesLikeRestoredReplica(t *testing.T) {
 		a.hits(1, t0, hit(fmt.Sprintf("k%d", i)))
 	}
 	a.hits(1, t0+1_500, hit("z")) // expires at most 1+1 of the ten
-	snap, err := a.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	sink := persistSnapshot(t, a.f)
 	b := newTestFSM(t)
 	if err := b.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)

@@ -238,14 +238,7 @@ func TestReplicasAgreeThroughSnapshots(t *testing.T) {
 			if x, y := digestOf(a.f), digestOf(b.f); x != y {
 				t.Fatalf("two replicas differ: %x vs %x", x, y)
 			}
-			snap, err := a.f.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			sink := &memSink{}
-			if err := snap.Persist(sink); err != nil {
-				t.Fatal(err)
-			}
+			sink := persistSnapshot(t, a.f)
 			c := newTestFSM(t)
 			if err := c.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 				t.Fatal(err)

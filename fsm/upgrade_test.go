@@ -65,14 +65,7 @@ func TestRestoreVersion1Snapshot(t *testing.T) {
 		t.Fatalf("bob's next hit: %+v; want allowed with 3 left of 5", r)
 	}
 	// A snapshot of the upgraded state is version 2 and restores equal.
-	snap, err := tf.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
+	sink := persistSnapshot(t, tf.f)
 	if sink.Bytes()[4] != snapshotV2 {
 		t.Fatalf("snapshot version %d, want %d", sink.Bytes()[4], snapshotV2)
 	}
