@@ -114,10 +114,16 @@ type Config struct {
 	// (every entry in flight is its own Bolt commit). On wal, at 64 workers
 	// 1 gave 4627, 2 gave 4275, 4 gave 4162 (1 fastest in 3 of 3
 	// repetitions); at 256 workers 6416, 6833, 7475, within the noise
-	// (repetitions spread 4966-7669). So 1 stays.
+	// (repetitions spread 4966-7669). Again on an idle VM with wrk as the
+	// client (6 interleaved repetitions of 5 s): 64 connections, 1 gave
+	// 14,083/s and 2 gave 13,741/s; 256 connections 19,124 and 20,987; each
+	// system's repetitions spread 11.6k-17.5k. So 1 stays.
 	MaxBatch, MaxInflight int
 	// MaxForwardInflight bounds the forwarding requests a follower has in
-	// flight to the leader at once (its own group commit).
+	// flight to the leader at once (its own group commit). 1, 2 and 4 were
+	// within the noise through the followers at 64 connections (wrk, 8
+	// interleaved repetitions of 5 s: medians 9.4k, 8.8k, 9.8k/s, each
+	// spreading 6.4k-11.6k), so 4 stays.
 	MaxForwardInflight int
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.

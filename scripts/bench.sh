@@ -18,27 +18,43 @@
 #   K-check-256, redis-check-256     the same at 256 workers
 #   K-followers-64      /check round-robin over K's two followers (forwarded)
 #   K-open-half         open loop on K's leader at half of K-check-64's rate
+# and after all repetitions, once per repetition and log store:
+#   K-snapshot-64       /check on K's leader at 64 workers (rlnode bench, for
+#                       its per-second trace) over BENCH_SNAPSHOT_KEYS live
+#                       windows (filled first, 64 hits per POST /v1/check),
+#                       while the leader takes a snapshot a third of the way in
 #
 # Targets (per log store, on medians unless said):
 #   check@256 / redis@256 >= 1.0      check@64 / redis@64 >= 0.75
 #   followers@64 / check@64 >= 0.8    check@256 >= check@64
 #   p99 check@64 <= 10 ms and p99 check@256 <= 20 ms in EVERY repetition
 #   open-loop p99 at half rate <= 5 ms (median)
+#   p99 through a snapshot of BENCH_SNAPSHOT_KEYS windows <= 20 ms, every
+#   repetition
 #
 # Environment:
 #   BENCH_RAFT_LOGS  log stores to measure, space-separated (default "wal bolt")
 #   BENCH_VARIANTS   instead: any systems, "name=serve flags;name=serve flags"
 #                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
 #                    names are [a-z0-9_]+
-#   BENCH_RUNS       which runs, of "livez check followers open" (the default)
+#   BENCH_RUNS       which runs, of "livez check followers open snapshot"
+#                    (the default)
+#   BENCH_SNAPSHOT_KEYS  live windows in the snapshot runs (default 1000000)
 #   BENCH_REPS       interleaved repetitions (default 3)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
 #                    message when redis-server is not installed)
 #   BENCH_DURATION   measured length of each run (default 10s, a Go duration)
 #   BENCH_WARMUP     unmeasured warmup before each run (default 1s)
 #   BENCH_KEYS       distinct client ids, uniform (default 10000)
-#   BENCH_TRACE      1 adds a per-second p99/max trace to every run's JSON and
-#                    prints the worst second of each run (default 1)
+#   BENCH_CLIENT     load generator of the closed-loop runs: wrk (the default
+#                    when installed; Debian: apt-get install wrk) or rlnode
+#                    (`rlnode bench`). A Go client costs about as much CPU per
+#                    request as the server it measures, and here it shares the
+#                    two cores with every server; wrk costs far less. Open-loop
+#                    runs always use rlnode bench (wrk has no fixed rate).
+#   BENCH_TRACE      1 adds a per-second p99/max trace to every rlnode bench
+#                    run's JSON and prints the worst second of each run
+#                    (default 1; wrk runs have no trace)
 #   BENCH_OUT        results dir (default ./bench-out/<timestamp>); gets one
 #                    JSON file per run, summary.txt and env.txt
 #   BENCH_KEEP=1     keep the temp dir (node logs, data) and copy the node logs
@@ -47,7 +63,7 @@
 #   BENCH_NODE_ARGS  extra `rlnode serve` flags for every node
 #   GO               go command (default: go)
 #
-# Needs bash, go and python3; redis-server (Debian: apt-get install
+# Needs bash, go and python3; wrk for the default client; redis-server (Debian: apt-get install
 # redis-server) for the baseline. The client, every cluster and Redis share
 # this machine's CPUs, so the numbers compare systems within one run; they
 # are not what one node per host would do. Idle clusters only heartbeat.
@@ -78,10 +94,12 @@ else
 		sys_flags[$k]="--raft-log $k"
 	done
 fi
-read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open}"
+read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open snapshot}"
+snap_keys="${BENCH_SNAPSHOT_KEYS:-1000000}"
 want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
 trace="${BENCH_TRACE:-1}"
+client="${BENCH_CLIENT:-}"
 read -r -a node_args <<<"${BENCH_NODE_ARGS:-}"
 stamp="$(date +%Y%m%d-%H%M%S)"
 out="${BENCH_OUT:-./bench-out/$stamp}"
@@ -94,6 +112,27 @@ die() { say "error: $*"; exit 1; }
 command -v "$go" >/dev/null || die "$go not found in PATH (set GO=/path/to/go)"
 command -v python3 >/dev/null || die "need python3 (free ports, JSON, report)"
 [ "${#kinds[@]}" -gt 0 ] || die "no system to measure (BENCH_RAFT_LOGS or BENCH_VARIANTS is empty)"
+case "$client" in
+'')
+	if command -v wrk >/dev/null; then client=wrk; else
+		client=rlnode
+		say "wrk not installed: closed-loop runs use rlnode bench, whose Go client takes a large share of the CPU (Debian: apt-get install wrk)"
+	fi
+	;;
+wrk) command -v wrk >/dev/null || die "BENCH_CLIENT=wrk but wrk is not installed (Debian: apt-get install wrk)" ;;
+rlnode) ;;
+*) die "BENCH_CLIENT: unknown client $client (want wrk or rlnode)" ;;
+esac
+# wrk takes whole seconds.
+secs() { python3 -c '
+import re, sys
+m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", sys.argv[1])
+if not m: sys.exit("bench: %s: want a duration like 10s, 500ms or 1m" % sys.argv[1])
+v = float(m[1]) * {"ms": 0.001, "s": 1, "m": 60}[m[2]]
+print(round(v))' "$1"; }
+duration_s="$(secs "$duration")" || exit 1
+warmup_s="$(secs "$warmup")" || exit 1
+if [ "$client" = wrk ] && [ "$duration_s" -lt 1 ]; then die "BENCH_DURATION $duration: wrk needs at least 1s"; fi
 
 # ---- cleanup: stop what we started, remove the temp dir ----
 
@@ -285,6 +324,7 @@ fi
 	echo "cpus:       $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?')"
 	echo "loadavg:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 	echo "runs:       duration $duration, warmup $warmup, keys $keys uniform, $reps interleaved repetitions"
+	if [ "$client" = wrk ]; then echo "client:     closed loop: $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2), 2 threads; open loop: rlnode bench"; else echo "client:     rlnode bench"; fi
 	for k in "${kinds[@]}"; do echo "system:     $k = rlnode serve ${sys_flags[$k]}"; done
 	echo "node args:  ${node_args[*]:-(none)}"
 	if [ "$baseline" = 1 ]; then echo "baseline:   $(redis-server --version | cut -d' ' -f1-3), in memory (no fsync), redislimiter $redis_url"; else echo "baseline:   skipped"; fi
@@ -301,25 +341,70 @@ cpu_seconds() {
 	done
 }
 
-# run NAME ARGS...: one `rlnode bench --json` run into $out/NAME.json, and
-# every server's CPU-seconds during it into $out/NAME.cpu.
+# run NAME ARGS...: one load run into $out/NAME.json (rlnode bench's --json
+# shape), and every server's CPU-seconds during it into $out/NAME.cpu. ARGS
+# are `rlnode bench` flags; with BENCH_CLIENT=wrk a closed-loop run (no
+# --rate) goes to wrk instead, with the same addresses, path, keys and
+# connections.
 run() {
 	local name=$1
 	shift
-	cpu_seconds >"$tmp/cpu-before"
+	if [ "$client" = wrk ] && [ "${run_client:-}" != rlnode ] && [[ " $* " != *" --rate "* ]]; then
+		run_wrk "$name" "$@"
+		return
+	fi
 	local extra=()
 	if [ "$trace" = 1 ]; then extra=(--trace); fi
 	say "run $name: rlnode bench $*"
-	"$rl" bench --json --duration "$duration" --warmup "$warmup" --keys "$keys" ${extra[@]+"${extra[@]}"} "$@" \
-		>"$out/$name.json" 2>"$tmp/$name.err" &
+	measure "$name" "$out/$name.json" "$rl" bench --json --duration "$duration" --warmup "$warmup" \
+		--keys "${run_keys:-$keys}" ${extra[@]+"${extra[@]}"} "$@"
+}
+
+# measure NAME STDOUT CMD...: runs CMD (stderr to the temp dir), dies with
+# its output if it fails or leaves no $out/NAME.json, and writes every
+# server's CPU-seconds during it to $out/NAME.cpu.
+measure() {
+	local name=$1 stdout=$2
+	shift 2
+	cpu_seconds >"$tmp/cpu-before"
+	"$@" >"$stdout" 2>"$tmp/$name.err" &
 	bench_pid=$!
-	if ! wait "$bench_pid"; then
+	if ! wait "$bench_pid" || [ ! -s "$out/$name.json" ]; then
 		bench_pid=""
+		if [ "$stdout" != "$out/$name.json" ]; then cat "$stdout" >&2; fi
 		cat "$tmp/$name.err" >&2
 		die "run $name failed"
 	fi
 	bench_pid=""
 	cpu_seconds | awk 'NR == FNR { b[$1] = $2; next } { printf "%s %.2f\n", $1, $2 - b[$1] }' "$tmp/cpu-before" - >"$out/$name.cpu"
+}
+
+# run_wrk NAME --addr URLS [--path P] --concurrency C: run's closed loop on
+# wrk, two threads (one per address when there are two), after an
+# unmeasured warmup on the same connections count.
+run_wrk() {
+	local name=$1 addrs="" path=/check/{key} conc=64 first hostports=()
+	shift
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--addr) addrs=$2 ;;
+		--path) path=$2 ;;
+		--concurrency) conc=$2 ;;
+		*) die "run_wrk: unexpected flag $1" ;;
+		esac
+		shift 2
+	done
+	IFS=',' read -r -a urls <<<"$addrs"
+	first=${urls[0]}
+	for u in "${urls[@]}"; do hostports+=("${u#http://}"); done
+	local env=(BENCH_WRK_PATH="$path" BENCH_WRK_KEYS="${run_keys:-$keys}" BENCH_WRK_CONNS="$conc"
+		BENCH_WRK_ADDRS="$(IFS=,; echo "${hostports[*]}")")
+	if [ "$warmup_s" -gt 0 ]; then
+		env "${env[@]}" BENCH_WRK_OUT=/dev/null wrk -t2 -c"$conc" -d"${warmup_s}s" -s "$repo/scripts/bench_wrk.lua" "$first" >/dev/null 2>&1 || true
+	fi
+	say "run $name: wrk -t2 -c$conc -d${duration_s}s $addrs$path"
+	measure "$name" "$tmp/$name.wrk" env "${env[@]}" BENCH_WRK_OUT="$out/$name.json" \
+		wrk -t2 -c"$conc" -d"${duration_s}s" --timeout 10s -s "$repo/scripts/bench_wrk.lua" "$first"
 }
 
 for r in $(seq 1 "$reps"); do
@@ -331,8 +416,8 @@ for r in $(seq 1 "$reps"); do
 	order=()
 	for i in $(seq 0 $((${#all[@]} - 1))); do order+=("${all[$(((i + r - 1) % ${#all[@]}))]}"); done
 	if want_run livez; then run "r$r-livez-64" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 64; fi
-	want_run check || continue
 	for c in 64 256; do
+		want_run check || break
 		for k in "${order[@]}"; do
 			if [ "$k" = redis ]; then
 				run "r$r-redis-check-$c" --addr "$redis_url" --concurrency "$c"
@@ -349,10 +434,74 @@ for r in $(seq 1 "$reps"); do
 	for k in "${order[@]}"; do
 		[ "$k" != redis ] || continue
 		want_run open || break
+		want_run check || die "BENCH_RUNS: open needs check (its rate is half of check@64's)"
 		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
 		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"
 	done
 done
+
+# ---- snapshot runs: a snapshot of snap_keys live windows under load ----
+
+# fill KIND: snap_keys live windows of policy "snap" (fixed window, 1 h) on
+# KIND's cluster, 64 hits per POST /v1/check, until the leader counts them.
+fill() {
+	local k=$1 url=${leader_url[$1]} live=0 wpid
+	"$rl" policy set snap --algorithm fixed_window --limit 1000000000 --window 1h --addr "$url" >/dev/null ||
+		die "$k: could not create policy snap"
+	say "$k: filling $snap_keys windows of policy snap"
+	BENCH_FILL_KEYS="$snap_keys" BENCH_FILL_POLICY=snap BENCH_FILL_THREADS=2 \
+		wrk -t2 -c16 -d600s --timeout 10s -s "$repo/scripts/bench_fill.lua" "$url" >"$tmp/fill-$k.wrk" 2>&1 &
+	wpid=$!
+	bench_pid=$wpid
+	# Until every window is live, or nothing changed for 10 s.
+	local last=-1 still=0
+	while [ "$still" -lt 20 ]; do
+		"$rl" status --json --addr "$url" >"$tmp/fill-status.json" 2>/dev/null && live="$(jget "$tmp/fill-status.json" .liveWindows)"
+		if [ "${live:-0}" -ge "$snap_keys" ]; then break; fi
+		kill -0 "$wpid" 2>/dev/null || break
+		if [ "${live:-0}" = "$last" ]; then still=$((still + 1)); else still=0; fi
+		last=${live:-0}
+		sleep 0.5
+	done
+	kill -INT "$wpid" 2>/dev/null || true
+	wait "$wpid" 2>/dev/null || true
+	bench_pid=""
+	[ "${live:-0}" -ge "$snap_keys" ] || { cat "$tmp/fill-$k.wrk" >&2; die "$k: only ${live:-0} of $snap_keys windows live after the fill"; }
+	say "$k: $live windows live"
+}
+
+# snapshot_run REP KIND: closed loop at 64 workers over the snap windows
+# (rlnode bench, for its per-second trace) while the leader takes a
+# snapshot a third of the way in; the snapshot's start and end, in seconds
+# from the measured start, go to NAME.snap.
+snapshot_run() {
+	local r=$1 k=$2 name="r$1-$2-snapshot-64" at spid
+	local start
+	start="$(python3 -c 'import sys, time; print(time.time() + float(sys.argv[1]))' "$warmup_s")"
+	at="$(python3 -c 'import sys; print(float(sys.argv[1]) + float(sys.argv[2]) / 3)' "$warmup_s" "$duration_s")"
+	(
+		sleep "$at"
+		t0="$(date +%s.%N)"
+		"$rl" snapshot --addr "${leader_url[$k]}" >"$tmp/$name.snapout" 2>&1
+		t1="$(date +%s.%N)"
+		python3 -c 'import sys; a, b, w = map(float, sys.argv[1:]); print("%.3f %.3f" % (a - w, b - w))' "$t0" "$t1" "$start" >"$out/$name.snap"
+	) &
+	spid=$!
+	run_keys=$snap_keys run_client=rlnode run "$name" --addr "${leader_url[$k]}" --path "/check/snap/{key}" --concurrency 64
+	wait "$spid" || true
+	grep -q "taken" "$tmp/$name.snapout" || say "warning: $name: snapshot: $(cat "$tmp/$name.snapout")"
+}
+
+if want_run snapshot; then
+	if [ "$client" != wrk ]; then
+		say "snapshot runs skipped: the fill needs wrk"
+	else
+		for k in "${kinds[@]}"; do fill "$k"; done
+		for r in $(seq 1 "$reps"); do
+			for k in "${kinds[@]}"; do snapshot_run "$r" "$k"; done
+		done
+	fi
+fi
 
 for k in "${kinds[@]}"; do
 	now=""

@@ -41,6 +41,31 @@ def worst_second(runs):
     return best
 
 
+def snapshot_seconds(out, kinds, runs):
+    """For each snapshot run: when the leader's snapshot ran and the p99/max
+    of the trace seconds it overlapped."""
+    lines = []
+    for k in kinds:
+        n = "%s-snapshot-64" % k
+        for i, r in enumerate(runs.get(n) or []):
+            p = os.path.join(out, "r%d-%s.snap" % (i + 1, n))
+            if not os.path.exists(p):
+                continue
+            with open(p) as f:
+                start, end = (float(x) for x in f.read().split())
+            secs = [s for s in r.get("trace") or [] if s["second"] > start and s["second"] - 1 < end]
+            during = "no trace second overlaps it" if not secs else "its seconds %s: p99 %s ms, max %s ms" % (
+                ",".join(str(s["second"]) for s in secs),
+                "/".join("%.1f" % s["p99Ms"] for s in secs), "/".join("%.1f" % s["maxMs"] for s in secs))
+            lines.append("  %s rep %d: snapshot from %.1f s to %.1f s (%.0f ms); %s; whole run p99 %.1f ms" % (
+                k, i + 1, start, end, (end - start) * 1000, during, r["latencyMs"]["p99"]))
+    if lines:
+        print()
+        print("snapshots under load (seconds from the measured start):")
+        for l in lines:
+            print(l)
+
+
 def main():
     out, reps, baseline, kinds = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
     with open(os.path.join(out, "env.txt")) as f:
@@ -53,6 +78,7 @@ def main():
             names.append("redis-check-%d" % c)
     names += ["%s-followers-64" % k for k in kinds]
     names += ["%s-open-half" % k for k in kinds]
+    names += ["%s-snapshot-64" % k for k in kinds]
 
     print("medians of %d interleaved repetitions; p99 worst = the worst repetition's p99" % reps)
     print("%-18s %10s %8s %8s %10s %9s %9s %8s %s" % (
@@ -76,19 +102,21 @@ def main():
             if r.get("dropped"):
                 print("note: %s rep %d dropped %d requests (all in-flight slots busy)" % (n, i + 1, r["dropped"]))
 
+    snapshot_seconds(out, kinds, runs)
+
     def tp(n):
         return med(runs[n], "throughputRps") if runs.get(n) else float("nan")
 
     def ratio(a, b):
         return a / b if b and b == b else float("nan")
 
-    print()
-    print("per repetition, req/s (interleaved in this order):")
-    order = [n for n in names if n.endswith("-check-64") or n.endswith("-check-256")]
-    print("  %-18s %s" % ("", " ".join("%9s" % ("rep%d" % (i + 1)) for i in range(reps))))
+    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256")) and runs[n]]
+    if order:
+        print()
+        print("per repetition, req/s (interleaved in this order):")
+        print("  %-18s %s" % ("", " ".join("%9s" % ("rep%d" % (i + 1)) for i in range(reps))))
     for n in order:
-        if runs[n]:
-            print("  %-18s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
+        print("  %-18s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
 
     print()
     print("CPU-seconds per 100k requests (median over repetitions; the servers' user+system CPU during the run)")
@@ -120,6 +148,8 @@ def main():
             fs = [v for k, v in cpu.items() if k.startswith(kind + "-follower")]
             if fs:
                 per["follower"].append(sum(fs) / len(fs) * scale)
+        if not any(per.values()):
+            continue
         cells = ["%10s" % ("%.2f" % statistics.median(per["leader"]) if per["leader"] else "-"),
                  "%14s" % ("%.2f" % statistics.median(per["follower"]) if per["follower"] else "-"),
                  "%14s" % ("%.2f" % statistics.median(per["redis"]) if per["redis"] else "-")]
@@ -148,6 +178,7 @@ def main():
         target("%s p99 check@64, worst rep (ms)" % k, worst(runs.get("%s-check-64" % k, []), "p99"), "<=", 10, "ms")
         target("%s p99 check@256, worst rep (ms)" % k, worst(runs.get("%s-check-256" % k, []), "p99"), "<=", 20, "ms")
         target("%s p99 open loop @ half rate (ms)" % k, med(runs.get("%s-open-half" % k, []), "latencyMs", "p99"), "<=", 5, "ms")
+        target("%s p99 through a snapshot, worst rep (ms)" % k, worst(runs.get("%s-snapshot-64" % k, []), "p99"), "<=", 20, "ms")
     print()
     print("%-40s %10s %10s  %-6s %s" % ("target", "value", "goal", "result", "margin"))
     for r in rows:
