@@ -370,6 +370,13 @@ func (r *runner) setupNetwork(ctx context.Context) {
 // nodeSpecs lays out addresses, data dirs and logs.
 func (r *runner) nodeSpecs() ([]nodeSpec, error) {
 	var specs []nodeSpec
+	var ports []int
+	if r.net == nil {
+		var err error
+		if ports, err = freePorts(2 * r.o.nodes); err != nil {
+			return nil, err
+		}
+	}
 	for i := range r.o.nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		s := nodeSpec{idx: i, id: id,
@@ -380,32 +387,30 @@ func (r *runner) nodeSpecs() ([]nodeSpec, error) {
 			s.httpAddr = net.JoinHostPort(r.net.nodeIPs[i], "8080")
 			s.raftAddr = net.JoinHostPort(r.net.nodeIPs[i], "8300")
 		} else {
-			hp, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			rp, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			s.httpAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(hp))
-			s.raftAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(rp))
+			s.httpAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[2*i]))
+			s.raftAddr = net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[2*i+1]))
 		}
 		specs = append(specs, s)
 	}
 	return specs, nil
 }
 
-// freePort asks the kernel for an unused loopback port. Another process
-// could take it before the node binds; a node that fails to bind shows up
-// as a crash with the reason in its log.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// freePorts asks the kernel for n distinct unused loopback ports. All n
+// listeners stay open until the last is found: once one is closed the
+// kernel may offer its port again, and two nodes given one port lose a race
+// for it. Another process could still take a port before its node binds;
+// such a node shows up as a crash with the reason in its log.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // startCluster bootstraps n1 and joins the others one at a time (Raft

@@ -48,15 +48,46 @@ func RepoRoot() (string, error) {
 	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port nothing listens on now.
+// FreeAddr returns a 127.0.0.1 address with a port nothing listens on now
+// and that this test binary has not handed out before. The kernel may give
+// a port it just gave to a closed listener again, and two nodes told the
+// same port lose a race for it (one fails with "address already in use"),
+// so the ports already handed out are remembered until the binary exits.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	// Listeners of ports already handed out stay open until a new one is
+	// found, so the kernel moves on instead of offering them again.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		if port := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return l.Addr().String()
+		}
+	}
+	t.Fatal("no loopback port that was not handed out already")
+	return ""
+}
+
+// handedOut is the ports FreeAddr gave out in this test binary. It is
+// shared by every test on purpose: a port must be unique across them.
+var handedOut struct {
+	mu    sync.Mutex
+	ports map[int]bool
 }
 
 // Proc is one running rlnode process.
