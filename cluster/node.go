@@ -121,44 +121,18 @@ func (n *Node) open() error {
 		}
 	}
 
-	stream := cfg.Stream
-	if stream == nil {
-		if stream, err = ListenTCP(cfg.RaftBind, cfg.RaftAdvertise); err != nil {
-			return err
-		}
+	if err := n.openTransport(); err != nil {
+		return err
 	}
-	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
-	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:          stream,
-		MaxPool:         8,
-		MaxRPCsInFlight: cfg.Raft.MaxRPCsInFlight,
-		Timeout:         5 * time.Second,
-		Logger:          n.log.Named("transport"),
-	})
-
 	n.fsm = fsm.New(fsm.Config{OnFatal: func(err error) {
 		n.log.Error("state machine halted; this node must be stopped and upgraded or its data dir restored", "error", err)
 		if cfg.OnFatal != nil {
 			cfg.OnFatal(err)
 		}
 	}})
-
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.Logger = n.log.Named("raft")
-	rc.HeartbeatTimeout = cfg.Timing.Heartbeat
-	rc.ElectionTimeout = cfg.Timing.Election
-	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLease
-	rc.CommitTimeout = cfg.Timing.Commit
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.NotifyCh = n.notifyCh
-	// See DefaultRaftTuning for the measured choices.
-	rc.BatchApplyCh = !cfg.Raft.NoBatchApply
-	rc.MaxAppendEntries = cfg.Raft.MaxAppendEntries
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fmt.Errorf("raft config: %w", err)
+	rc, err := n.raftConfig()
+	if err != nil {
+		return err
 	}
 
 	existing, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, n.snaps)

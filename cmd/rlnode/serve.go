@@ -275,26 +275,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
 
-	if c.pprofAddr != "" {
-		stopPprof, err := servePprof(c.pprofAddr, logger)
-		if err != nil {
-			node.Close()
-			return err
-		}
-		defer stopPprof()
+	stopPprof, grpcSrv, err := c.startSideServers(node, obs, tlsSrc, logger)
+	if err != nil {
+		node.Close()
+		return err
 	}
-
-	var grpcSrv *grpcServer
-	if c.grpcAddr != "" {
-		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
-		if tlsSrc != nil {
-			rc.TLS = tlsSrc.ServerConfig("h2")
-		}
-		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
-			node.Close()
-			return err
-		}
-	}
+	defer stopPprof()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -313,6 +299,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	runErr := waitForStop(ctx, logger, fatal, grpcSrv.done(), serveErr, joinDone)
 	cancelJoin()
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
+}
+
+// startSideServers starts the listeners beside the HTTP API that flags ask
+// for: pprof and Envoy's rate-limit service over gRPC. stopPprof is never nil.
+func (c *serveConfig) startSideServers(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer, err error) {
+	stopPprof = func() {}
+	if c.pprofAddr != "" {
+		if stopPprof, err = servePprof(c.pprofAddr, logger); err != nil {
+			return nil, nil, err
+		}
+	}
+	if c.grpcAddr != "" {
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		if tlsSrc != nil {
+			rc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
+			stopPprof()
+			return nil, nil, err
+		}
+	}
+	return stopPprof, grpcSrv, nil
 }
 
 // waitForStop returns when the node should stop: nil on a signal (ctx),

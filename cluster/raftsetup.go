@@ -1,0 +1,54 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// openTransport listens on the Raft port (unless the config brings its own
+// stream layer) behind the token and TLS guard.
+func (n *Node) openTransport() error {
+	cfg := n.cfg
+	stream := cfg.Stream
+	if stream == nil {
+		var err error
+		if stream, err = ListenTCP(cfg.RaftBind, cfg.RaftAdvertise); err != nil {
+			return err
+		}
+	}
+	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
+	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:          stream,
+		MaxPool:         8,
+		MaxRPCsInFlight: cfg.Raft.MaxRPCsInFlight,
+		Timeout:         5 * time.Second,
+		Logger:          n.log.Named("transport"),
+	})
+	return nil
+}
+
+// raftConfig is hashicorp/raft's configuration from the node's timing,
+// snapshot and tuning settings.
+func (n *Node) raftConfig() (*raft.Config, error) {
+	cfg := n.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = n.log.Named("raft")
+	rc.HeartbeatTimeout = cfg.Timing.Heartbeat
+	rc.ElectionTimeout = cfg.Timing.Election
+	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLease
+	rc.CommitTimeout = cfg.Timing.Commit
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = n.notifyCh
+	// See DefaultRaftTuning for the measured choices.
+	rc.BatchApplyCh = !cfg.Raft.NoBatchApply
+	rc.MaxAppendEntries = cfg.Raft.MaxAppendEntries
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("raft config: %w", err)
+	}
+	return rc, nil
+}
