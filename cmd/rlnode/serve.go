@@ -107,6 +107,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
+	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
 	return fs, c
 }
 
@@ -206,7 +207,12 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, usageErr("unexpected arguments %q", fs.Args())
 	}
-	fs.Visit(func(f *flag.Flag) { c.sec.tokenFlagGiven = c.sec.tokenFlagGiven || f.Name == "cluster-token" })
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	c.sec.tokenFlagGiven = explicit["cluster-token"]
+	if err := applySettings(fs, explicit, os.LookupEnv); err != nil {
+		return nil, usageErr("%v", err)
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}

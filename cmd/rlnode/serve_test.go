@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -188,5 +189,38 @@ func TestBenchCommandAgainstANode(t *testing.T) {
 	}
 	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "bench", "--concurrency", "-1"); code != 2 {
 		t.Fatalf("bench with a bad flag: exit %d %s", code, stderr)
+	}
+}
+
+// A node configured from a YAML file and the environment: every setting
+// comes from the file unless $RLNODE_<FLAG> or the command line gives it.
+func TestServeFromConfigFileAndEnvironment(t *testing.T) {
+	n := &proctest.Node{ID: "cfg", HTTPAddr: proctest.FreeAddr(t), RaftAddr: proctest.FreeAddr(t), DataDir: filepath.Join(t.TempDir(), "cfg")}
+	file := filepath.Join(t.TempDir(), "rlnode.yaml")
+	conf := fmt.Sprintf("id: cfg\nhttp-addr: %s\nraft-addr: %s\ndata-dir: %s\nlimit: 3\nwindow: 1m\n", n.HTTPAddr, n.RaftAddr, n.DataDir)
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RLNODE_LIMIT", "4") // the environment wins over the file
+	n.Proc = proctest.Start(t, rlnodeBin, "cfg", "serve", "--config", file, "--window", "2m")
+	proctest.WaitReady(t, n, 15*time.Second)
+	for i := 3; i >= 0; i-- {
+		r := proctest.MustGet(t, n.URL()+"/check/alice")
+		if r.Status != 200 || r.Num("remaining") != int64(i) || r.Num("limit") != 4 || r.Num("windowMs") != 120000 {
+			t.Fatalf("hit %d: %d %s; want limit 4 from $RLNODE_LIMIT and a 2m window from the command line", 4-i, r.Status, r.Raw)
+		}
+	}
+	if r := proctest.MustGet(t, n.URL()+"/check/alice"); r.Status != 429 {
+		t.Fatalf("5th hit: %d %s", r.Status, r.Raw)
+	}
+	if _, err := os.Stat(filepath.Join(n.DataDir, "node.json")); err != nil {
+		t.Fatalf("the data dir from the file was not used: %v", err)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("limit: 3\nhttp_addr: 127.0.0.1:1\n"), 0o600)
+	_, stderr, code := proctest.Run(t, rlnodeBin, nil, "serve", "--config", bad)
+	if code != 2 || !strings.Contains(stderr, `unknown setting "http_addr"`) {
+		t.Fatalf("unknown setting: exit %d, stderr %q; want exit 2 naming it", code, stderr)
 	}
 }
