@@ -114,12 +114,12 @@ func (n *Node) keepNodeMetadata(before map[string]fsm.Node) error {
 	var errs []error
 	for id, m := range before {
 		if after[id] != m {
-			errs = append(errs, n.raft.Apply(fsm.EncodeSetNode(m), n.cfg.ApplyTimeout).Error())
+			errs = append(errs, n.apply(fsm.EncodeSetNode(m), n.cfg.ApplyTimeout).Error())
 		}
 	}
 	for id := range after {
 		if _, ok := before[id]; !ok {
-			errs = append(errs, n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error())
+			errs = append(errs, n.apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error())
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -106,7 +106,7 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 	}
 	n.cfg.Observer.BatchApplied(len(hits))
 	now := n.clock.nowMs(n.raft.CurrentTerm())
-	f := n.raft.Apply(fsm.AppendHits(make([]byte, 0, 16+len(hits)*40), now, hits, sizes), n.cfg.ApplyTimeout)
+	f := n.apply(fsm.AppendHits(make([]byte, 0, 16+len(hits)*40), now, hits, sizes), n.cfg.ApplyTimeout)
 	return func() []outcome {
 		if err := f.Error(); err != nil {
 			return failAll(len(reqs), classifyApply(err))

@@ -174,8 +174,9 @@ func walkBolt(path string) error {
 	})
 }
 
-// CheckLogStore reads every entry of a log store and its term keys, so a
-// damaged entry stops the node now instead of panicking raft later.
+// CheckLogStore reads every entry of a log store and its term keys, and
+// checks the payload of every entry that carries a checksum, so a damaged
+// entry stops the node now instead of panicking raft or diverging later.
 func CheckLogStore(file string, logs raft.LogStore, stable raft.StableStore) error {
 	return guard(file, func() error {
 		for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
@@ -201,6 +202,9 @@ func CheckLogStore(file string, logs raft.LogStore, stable raft.StableStore) err
 			}
 			if l.Index != i {
 				return &CorruptError{File: file, Err: fmt.Errorf("log entry %d says it is entry %d", i, l.Index)}
+			}
+			if err := fsm.VerifyChecksum(&l); err != nil {
+				return &CorruptError{File: file, Err: err}
 			}
 		}
 		return nil

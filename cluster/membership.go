@@ -111,7 +111,7 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 	}
 	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
 	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
-		if err := n.raft.Apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := n.apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
 			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
 		}
 	}
@@ -135,7 +135,7 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 		found = found || s.ID == raft.ServerID(id)
 	}
 	if _, ok := n.fsm.Node(id); ok {
-		if err := n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := n.apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error(); err != nil {
 			return fmt.Errorf("remove %s: forget metadata: %w", id, translate(err))
 		}
 	}

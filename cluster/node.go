@@ -125,7 +125,11 @@ func (n *Node) open() error {
 		return err
 	}
 	n.fsm = fsm.New(fsm.Config{OnFatal: func(err error) {
-		n.log.Error("state machine halted; this node must be stopped and upgraded or its data dir restored", "error", err)
+		if errors.Is(err, fsm.ErrChecksum) {
+			n.log.Error("state machine halted: this node's copy of the log is damaged; restart it with --rejoin-empty to get the state from the leader", "error", err)
+		} else {
+			n.log.Error("state machine halted; this node must be stopped and upgraded or its data dir restored", "error", err)
+		}
 		if cfg.OnFatal != nil {
 			cfg.OnFatal(err)
 		}
@@ -241,7 +245,7 @@ func (n *Node) publishSelf() {
 	if have, ok := n.fsm.Node(n.cfg.ID); ok && have == want {
 		return
 	}
-	if err := n.raft.Apply(fsm.EncodeSetNode(want), n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.apply(fsm.EncodeSetNode(want), n.cfg.ApplyTimeout).Error(); err != nil {
 		n.log.Warn("publish own node metadata", "error", err)
 	}
 }

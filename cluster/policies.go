@@ -94,7 +94,7 @@ func (n *Node) ResetKey(ctx context.Context, policyName, client string, forwarde
 // applyAdmin writes one admin entry on the leader and returns what the
 // state machine made of it.
 func (n *Node) applyAdmin(data []byte) (any, error) {
-	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	f := n.apply(data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}

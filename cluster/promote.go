@@ -141,7 +141,7 @@ func (n *Node) promoteOne(id string, s staged) {
 			return
 		}
 		if _, ok := n.fsm.Node(id); ok {
-			n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout)
+			n.apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout)
 		}
 		n.promoter.done(id)
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // openTransport listens on the Raft port (unless the config brings its own
@@ -51,4 +53,10 @@ func (n *Node) raftConfig() (*raft.Config, error) {
 		return nil, fmt.Errorf("raft config: %w", err)
 	}
 	return rc, nil
+}
+
+// apply proposes data as a log entry sealed with its checksum (see
+// fsm.Sealed); every entry this node writes as leader goes through here.
+func (n *Node) apply(data []byte, timeout time.Duration) raft.ApplyFuture {
+	return n.raft.ApplyLog(fsm.Sealed(data), timeout)
 }

@@ -163,6 +163,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if len(l.Data) == 0 {
 		return f.halt(fmt.Errorf("%w: empty entry at index %d", ErrCorrupt, l.Index))
 	}
+	if err := VerifyChecksum(l); err != nil {
+		return f.halt(err)
+	}
 	var res any
 	var err error
 	switch l.Data[0] {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -352,4 +353,45 @@ func (f *FSM) window(policy, client string) (storedWindow, bool) {
 	}
 	s := f.slab.At(idx).first
 	return storedWindow{Start: s.s.A, Count: s.s.B, WindowMs: s.windowMs}, true
+}
+
+// A sealed entry applies; the same entry with one payload byte changed
+// halts the FSM instead of counting hits nobody sent; an entry without a
+// checksum (written before checksums) applies as before.
+func TestChecksummedEntries(t *testing.T) {
+	tf := newTestFSM(t)
+	data := AppendHitsV1(nil, t0, []HitV1{hit("alice")})
+	apply := func(l raft.Log) any {
+		tf.index++
+		l.Index, l.Term = tf.index, 1
+		return tf.f.Apply(&l)
+	}
+	if _, ok := apply(Sealed(data)).(*HitsResult); !ok {
+		t.Fatal("a sealed entry did not apply")
+	}
+	if _, ok := apply(raft.Log{Type: raft.LogCommand, Data: data}).(*HitsResult); !ok {
+		t.Fatal("an entry without a checksum did not apply")
+	}
+	if w, _ := tf.f.window("default", "alice"); w.Count != 2 {
+		t.Fatalf("alice's window counts %d, want 2", w.Count)
+	}
+
+	bad := Sealed(append([]byte(nil), data...))
+	bad.Data[len(bad.Data)-4] ^= 0x20 // one flipped bit in the payload
+	err, ok := apply(bad).(error)
+	if !ok || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "entry 3 fails its checksum") {
+		t.Fatalf("damaged payload: %v; want ErrCorrupt naming entry 3", err)
+	}
+	if len(tf.fatal) != 1 {
+		t.Fatalf("OnFatal called %d times, want once", len(tf.fatal))
+	}
+	if err, _ := apply(raft.Log{Type: raft.LogCommand, Data: data}).(error); !errors.Is(err, ErrHalted) {
+		t.Fatalf("after a damaged entry the FSM must stay halted, got %v", err)
+	}
+	if VerifyChecksum(&raft.Log{Type: raft.LogCommand, Data: data, Extensions: []byte{'r', 1, 0}}) == nil {
+		t.Fatal("a truncated checksum passed")
+	}
+	if err := VerifyChecksum(&raft.Log{Type: raft.LogCommand, Data: data, Extensions: []byte("other middleware")}); err != nil {
+		t.Fatalf("another kind of extension: %v", err)
+	}
 }

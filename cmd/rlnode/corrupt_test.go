@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
@@ -219,9 +223,9 @@ func TestCorruptDataDirNeverPanics(t *testing.T) {
 				t.Fatalf("damaged %s: the node panicked (exit %d):\n%s", c.glob, code, out)
 			}
 			if code == -1 && c.mayBeHarmless {
-				// Bolt keeps no checksum of a value: bytes that land inside
-				// a log entry's payload can decode cleanly. Pages, meta and
-				// keys are checked; payloads only by the WAL's CRCs.
+				// Random bytes can land in free pages or unused segment
+				// space, which nothing reads; inside an entry they fail its
+				// checksum (TestFlippedPayloadBitIsRefused).
 				r := proctest.MustGet(t, url+"/v1/status")
 				if r.Status != 200 {
 					t.Fatalf("damaged %s: node neither exited nor serves: %d %s", c.glob, r.Status, r.Raw)
@@ -262,4 +266,64 @@ func corruptSource(t *testing.T, kind string) (string, any) {
 		t.Fatalf("stop: exit %d", code)
 	}
 	return n.DataDir, st["digest"]
+}
+
+// A flipped bit inside a log entry's payload decodes cleanly (neither log
+// store checks a stored value), so every entry carries a checksum: a node
+// whose log holds such an entry refuses to start and names it, on both
+// log stores, instead of applying hits nobody sent.
+func TestFlippedPayloadBitIsRefused(t *testing.T) {
+	t.Setenv("RLNODE_RAFT_LOG", "")
+	for _, kind := range []string{"bolt", "wal"} {
+		t.Run(kind, func(t *testing.T) {
+			src, _ := corruptSource(t, kind)
+			dir := filepath.Join(t.TempDir(), "c1")
+			copyDir(t, src, dir)
+			index := flipLastPayloadBit(t, dir)
+			_, stderr, code := proctest.Run(t, rlnodeBin, nil, "serve", "--id", "c1", "--data-dir", dir,
+				"--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t))
+			want := fmt.Sprintf("entry %d fails its checksum", index)
+			if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "--rejoin-empty") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit 1, %q and the way back (--rejoin-empty)", code, stderr, want)
+			}
+		})
+	}
+}
+
+// flipLastPayloadBit rewrites the newest command entry of a stopped node's
+// log with one bit of its payload flipped (checksum kept), the way a disk
+// would damage it, and returns its index.
+func flipLastPayloadBit(t *testing.T, dir string) uint64 {
+	t.Helper()
+	stores, err := raftlog.Open(dir, "", hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stores.Close()
+	last, err := stores.Log.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tail []*raft.Log
+	for i := last; i > 0; i-- {
+		l := new(raft.Log)
+		if err := stores.Log.GetLog(i, l); err != nil {
+			t.Fatal(err)
+		}
+		tail = append([]*raft.Log{l}, tail...)
+		if l.Type != raft.LogCommand || len(l.Extensions) == 0 {
+			continue
+		}
+		l.Data[len(l.Data)/2] ^= 0x04
+		// raft-wal appends only: cut the tail and write it back.
+		if err := stores.Log.DeleteRange(i, last); err != nil {
+			t.Fatal(err)
+		}
+		if err := stores.Log.StoreLogs(tail); err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	t.Fatal("no command entry with a checksum in the log")
+	return 0
 }
