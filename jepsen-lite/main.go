@@ -67,6 +67,7 @@ type options struct {
 	checkTimeout  time.Duration
 	serveArgs     string
 	cleanup       bool
+	recheck       string
 	insecure      bool
 
 	nemeses []string // parsed --nemesis
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serveArgs, "serve-args", "", "extra flags for every `rlnode serve`, space separated (e.g. \"--log-level debug\")")
 	fs.BoolVar(&o.insecure, "insecure", false, "run the nodes --insecure, without TLS and cluster token (default: mutual TLS from `rlnode tls init` and a token file)")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "only remove namespaces/bridges left by runs whose runner died, then exit")
+	fs.StringVar(&o.recheck, "recheck", "", "only run the checker again over the history of the finished run in this directory (its --out), then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./jepsen-lite [flags]\n\nFault-injection test for rlnode (see jepsen-lite/README.md).\n\n")
 		fs.PrintDefaults()
@@ -150,6 +152,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	t0 := time.Now()
 	log := newLogger(stdout, t0)
+	if o.recheck != "" {
+		code, err := recheck(o.recheck, o.checkTimeout, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "jepsen-lite: %v\n", err)
+		}
+		return code
+	}
 	if o.cleanup {
 		reaped := reapStaleRuns(5, log)
 		log.Printf("cleanup: reaped %d stale run(s) %v", len(reaped), reaped)

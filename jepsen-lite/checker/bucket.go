@@ -23,11 +23,12 @@ package checker
 // as no time n being consistent with the answer, the previous tat and the
 // clock never running backwards.
 //
-// Unknown hits are spent lazily: j of them may have been applied at one
-// instant t between the previous op and this one (clock <= t <= n); that
-// reaches every tat j lost hits spread over time can reach (a hit applied
-// later, after a refill, makes no difference beyond what an earlier one
-// could do, or is the same as fewer hits at a later t).
+// Unknown hits are spent lazily: j of them may have been applied between
+// the previous op and this one (clock <= t <= n). For one bucket, j hits at
+// one instant t reach every tat j hits spread over time can reach (a hit
+// applied later, after a refill, makes no difference beyond what an earlier
+// one could do, or is the same as fewer hits at a later t); several buckets
+// each get their own instant (see bucketLost).
 
 // bucketHit returns every state one definite hit can leave. fresh says the
 // policy's limits changed since the key was last seen: how an existing
@@ -148,10 +149,17 @@ func bucketWith(limits []Limit, st kstate, o obs, fresh bool, m [maxLimits]int64
 }
 
 // bucketLost returns the lowest n in [nlo, nhi] at which the buckets,
-// after j lost hits at some instant t in [clock, n], stand at m_i =
-// max(P_i, n), where P_i is bucket i's tat before the op. n < m_i means
-// P_i = m_i exactly; n = m_i (only possible for the smallest m) means
-// P_i <= n.
+// after j lost hits, stand at m_i = max(P_i, n), where P_i is bucket i's
+// tat before the op. n < m_i means P_i = m_i exactly; n = m_i (only
+// possible for the smallest m) means P_i <= n.
+//
+// For one bucket, j hits spread over [clock, n] reach exactly what j hits
+// at one instant t_i in [clock, n] reach. The instants of different buckets
+// need not agree: hits spread over time (a follower forwarding lost hits
+// to a new leader one batch at a time) move a fast and a slow bucket as no
+// single instant does. So each bucket gets its own t_i. That admits some
+// pairs of levels no spread of hits reaches, a weaker check where hits were
+// lost, never a false alarm.
 func bucketLost(limits []Limit, st kstate, m [maxLimits]int64, minM, nlo, nhi, j int64) (int64, bool) {
 	best := int64(-1)
 	// Two cases: n below every m_i, or n equal to the smallest.
@@ -165,10 +173,8 @@ func bucketLost(limits []Limit, st kstate, m [maxLimits]int64, minM, nlo, nhi, j
 		if lo > hi {
 			continue
 		}
-		tlo, thi := st.clock, int64(1<<62)
 		ok := true
 		for i, l := range limits {
-			T, B := l.WindowMs/l.Limit, l.capacity(TokenBucket)
 			eq := !(atMin && m[i] == minM) // P_i must equal m_i
 			if j == 0 {
 				if (eq && st.tat[i] != m[i]) || (!eq && st.tat[i] > m[i]) {
@@ -176,39 +182,44 @@ func bucketLost(limits []Limit, st kstate, m [maxLimits]int64, minM, nlo, nhi, j
 				}
 				continue
 			}
-			if j > B {
+			tlo, ok1 := lostInstant(l, st.tat[i], m[i], st.clock, eq, j)
+			if !ok1 {
 				ok = false
 				continue
 			}
-			// P_i = max(tat_i, t) + j*T
-			q := m[i] - j*T
-			switch {
-			case !eq && st.tat[i] <= q:
-				thi = min(thi, q)
-			case !eq:
-				ok = false
-			case st.tat[i] == q:
-				thi = min(thi, q)
-			case st.tat[i] < q:
-				tlo, thi = max(tlo, q), min(thi, q)
-			default:
-				ok = false
-			}
-			// every lost hit fit: max(tat_i, t) + j*T <= t + B*T
-			tlo = max(tlo, st.tat[i]-(B-j)*T)
+			lo = max(lo, tlo) // t_i <= n
 		}
-		if !ok {
-			continue
-		}
-		if j > 0 {
-			if tlo > thi {
-				continue
-			}
-			lo = max(lo, tlo) // t <= n
-		}
-		if lo <= hi && (best < 0 || lo < best) {
+		if ok && lo <= hi && (best < 0 || lo < best) {
 			best = lo
 		}
 	}
 	return best, best >= 0
+}
+
+// lostInstant returns the earliest instant t >= clock at which j lost hits
+// take one bucket from tat to level m (P = m if eq, else P <= m), each with
+// a token to spend, and whether there is one.
+func lostInstant(l Limit, tat, m, clock int64, eq bool, j int64) (int64, bool) {
+	T, B := l.WindowMs/l.Limit, l.capacity(TokenBucket)
+	if j > B {
+		return 0, false
+	}
+	tlo, thi := clock, int64(1<<62)
+	// P = max(tat, t) + j*T
+	q := m - j*T
+	switch {
+	case !eq && tat <= q:
+		thi = q
+	case !eq:
+		return 0, false
+	case tat == q:
+		thi = q
+	case tat < q:
+		tlo, thi = max(tlo, q), q
+	default:
+		return 0, false
+	}
+	// every lost hit fit: max(tat, t) + j*T <= t + B*T
+	tlo = max(tlo, tat-(B-j)*T)
+	return tlo, tlo <= thi
 }

@@ -171,6 +171,24 @@ func TestPolicyModels(t *testing.T) {
 			history: bucketValid[:2].lost(15, "tb/a").
 				hit(20, "tb/a", false, 2200, lim(2, 0, t0+1500, 0), lim(3, 0, t0+7500, 0)),
 			wantChecks: []string{CheckLinearizability}},
+		{name: "token bucket: lost hits applied at different times",
+			// Found by a 5-node run: a follower kept forwarding two hits
+			// its client had given up on, and the new leader applied them
+			// in two entries. One at t0+2600 (limit 1 full again, limit 2
+			// too): tat1 = t0+3100, tat2 = t0+5100; one at t0+3500: tat1
+			// = t0+4000, tat2 = t0+7600. No single instant gives both
+			// levels (tat2 = t0+7600 puts it at t0+2600, and then tat1
+			// would be t0+3600). At n=t0+3600 both limits allow a hit.
+			history: bucketValid[:1].lost(10, "tb/a").lost(20, "tb/a").
+				hit(30, "tb/a", true, 0, lim(2, 0, t0+4500, 0), lim(3, 0, t0+10100, 0))},
+		{name: "token bucket: the same levels without the lost hits",
+			history: bucketValid[:1].
+				hit(30, "tb/a", true, 0, lim(2, 0, t0+4500, 0), lim(3, 0, t0+10100, 0)),
+			wantChecks: []string{CheckLinearizability}},
+		{name: "token bucket: one lost hit cannot make two hits' levels",
+			history: bucketValid[:1].lost(10, "tb/a").
+				hit(30, "tb/a", true, 0, lim(2, 0, t0+4500, 0), lim(3, 0, t0+10100, 0)),
+			wantChecks: []string{CheckLinearizability}},
 		{name: "multi: allowed counts in both keys",
 			history: ph{}.multi(0, true, part("fw/a", true, 0, lim(3, 2, t0+1000, t0)), part("tb/a", true, 0, lim(2, 1, t0+500, 0), lim(3, 2, t0+2500, 0))).
 				hit(10, "fw/a", true, 0, lim(3, 1, t0+1000, t0)).
