@@ -276,7 +276,11 @@ func (a *API) auth(c *gin.Context) {
 	}
 	key, err := r.key(sources)
 	if err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, "forward-auth: "+err.Error())
+		// 401, not 400: nginx's auth_request passes on only 2xx, 401 and
+		// 403 and turns anything else into a 500, which a fail-open
+		// proxy would let through unlimited. A request without its key
+		// is the client's fault, never a limiter outage.
+		writeProblem(c, http.StatusUnauthorized, CodeMissingKey, "forward-auth: "+err.Error())
 		return
 	}
 	costSpec, ok := c.GetQuery("cost")

@@ -65,9 +65,11 @@ func TestForwardAuth(t *testing.T) {
 	if a := doHeaders(t, "GET", url, "X-Api-Key", "k2"); a.status != 200 {
 		t.Fatalf("k2: %d %s", a.status, a.raw)
 	}
-	// A missing source is named.
+	// A missing source is named, with a status nginx's auth_request passes
+	// on (anything but 2xx/401/403 becomes a 500 there, which a fail-open
+	// proxy lets through).
 	a = doHeaders(t, "GET", n.URL()+"/v1/auth/default?key=header:X-Tenant,ip", "X-Api-Key", "k1")
-	if a.status != 400 || !strings.Contains(a.body["detail"].(string), "header:X-Tenant") {
+	if a.status != 401 || a.body["code"] != "missing_key" || !strings.Contains(a.body["detail"].(string), "header:X-Tenant") {
 		t.Fatalf("missing header: %d %s", a.status, a.raw)
 	}
 	for _, bad := range []string{"", "cookie:x", "ip:1", "header:"} {

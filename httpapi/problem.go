@@ -13,6 +13,7 @@ const problemJSON = "application/problem+json"
 // Problem codes: stable, machine-readable reasons in the "code" member.
 const (
 	CodeInvalidClient    = "invalid_client"
+	CodeMissingKey       = "missing_key"
 	CodeInvalidRequest   = "invalid_request"
 	CodeCostExceedsLimit = "cost_exceeds_limit"
 	CodeQuotaExceeded    = "quota_exceeded"

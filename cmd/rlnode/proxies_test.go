@@ -108,7 +108,7 @@ func (r *proxyRig) get(t *testing.T, apiKey string) proxied {
 	return proxied{resp.StatusCode, resp.Header, string(b)}
 }
 
-// drive checks the three cases every recipe documents.
+// drive checks the cases every recipe documents.
 func (r *proxyRig) drive(t *testing.T, downStatus int) {
 	t.Helper()
 	for _, want := range []string{"1", "0"} {
@@ -133,6 +133,12 @@ func (r *proxyRig) drive(t *testing.T, downStatus int) {
 	}
 	if p := r.get(t, "bob"); p.status != 200 {
 		t.Fatalf("another key: %d %s", p.status, p.body)
+	}
+	// No key: the client's fault, refused, never passed on (a proxy that
+	// took it for an outage would let it through when failing open).
+	calls = r.appCalls.Load()
+	if p := r.get(t, ""); p.status != http.StatusUnauthorized || r.appCalls.Load() != calls {
+		t.Fatalf("no X-Api-Key: %d %s (app called: %v), want 401 and no call", p.status, p.body, r.appCalls.Load() != calls)
 	}
 	r.node.Kill()
 	p = r.get(t, "carol")
