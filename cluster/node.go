@@ -384,7 +384,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.logKind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
-		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: fs.AppliedIndex,
+		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
 		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),
 		LastContact: stats["last_contact"], LiveWindows: fs.StoredWindows, Policies: fs.Policies,
 		Digest: fmt.Sprintf("%016x", digest), DigestIndex: at, AppliedNow: fs.AppliedNow,
@@ -412,7 +412,7 @@ type Gauges struct {
 // Gauges returns the node's gauges without computing a digest.
 func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
-	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: fs.AppliedIndex,
+	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
 		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load()}
 }

@@ -152,6 +152,26 @@ func TestThreeProcessCluster(t *testing.T) {
 	if code != 0 || !strings.Contains(status, "live windows:") {
 		t.Fatalf("rlnode status: %d\n%s", code, status)
 	}
+
+	// After a leadership transfer the log ends with the new leader's no-op
+	// entry. Settled, every node has applied what is committed: status
+	// reports raft's applied index, not the state machine's last hit,
+	// which would look like a lagging node.
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "--addr", leader.URL()); code != 0 {
+		t.Fatalf("transfer-leadership: %s", stderr)
+	}
+	proctest.Poll(t, 10*time.Second, func() error {
+		for _, n := range []*proctest.Node{leader, rest[0]} {
+			st, err := proctest.Status(n)
+			if err != nil {
+				return err
+			}
+			if st["appliedIndex"] != st["commitIndex"] {
+				return fmt.Errorf("%s: applied index %v, commit index %v", n.ID, st["appliedIndex"], st["commitIndex"])
+			}
+		}
+		return nil
+	})
 }
 
 func TestLeaveOnShutdownAndClusterToken(t *testing.T) {
