@@ -34,6 +34,10 @@ var (
 	ErrUnknownServer = errors.New("no such server in the cluster")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("node is shut down")
+	// ErrConflict marks an admin request the cluster's state refuses as
+	// asked (a transfer to a non-voter or to a node whose clock is off):
+	// nothing changed, and asking again unchanged will not help.
+	ErrConflict = errors.New("refused in the cluster's current state")
 )
 
 // classifyApply maps a failed raft apply onto the two hit failures: raft

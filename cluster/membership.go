@@ -181,7 +181,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 			return res, fmt.Errorf("transfer leadership to %s: %w", id, ErrUnknownServer)
 		}
 		if !voter {
-			return res, fmt.Errorf("transfer leadership to %s: it is not a voter (a joining server becomes one once it has caught up)", id)
+			return res, fmt.Errorf("transfer leadership to %s: it is not a voter (a joining server becomes one once it has caught up): %w", id, ErrConflict)
 		}
 		if id == n.cfg.ID {
 			return TransferResult{LeaderID: id}, nil
@@ -192,7 +192,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		// the cluster.
 		n.measurePeer(id)
 		if off, ms := n.peerSkewed(id); off {
-			return res, fmt.Errorf("transfer leadership to %s: its clock is %s off from this leader's: %w", id, time.Duration(ms)*time.Millisecond, ErrClockSkew)
+			return res, fmt.Errorf("transfer leadership to %s: %s's clock is %s off from this leader's, more than --max-clock-offset allows a leader: %w", id, id, time.Duration(ms)*time.Millisecond, errors.Join(ErrConflict, ErrClockSkew))
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}

@@ -274,6 +274,8 @@ func (a *API) adminError(c *gin.Context, what string, err error) {
 	switch {
 	case errors.As(err, &he) && he.Status < 500:
 		writeProblem(c, he.Status, he.Code, withContext(what, he.Detail))
+	case errors.Is(err, cluster.ErrConflict):
+		writeProblem(c, http.StatusConflict, CodeConflict, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrUnknownServer):
 		writeProblem(c, http.StatusNotFound, CodeNotFound, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrNoLeader):

@@ -23,6 +23,7 @@ const (
 	CodeNotLeader        = "not_leader"
 	CodeUnauthorized     = "unauthorized"
 	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
 	CodeNotReady         = "not_ready"
 	CodeInternal         = "internal"
 )

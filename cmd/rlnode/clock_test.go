@@ -34,8 +34,8 @@ func TestSkewedNodeNeverLeads(t *testing.T) {
 	if m := proctest.MustGet(t, n3.URL()+"/metrics"); !strings.Contains(string(m.Raw), "rlnode_clock_skewed 1") {
 		t.Fatalf("n3's metrics do not show the skew")
 	}
-	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "--addr", n1.URL(), "n3"); code == 0 || !strings.Contains(stderr, "clock") {
-		t.Fatalf("transfer to the skewed node: exit %d %s", code, stderr)
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "transfer-leadership", "--addr", n1.URL(), "n3"); code == 0 || !strings.Contains(stderr, "409") || !strings.Contains(stderr, "n3's clock is") {
+		t.Fatalf("transfer to the skewed node: exit %d %s; want the leader's 409 naming n3's clock", code, stderr)
 	}
 
 	for round := range 3 {
