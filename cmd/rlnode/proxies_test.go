@@ -178,6 +178,11 @@ func TestProxyNginx(t *testing.T) {
 	p := proctest.Start(t, bin, "nginx", "-p", r.dir, "-c", path, "-e", "stderr",
 		"-g", fmt.Sprintf("daemon off; master_process off; pid %s/nginx.pid;", r.dir))
 	r.waitProxy(t, p)
+	// A request without the key is refused by the recipe's guard, before
+	// auth_request: never the fail-mode location, never the app.
+	if p := r.get(t, ""); p.status != http.StatusUnauthorized || r.appCalls.Load() != 0 {
+		t.Fatalf("no X-Api-Key: %d %s (app calls %d), want 401", p.status, p.body, r.appCalls.Load())
+	}
 	r.drive(t, http.StatusServiceUnavailable)
 }
 
@@ -185,13 +190,32 @@ func TestProxyCaddy(t *testing.T) {
 	bin := needBinary(t, "caddy")
 	r := newProxyRig(t)
 	path := filepath.Join(r.dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(r.recipe(t, "Caddyfile")), 0o644); err != nil {
+	// The site address is "http://:8000" (any Host), bound to 127.0.0.1.
+	conf := r.recipe(t, "Caddyfile")
+	_, port, _ := net.SplitHostPort(r.proxyAddr)
+	if !strings.Contains(conf, "http://:8000 {") {
+		t.Fatal(`Caddyfile: no site "http://:8000 {"`)
+	}
+	conf = strings.Replace(conf, "http://:8000 {", "http://:"+port+" {", 1)
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// Caddy keeps state under $HOME / XDG dirs: point them at the test's.
 	p := proctest.Start(t, "/usr/bin/env", "caddy", "HOME="+r.dir, "XDG_DATA_HOME="+r.dir, "XDG_CONFIG_HOME="+r.dir,
 		bin, "run", "--config", path, "--adapter", "caddyfile")
 	r.waitProxy(t, p)
+	// Host localhost reaches rlnode and the app too, not Caddy's empty 200.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+r.proxyAddr+"/", nil)
+	req.Host = "localhost:" + port
+	req.Header.Set("X-Api-Key", "dave")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") == "" || r.appCalls.Load() != 1 {
+		t.Fatalf("Host localhost: %d %v (app calls %d)", resp.StatusCode, resp.Header, r.appCalls.Load())
+	}
 	r.drive(t, http.StatusServiceUnavailable)
 }
 

@@ -33,7 +33,11 @@ func main() {
 	failOpen := flag.Bool("fail-open", false, "let requests through when the rate limiter cannot answer (default: answer 503)")
 	flag.Parse()
 
-	c, err := client.New(client.Config{Addrs: strings.Split(*addrs, ","), Token: os.Getenv("RLNODE_CLUSTER_TOKEN"), Timeout: time.Second})
+	// Two seconds (the client's default): longer than the node's one-second
+	// wait for a leader, so during an election a call gets the node's 503
+	// no_leader (certainly not counted) rather than running out first with
+	// the outcome unknown.
+	c, err := client.New(client.Config{Addrs: strings.Split(*addrs, ","), Token: os.Getenv("RLNODE_CLUSTER_TOKEN"), Timeout: 2 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
