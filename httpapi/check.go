@@ -26,7 +26,7 @@ type checkBody struct {
 	WindowMs     int64       `json:"windowMs"`
 	Policy       string      `json:"policy"`
 	Client       string      `json:"client,omitempty"`
-	Limits       []limitBody `json:"limits"`
+	Limits       []limitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
 	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
 }
 
@@ -51,7 +51,7 @@ type quotaProblem struct {
 type costProblem struct {
 	problem
 	Policy       string      `json:"policy"`
-	Limits       []limitBody `json:"limits"`
+	Limits       []limitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
 	RetryAfterMs *int64      `json:"retryAfterMs"`
 }
 
