@@ -37,8 +37,8 @@ type JoinRequest struct {
 // Validate checks a join request.
 func (j JoinRequest) Validate() error {
 	var errs []error
-	if j.ID == "" || len(j.ID) > 256 {
-		errs = append(errs, errors.New("id must be 1 to 256 bytes"))
+	if err := fsm.ValidateNode(fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}); err != nil {
+		errs = append(errs, err)
 	}
 	if j.RaftAddr == "" {
 		errs = append(errs, errors.New("raftAddr is required"))

@@ -57,6 +57,20 @@ func (n *Node) raftConfig() (*raft.Config, error) {
 
 // apply proposes data as a log entry sealed with its checksum (see
 // fsm.Sealed); every entry this node writes as leader goes through here.
+// An entry the state machine would not decode is refused before it
+// reaches the log: once committed, it would halt every replica at every
+// restart.
 func (n *Node) apply(data []byte, timeout time.Duration) raft.ApplyFuture {
+	if err := fsm.CheckEntry(data); err != nil {
+		return refusedFuture{fmt.Errorf("refused to write an entry the state machine cannot read: %w", err)}
+	}
 	return n.raft.ApplyLog(fsm.Sealed(data), timeout)
 }
+
+// refusedFuture is the answer for an entry apply did not propose: nothing
+// was written.
+type refusedFuture struct{ err error }
+
+func (f refusedFuture) Error() error  { return f.err }
+func (f refusedFuture) Index() uint64 { return 0 }
+func (f refusedFuture) Response() any { return nil }

@@ -91,6 +91,48 @@ func validNumbers(limit, windowMs, cost int64) error {
 // UTF-8 without control characters. The HTTP layer and the decoder share it.
 func ValidateClient(id string) error { return validID("client id", id, MaxClientLen) }
 
+// MaxNodeIDLen is the longest node id the API and serve accept (the log
+// takes up to maxMetaLen).
+const MaxNodeIDLen = 256
+
+// ValidateNode checks what decodeSetNode enforces, so a valid node's entry
+// always decodes: an id the decoder refuses would halt every replica at
+// that entry, and again at every restart.
+func ValidateNode(n Node) error {
+	errs := []error{validID("node id", n.ID, MaxNodeIDLen)}
+	for _, a := range []struct{ what, v string }{{"raft address", n.RaftAddr}, {"http address", n.HTTPAddr}} {
+		if a.v != "" {
+			errs = append(errs, validID(a.what, a.v, maxMetaLen))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CheckEntry decodes an entry other than hits without applying it, so a
+// leader never proposes one its own decoder (and every replica's) would
+// refuse. Hits entries are built from validated hits and are left to
+// Apply: decoding each batch twice would cost the hot path.
+func CheckEntry(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty entry", ErrCorrupt)
+	}
+	var err error
+	switch data[0] {
+	case EntryHits:
+	case EntrySetNode:
+		_, err = decodeSetNode(data)
+	case EntryRemoveNode:
+		_, err = decodeRemoveNode(data)
+	case EntrySetPolicies:
+		_, _, err = decodeSetPolicies(data)
+	case EntryDeletePolicy:
+		_, err = decodeDeletePolicy(data)
+	case EntryResetKey:
+		_, _, err = decodeResetKey(data)
+	}
+	return err
+}
+
 // validID accepts a non-empty UTF-8 string of at most max bytes with no
 // control characters. It takes the entry's bytes or a caller's string
 // without converting either.

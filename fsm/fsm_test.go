@@ -395,3 +395,32 @@ func TestChecksummedEntries(t *testing.T) {
 		t.Fatalf("another kind of extension: %v", err)
 	}
 }
+
+// Every node entry that validates decodes; one that does not is refused by
+// CheckEntry before a leader could write it.
+func TestNodeEntriesThatCannotDecodeAreRefused(t *testing.T) {
+	good := Node{ID: "n1", RaftAddr: "10.0.0.1:8300", HTTPAddr: "10.0.0.1:8080"}
+	if err := ValidateNode(good); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckEntry(EncodeSetNode(good)); err != nil {
+		t.Fatalf("a valid node's entry: %v", err)
+	}
+	for _, bad := range []Node{
+		{ID: "evil\r", RaftAddr: "a:1"},
+		{ID: "\xff", RaftAddr: "a:1"},
+		{ID: strings.Repeat("n", MaxNodeIDLen+1), RaftAddr: "a:1"},
+		{ID: "n1", RaftAddr: strings.Repeat("a", 513)},
+		{ID: "n1", RaftAddr: "a:1", HTTPAddr: "b\n:2"},
+	} {
+		if ValidateNode(bad) == nil {
+			t.Errorf("ValidateNode(%q) passed", bad)
+		}
+	}
+	if CheckEntry(EncodeSetNode(Node{ID: "evil\r", RaftAddr: "a:1"})) == nil {
+		t.Error("CheckEntry passed a node id with a control character")
+	}
+	if CheckEntry(EncodeRemoveNode("evil\r")) == nil {
+		t.Error("CheckEntry passed a removal of an id the decoder refuses")
+	}
+}

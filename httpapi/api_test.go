@@ -110,6 +110,10 @@ func TestBadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 		{"join malformed json", "POST", "/v1/cluster/join", "s3cret", `{"id":`, 400, "invalid_request"},
 		{"join unknown field", "POST", "/v1/cluster/join", "s3cret", `{"id":"x","raftAddr":"a","httpAddr":"b","colour":1}`, 400, "invalid_request"},
 		{"join missing fields", "POST", "/v1/cluster/join", "s3cret", `{"id":"x"}`, 400, "invalid_request"},
+		// An id the log's decoder refuses would halt every replica at
+		// that entry, at every restart: refused before it is written.
+		{"join id with a control character", "POST", "/v1/cluster/join", "s3cret", `{"id":"evil\r","raftAddr":"127.0.0.1:1","httpAddr":"127.0.0.1:2","voter":false}`, 400, "invalid_request"},
+		{"join oversized address", "POST", "/v1/cluster/join", "s3cret", `{"id":"x","raftAddr":"` + strings.Repeat("a", 513) + `","httpAddr":"127.0.0.1:2"}`, 400, "invalid_request"},
 		{"join oversized body", "POST", "/v1/cluster/join", "s3cret", `{"id":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "invalid_request"},
 		{"remove without id", "POST", "/v1/cluster/remove", "s3cret", `{}`, 400, "invalid_request"},
 		{"remove unknown", "POST", "/v1/cluster/remove", "s3cret", `{"id":"ghost"}`, 404, "not_found"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
@@ -124,6 +126,15 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	// The id and addresses go into the replicated log: one the state
+	// machine would refuse must never get that far.
+	node := fsm.Node{ID: c.id, RaftAddr: cmp.Or(c.raftAdvertise, c.raftAddr), HTTPAddr: cmp.Or(c.httpAdvertise, c.httpAddr)}
+	if node.ID == "" {
+		node.ID = node.RaftAddr // the default id
+	}
+	if err := fsm.ValidateNode(node); err != nil {
+		errs = append(errs, fmt.Errorf("--id, --raft-addr, --http-addr or their --*-advertise: %w", err))
 	}
 	if _, err := raftlog.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))

@@ -73,6 +73,8 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--raft-lease-timeout", "5s"}, "need 0 < lease <= heartbeat <= election"},
+		{[]string{"--id", "a\nb"}, "node id contains control character U+000A"},
+		{[]string{"--http-advertise", "127.0.0.1:1\r"}, "http address contains control character"},
 	}
 	for _, c := range cases {
 		args := append([]string{"serve", "--data-dir", t.TempDir()}, c.args...)
