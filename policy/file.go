@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ func Parse(data []byte) ([]Policy, error) {
 		path = "policies"
 		for _, it := range v {
 			if key, _ := it.Key.(string); key != "policies" {
-				return nil, fmt.Errorf("unknown field %q at the top level: want policies", fmt.Sprint(it.Key))
+				return nil, fmt.Errorf("unknown field %q at the top level: want policies", keyName(it.Key))
 			}
 			l, ok := it.Value.([]any)
 			if !ok && it.Value != nil {
@@ -101,7 +102,7 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 	}
 	p.Name = fixedName
 	for _, f := range fields {
-		key := fmt.Sprint(f.Key)
+		key := keyName(f.Key)
 		field := join(at, key)
 		switch key {
 		case "name":
@@ -151,7 +152,7 @@ func limitFromNode(at string, node any) (Limit, error) {
 		return l, fmt.Errorf("%s: want {limit, window[, burst]}", at)
 	}
 	for _, f := range fields {
-		key := fmt.Sprint(f.Key)
+		key := keyName(f.Key)
 		field := join(at, key)
 		var err error
 		switch key {
@@ -198,7 +199,43 @@ func integer(field string, v any) (int64, error) {
 			return int64(n), nil
 		}
 	}
-	return 0, fmt.Errorf("%s: want a whole number, got %v", field, v)
+	return 0, fmt.Errorf("%s: want a whole number, got %s", field, describe(v))
+}
+
+// keyName is a mapping key as errors name it. Keys and values are never
+// formatted whole: YAML aliases let a few hundred bytes stand for a value
+// of gigabytes, which %v would expand.
+func keyName(k any) string {
+	if s, ok := k.(string); ok {
+		return truncate(s)
+	}
+	return "(" + describe(k) + ")"
+}
+
+// describe names a value's kind, and shows it only when it is short.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		return "string " + strconv.Quote(truncate(x))
+	case bool, int, int64, uint64, float64:
+		return fmt.Sprintf("%T %v", x, x)
+	case nil:
+		return "nothing"
+	case yaml.MapSlice, map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	default:
+		return fmt.Sprintf("a %T", v)
+	}
+}
+
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
 }
 
 func join(at, key string) string {

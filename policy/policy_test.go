@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,5 +167,28 @@ func TestDurationString(t *testing.T) {
 		if err := back.UnmarshalText([]byte(got)); err != nil || time.Duration(back) != d {
 			t.Errorf("%q reads back as %v, %v", got, time.Duration(back), err)
 		}
+	}
+}
+
+// YAML aliases let a few hundred bytes stand for gigabytes: nine lists of
+// nine references each, eight deep, is 9^8 strings. Errors name the kind
+// of a bad value instead of formatting it, so the answer stays short.
+func TestAliasBombGetsAShortError(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("algorithm: fixed_window\nlimits:\n  - {window: 1s, limit: [&a0 [")
+	b.WriteString(strings.TrimSuffix(strings.Repeat(`"xxxxxxxx",`, 9), ","))
+	b.WriteString("]")
+	for i := 1; i < 8; i++ {
+		fmt.Fprintf(&b, ", &a%d [%s]", i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d,", i-1), 9), ","))
+	}
+	b.WriteString("]}\n")
+	_, err := ParseOne("bomb", []byte(b.String()))
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "limits[0].limit: want a whole number, got a list") {
+		t.Fatalf("alias bomb (%d bytes): %.300v (%d bytes of error)", b.Len(), err, len(fmt.Sprint(err)))
+	}
+	// A complex key made of the same aliases is named by its kind too.
+	_, err = Parse([]byte("? &a [x, y]\n: 1\n"))
+	if err == nil || len(err.Error()) > 200 {
+		t.Fatalf("complex key: %.300v", err)
 	}
 }
