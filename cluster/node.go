@@ -228,7 +228,7 @@ func (n *Node) watchLeadership() {
 			}
 			n.clockCheck.checkNow()
 			term := n.raft.CurrentTerm()
-			if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+			if err := awaitFuture(n.raft.Barrier(n.cfg.ApplyTimeout), n.stop); err != nil {
 				n.log.Warn("barrier after gaining leadership failed", "error", err)
 				continue
 			}
