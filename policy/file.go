@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -32,8 +34,14 @@ func ReadFile(path string) ([]Policy, error) {
 // name may appear once.
 func Parse(data []byte) ([]Policy, error) {
 	var doc any
-	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.UseOrderedMap())
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("not YAML or JSON: %w", err)
+	}
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		// Only the first document would have been read.
+		return nil, errors.New("more than one YAML document (---): put every policy in one list")
 	}
 	var list []any
 	path := ""

@@ -192,3 +192,20 @@ func TestAliasBombGetsAShortError(t *testing.T) {
 		t.Fatalf("complex key: %.300v", err)
 	}
 }
+
+// A file is one document: a second one after --- would be silently
+// ignored, so it is an error; an empty file defines nothing.
+func TestParseOneDocumentOnly(t *testing.T) {
+	one := "- {name: a, algorithm: fixed_window, limits: [{limit: 1, window: 1s}]}\n"
+	if ps, err := Parse([]byte("---\n" + one)); err != nil || len(ps) != 1 {
+		t.Fatalf("one document after a leading ---: %v %v", ps, err)
+	}
+	if _, err := Parse([]byte(one + "---\n" + strings.ReplaceAll(one, "name: a", "name: b"))); err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("two documents: %v", err)
+	}
+	for _, empty := range []string{"", "\n", "# nothing here\n"} {
+		if ps, err := Parse([]byte(empty)); err != nil || len(ps) != 0 {
+			t.Fatalf("%q: %v %v", empty, ps, err)
+		}
+	}
+}

@@ -229,6 +229,11 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if len(want) == 0 {
+		// An empty or truncated file must not wipe the table (default
+		// included, which every GET /check/:client needs).
+		return usageErr("%s defines no policies: apply would delete every policy; delete them one by one with rlnode policy delete NAME", file)
+	}
 	all, err := fetchPolicies(ctx, a)
 	if err != nil {
 		return err

@@ -102,6 +102,16 @@ func TestPoliciesThroughThreeProcesses(t *testing.T) {
 	if out := policyCLI(t, f, "apply", "-f", file); !strings.Contains(out, "no changes") {
 		t.Fatalf("second apply printed:\n%s", out)
 	}
+	// An empty (or truncated to nothing) file would delete every policy,
+	// default included: refused, the table untouched.
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	os.WriteFile(empty, nil, 0o644)
+	if _, stderr, code := proctest.Run(t, rlnodeBin, polEnv, "policy", "apply", "-f", empty, "--addr", f.URL()); code != 2 || !strings.Contains(stderr, "defines no policies") {
+		t.Fatalf("apply of an empty file: exit %d %s; want exit 2", code, stderr)
+	}
+	if out := policyCLI(t, f, "list"); !strings.Contains(out, "default") || !strings.Contains(out, "login") {
+		t.Fatalf("an empty file changed the table:\n%s", out)
+	}
 	for _, n := range nodes { // every node sees the table
 		proctest.Poll(t, 5*time.Second, func() error {
 			if r := proctest.MustGet(t, n.URL()+"/v1/policies/org"); r.Status != 200 {
