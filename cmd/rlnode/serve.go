@@ -127,6 +127,20 @@ func (c *serveConfig) validate() error {
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
+	for _, r := range []struct {
+		flag      string
+		v, lo, hi int
+	}{
+		{"--max-batch", c.maxBatch, 1, fsm.MaxHitsPerLog},
+		{"--max-inflight", c.maxInflight, 1, 1 << 16},
+		{"--max-forward-inflight", c.maxForwardInflight, 1, 1 << 16},
+		{"--raft-max-append-entries", c.raftTuning.MaxAppendEntries, 1, 1024},
+		{"--raft-max-rpcs-inflight", c.raftTuning.MaxRPCsInFlight, 1, 1 << 16},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			errs = append(errs, fmt.Errorf("%s %d: must be %d..%d", r.flag, r.v, r.lo, r.hi))
+		}
+	}
 	// The id and addresses go into the replicated log: one the state
 	// machine would refuse must never get that far.
 	node := fsm.Node{ID: c.id, RaftAddr: cmp.Or(c.raftAdvertise, c.raftAddr), HTTPAddr: cmp.Or(c.httpAdvertise, c.httpAddr)}

@@ -73,6 +73,9 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--raft-lease-timeout", "5s"}, "need 0 < lease <= heartbeat <= election"},
+		{[]string{"--max-batch", "-1"}, "--max-batch -1: must be 1..65536"},
+		{[]string{"--max-batch", "0"}, "--max-batch 0: must be 1..65536"},
+		{[]string{"--raft-max-append-entries", "2000"}, "--raft-max-append-entries 2000: must be 1..1024"},
 		{[]string{"--id", "a\nb"}, "node id contains control character U+000A"},
 		{[]string{"--http-advertise", "127.0.0.1:1\r"}, "http address contains control character"},
 	}
