@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 )
@@ -35,8 +36,24 @@ func guardHeaders(next http.Handler) http.Handler {
 				fmt.Sprintf("request line and headers are %d bytes; at most %d are accepted", n, MaxHeaderBytes))
 			return
 		}
+		if r.ContentLength != 0 && ignoresBody(r) {
+			// net/http reads an unread body to its end before it writes
+			// the answer, to keep the connection: a client that sends a
+			// chunked body on a GET and never ends it would get no answer
+			// to a hit that counted. Closing after the answer skips that.
+			w.Header().Set("Connection", "close")
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ignoresBody reports whether the route never reads the request body.
+func ignoresBody(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return strings.HasPrefix(r.URL.Path, "/v1/auth/") // every method, body ignored
 }
 
 // writeProblemHTTP is writeProblem for plain net/http handlers.

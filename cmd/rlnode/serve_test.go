@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -227,5 +229,31 @@ func TestServeFromConfigFileAndEnvironment(t *testing.T) {
 	_, stderr, code := proctest.Run(t, rlnodeBin, nil, "serve", "--config", bad)
 	if code != 2 || !strings.Contains(stderr, `unknown setting "http_addr"`) {
 		t.Fatalf("unknown setting: exit %d, stderr %q; want exit 2 naming it", code, stderr)
+	}
+}
+
+// A GET with a chunked body that never ends still gets its answer: the
+// hit counted, so the client must learn it (the server closes the
+// connection instead of waiting for the rest of a body nobody reads).
+func TestGetWithAnEndlessBodyIsAnswered(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "solo")
+	proctest.WaitReady(t, n, 15*time.Second)
+	conn, err := net.Dial("tcp", n.HTTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /check/chunky HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a GET whose body never ends: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("answer %d, close %v; want 200 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	if r := proctest.MustGet(t, n.URL()+"/v1/status/chunky"); r.Num("used") != 1 {
+		t.Fatalf("the hit did not count once: %s", r.Raw)
 	}
 }
