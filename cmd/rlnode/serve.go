@@ -245,6 +245,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
+	side, err := c.bindSideListeners()
+	if err != nil {
+		return err
+	}
+	defer side.close()
 
 	reg := prometheus.NewRegistry()
 	obs := metrics.New(reg)
@@ -281,11 +286,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
 
-	stopPprof, grpcSrv, err := c.startSideServers(node, obs, tlsSrc, logger)
-	if err != nil {
-		node.Close()
-		return err
-	}
+	stopPprof, grpcSrv := c.startSideServers(side, node, obs, tlsSrc, logger)
 	defer stopPprof()
 
 	serveErr := make(chan error, 1)
@@ -307,26 +308,53 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// startSideServers starts the listeners beside the HTTP API that flags ask
-// for: pprof and Envoy's rate-limit service over gRPC. stopPprof is never nil.
-func (c *serveConfig) startSideServers(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer, err error) {
-	stopPprof = func() {}
+// sideListeners are the listeners beside the HTTP API that flags ask for
+// (nil when off). Like HTTP's, they are bound before any Raft state is
+// touched: a busy port must not leave behind a bootstrapped data dir.
+type sideListeners struct{ pprof, grpc net.Listener }
+
+func (c *serveConfig) bindSideListeners() (sideListeners, error) {
+	var s sideListeners
+	var err error
 	if c.pprofAddr != "" {
-		if stopPprof, err = servePprof(c.pprofAddr, logger); err != nil {
-			return nil, nil, err
+		if s.pprof, err = net.Listen("tcp", c.pprofAddr); err != nil {
+			return sideListeners{}, fmt.Errorf("listen for pprof on %s: %w", c.pprofAddr, err)
 		}
 	}
 	if c.grpcAddr != "" {
+		if s.grpc, err = net.Listen("tcp", c.grpcAddr); err != nil {
+			s.close()
+			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
+		}
+	}
+	return s, nil
+}
+
+// close releases listeners no server took over (closing one a server
+// already closed does nothing).
+func (s sideListeners) close() {
+	for _, ln := range []net.Listener{s.pprof, s.grpc} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// startSideServers serves pprof and Envoy's rate-limit service over gRPC
+// on the listeners bound for them. stopPprof is never nil.
+func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer) {
+	stopPprof = func() {}
+	if side.pprof != nil {
+		stopPprof = servePprof(side.pprof, logger)
+	}
+	if side.grpc != nil {
 		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
-		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
-			stopPprof()
-			return nil, nil, err
-		}
+		grpcSrv = startGRPC(side.grpc, rc, logger)
 	}
-	return stopPprof, grpcSrv, nil
+	return stopPprof, grpcSrv
 }
 
 // waitForStop returns when the node should stop: nil on a signal (ctx),
