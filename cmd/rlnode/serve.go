@@ -22,6 +22,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rls"
@@ -242,6 +243,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
 	defer ln.Close()
+	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
@@ -308,6 +310,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
+// Caps on the public listeners' open connections. Together they stay well
+// below the usual file descriptor limit (Go raises the soft limit to the
+// hard one at start), leaving room for the Raft stores, snapshots and TLS
+// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
+// only: many applications may sit behind one proxy's address. Envoy keeps a
+// few connections per worker to the rate limit service, so one address may
+// hold a quarter of the gRPC slots and a flood from one host cannot lock
+// the others out. Silent connections go after 5 s on both ports (HTTP's
+// ReadHeaderTimeout, rls.HandshakeTimeout).
+const (
+	maxHTTPConns      = 8192
+	maxGRPCConns      = 4096
+	maxGRPCConnsPerIP = 1024
+)
+
 // sideListeners are the listeners beside the HTTP API that flags ask for
 // (nil when off). Like HTTP's, they are bound before any Raft state is
 // touched: a busy port must not leave behind a bootstrapped data dir.
@@ -326,6 +343,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
 		}
+		s.grpc = connlimit.Wrap(s.grpc, maxGRPCConns, maxGRPCConnsPerIP)
 	}
 	return s, nil
 }
