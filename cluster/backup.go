@@ -26,6 +26,10 @@ const (
 // ErrNotEmpty is returned when a restore would overwrite live windows.
 var ErrNotEmpty = errors.New("the cluster is not empty")
 
+// ErrInvalidBackup is returned for bytes that are not a whole rlnode
+// backup (format or CRC): the sender's fault, not the node's.
+var ErrInvalidBackup = errors.New("not a valid rlnode backup")
+
 // writerSink lets the state machine persist a snapshot into any writer.
 type writerSink struct{ io.Writer }
 
@@ -60,9 +64,19 @@ func VerifyBackup(path string) (windows int, err error) {
 	if err != nil {
 		return 0, err
 	}
+	defer f.Close()
+	if windows, err = checkBackup(f); err != nil {
+		return 0, fmt.Errorf("%s is %w", path, err)
+	}
+	return windows, nil
+}
+
+// checkBackup loads a backup into a scratch state machine and counts its
+// windows. It leaves r open.
+func checkBackup(r io.Reader) (windows int, err error) {
 	scratch := fsm.New(fsm.Config{})
-	if err := scratch.Restore(f); err != nil {
-		return 0, fmt.Errorf("%s is not a valid rlnode backup: %w", path, err)
+	if err := scratch.Restore(io.NopCloser(r)); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidBackup, err)
 	}
 	return scratch.Stats().StoredWindows, nil
 }
@@ -92,8 +106,13 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 	if m, err := io.Copy(tmp, r); err != nil || m != size {
 		return fmt.Errorf("restore: received %d of %d bytes: %v", m, size, err)
 	}
-	if _, err := VerifyBackup(tmp.Name()); err != nil {
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("restore: %w", err)
+	}
+	// The temp file's path is this node's business: the error names the
+	// body, which is what the caller sent.
+	if _, err := checkBackup(tmp); err != nil {
+		return fmt.Errorf("restore: the body is %w", err)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("restore: %w", err)

@@ -121,6 +121,25 @@ func TestBadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 		{"forward without token", "POST", "/internal/v1/hits", "", "garbage", 401, "unauthorized"},
 		{"forward garbage", "POST", "/internal/v1/hits", "s3cret", "garbage", 400, "invalid_request"},
 		{"clock offset not a number", "POST", "/debug/clock-offset", "s3cret", `{"offsetMs":"x"}`, 400, "invalid_request"},
+		// encoding/json would count these as client "\ufffd".
+		{"check body invalid utf-8", "POST", "/v1/check", "", "{\"hits\":[{\"client\":\"a\xffb\"}]}", 400, "invalid_request"},
+		{"check body lone high surrogate", "POST", "/v1/check", "", `{"hits":[{"client":"\ud800"}]}`, 400, "invalid_request"},
+		{"check body lone low surrogate", "POST", "/v1/check", "", `{"hits":[{"client":"x\uDC00"}]}`, 400, "invalid_request"},
+		{"check body high surrogate then letter", "POST", "/v1/check", "", `{"hits":[{"client":"\uD83D\u0041"}]}`, 400, "invalid_request"},
+		{"check body surrogate at the end", "POST", "/v1/check", "", `{"hits":[{"client":"\ud83d`, 400, "invalid_request"},
+		{"join body lone surrogate", "POST", "/v1/cluster/join", "s3cret", `{"id":"\ud800","raftAddr":"127.0.0.1:1","httpAddr":"127.0.0.1:2"}`, 400, "invalid_request"},
+		{"put policy invalid utf-8", "PUT", "/v1/policies/p1", "s3cret", "{\"algorithm\":\"fixed_window\",\"limits\":[{\"limit\":1,\"window\":\"1s\"}],\"envoy\":{\"domain\":\"d\xff\",\"descriptors\":[{\"key\":\"k\"}]}}", 400, "invalid_request"},
+		{"put policy lone surrogate", "PUT", "/v1/policies/p1", "s3cret", `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}],"envoy":{"domain":"\udfff","descriptors":[{"key":"k"}]}}`, 400, "invalid_request"},
+		// A name longer than any policy's is unknown wherever it is given.
+		{"reset policy too long", "DELETE", "/v1/windows/" + strings.Repeat("a", 65) + "/client1", "s3cret", "", 404, "unknown_policy"},
+		{"reset policy bad character", "DELETE", "/v1/windows/a%20b/client1", "s3cret", "", 404, "unknown_policy"},
+		{"status policy too long", "GET", "/v1/status/" + strings.Repeat("a", 65) + "/client1", "", "", 404, "unknown_policy"},
+		{"check policy too long", "GET", "/check/" + strings.Repeat("a", 65) + "/client1", "", "", 404, "unknown_policy"},
+		{"auth policy too long", "GET", "/v1/auth/" + strings.Repeat("a", 65) + "?key=ip", "", "", 404, "unknown_policy"},
+		{"multi check policy too long", "POST", "/v1/check", "", `{"hits":[{"policy":"` + strings.Repeat("a", 65) + `","client":"c"}]}`, 400, "invalid_request"},
+		{"get policy too long", "GET", "/v1/policies/" + strings.Repeat("a", 65), "", "", 404, "unknown_policy"},
+		{"delete policy too long", "DELETE", "/v1/policies/" + strings.Repeat("a", 65), "s3cret", "", 404, "unknown_policy"},
+		{"put policy too long", "PUT", "/v1/policies/" + strings.Repeat("a", 65), "s3cret", `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`, 400, "invalid_request"},
 	}
 	for _, tc := range cases {
 		a := do(t, tc.method, n.URL()+tc.path, tc.token, tc.body)
@@ -139,6 +158,29 @@ func TestBadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 	}
 	if a := do(t, "POST", n.URL()+"/v1/cluster/snapshot", "s3cret", ""); a.status != 200 {
 		t.Errorf("snapshot with token: %d %s", a.status, a.raw)
+	}
+}
+
+// The text check that refuses lone surrogates must not refuse what is
+// valid: a surrogate pair, an escaped backslash before "u", other escapes.
+func TestCheckBodyKeepsValidEscapes(t *testing.T) {
+	c := apitest.Start(t, 1, clustertest.Options{Limit: 3})
+	n := c.Leader(5 * time.Second)
+	for body, client := range map[string]string{
+		`{"hits":[{"client":"\ud83d\ude00"}]}`:    "\U0001F600",
+		`{"hits":[{"client":"a\\ud800"}]}`:        `a\ud800`,
+		`{"hits":[{"client":"\u00e9\/\"x\""}]}`:   "\u00e9/\"x\"",
+		"{\"hits\":[{\"client\":\"caf\u00e9\"}]}": "caf\u00e9",
+	} {
+		a := do(t, "POST", n.URL()+"/v1/check", "", body)
+		results, _ := a.body["results"].([]any)
+		if a.status != 200 || len(results) != 1 {
+			t.Errorf("%s: %d %s", body, a.status, a.raw)
+			continue
+		}
+		if got := results[0].(map[string]any)["client"]; got != client {
+			t.Errorf("%s: counted as client %q, want %q", body, got, client)
+		}
 	}
 }
 

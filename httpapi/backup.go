@@ -55,6 +55,10 @@ func (a *API) restore(c *gin.Context) {
 			writeProblem(c, http.StatusConflict, CodeInvalidRequest, firstLine(err))
 			return
 		}
+		if errors.Is(err, cluster.ErrInvalidBackup) {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidBackup, firstLine(err))
+			return
+		}
 		a.adminError(c, "restore", err)
 		return
 	}

@@ -96,6 +96,13 @@ func (a *API) putPolicy(c *gin.Context) {
 		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
 		return
 	}
+	// The same text check as every JSON body: go-yaml, like encoding/json,
+	// turns invalid UTF-8 and a lone low surrogate into U+FFFD, which an
+	// Envoy domain or descriptor value would keep.
+	if err := checkJSONText(body); err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+		return
+	}
 	p, err := policy.ParseOne(c.Param("name"), body)
 	if err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
@@ -131,6 +138,12 @@ func (a *API) resetKey(c *gin.Context) {
 	pol, client := c.Param("policy"), c.Param("client")
 	if err := cluster.ValidateClient(client); err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
+		return
+	}
+	// A name no policy can have is unknown, as on the check and status
+	// endpoints; left to the cluster it came back as a 500.
+	if err := policy.ValidateName(pol); err != nil {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
 		return
 	}
 	ctx, cancel := a.requestContext(c)

@@ -15,6 +15,7 @@ const (
 	CodeInvalidClient    = "invalid_client"
 	CodeMissingKey       = "missing_key"
 	CodeInvalidRequest   = "invalid_request"
+	CodeInvalidBackup    = "invalid_backup"
 	CodeCostExceedsLimit = "cost_exceeds_limit"
 	CodeQuotaExceeded    = "quota_exceeded"
 	CodeOutcomeUnknown   = "outcome_unknown"

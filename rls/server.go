@@ -59,6 +59,12 @@ type Config struct {
 	Observer       Observer
 }
 
+// HandshakeTimeout bounds how long a new connection may take to finish its
+// TLS handshake and HTTP/2 preface, as the HTTP port's ReadHeaderTimeout
+// bounds a request's headers. gRPC's own default, 120 s, let a script's
+// silent sockets pile up until the node ran out of file descriptors.
+const HandshakeTimeout = 5 * time.Second
+
 // Server is the gRPC server.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -80,7 +86,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{cfg: cfg}
-	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize)}
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,16 +15,12 @@ type grpcServer struct {
 	errc chan error
 }
 
-// startGRPC listens on addr and serves the rate limit service until stop.
-func startGRPC(addr string, cfg rls.Config, logger hclog.Logger) (*grpcServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for gRPC on %s: %w", addr, err)
-	}
+// startGRPC serves the rate limit service on ln until stop.
+func startGRPC(ln net.Listener, cfg rls.Config, logger hclog.Logger) *grpcServer {
 	g := &grpcServer{srv: rls.New(cfg), errc: make(chan error, 1)}
 	go func() { g.errc <- g.srv.Serve(ln) }()
 	logger.Info("serving Envoy's rate limit service", "grpc", ln.Addr().String())
-	return g, nil
+	return g
 }
 
 // done reports a server that stopped by itself (nil when off).

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -13,17 +12,13 @@ import (
 
 // servePprof exposes the profiler on its own listener, never on the public
 // API, and returns the function that stops it.
-func servePprof(addr string, logger hclog.Logger) (func(), error) {
+func servePprof(ln net.Listener, logger hclog.Logger) func() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for pprof on %s: %w", addr, err)
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	logger.Info("pprof serving", "addr", ln.Addr().String())
@@ -31,5 +26,5 @@ func servePprof(addr string, logger hclog.Logger) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-	}, nil
+	}
 }

@@ -155,3 +155,48 @@ func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
 		t.Fatalf("restore into a cluster with windows: exit %d %s; want a refusal", code, stderr)
 	}
 }
+
+// A restore body that is not a backup (random bytes, a real backup cut
+// short) is the caller's mistake: 400 invalid_backup, a detail that names
+// no server path, and the state untouched. The whole backup still restores.
+func TestRestoreRefusesMalformedBackup(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "n1", "--limit", "4")
+	proctest.WaitReady(t, n, 15*time.Second)
+	for i := range 5 {
+		if r := proctest.MustGet(t, fmt.Sprintf("%s/check/client-%d", n.URL(), i)); r.Status != 200 {
+			t.Fatalf("hit: %d %s", r.Status, r.Raw)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "backup.bin")
+	if out, stderr, code := proctest.Run(t, rlnodeBin, nil, "backup", "--addr", n.URL(), "--out", file); code != 0 {
+		t.Fatalf("rlnode backup: exit %d\n%s%s", code, out, stderr)
+	}
+	whole, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := waitConverged(t, []*proctest.Node{n})
+	random := make([]byte, 4096)
+	for i := range random {
+		random[i] = byte(i*7919 + i>>3) // deterministic noise, no backup header
+	}
+	for name, body := range map[string][]byte{"random bytes": random, "truncated backup": whole[:len(whole)/2], "backup missing its CRC": whole[:len(whole)-1]} {
+		r, err := proctest.DoRaw("POST", n.URL()+"/v1/cluster/restore?force=true", "", body)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		detail, _ := r.JSON["detail"].(string)
+		if r.Status != 400 || r.JSON["code"] != "invalid_backup" || !strings.Contains(detail, "not a valid rlnode backup") {
+			t.Errorf("%s: %d %s; want 400 invalid_backup", name, r.Status, r.Raw)
+		}
+		if strings.Contains(detail, n.DataDir) || strings.Contains(detail, os.TempDir()) || strings.Contains(detail, ".tmp") {
+			t.Errorf("%s: the detail names a server path: %s", name, detail)
+		}
+	}
+	if got := waitConverged(t, []*proctest.Node{n}); got != digest {
+		t.Fatalf("refused restores changed the state: digest %s, was %s", got, digest)
+	}
+	if r, err := proctest.DoRaw("POST", n.URL()+"/v1/cluster/restore?force=true", "", whole); err != nil || r.Status != 200 {
+		t.Fatalf("restore of the whole backup: %v %d %s", err, r.Status, r.Raw)
+	}
+}

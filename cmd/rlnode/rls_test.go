@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,5 +259,47 @@ func TestEnvoyRateLimitServiceTLS(t *testing.T) {
 		case !withCert && err == nil:
 			t.Fatal("served a client without a certificate")
 		}
+	}
+}
+
+// Silent TCP connections to the gRPC port (no TLS, no HTTP/2 preface) are
+// closed after rls.HandshakeTimeout (5 s), not gRPC's default 120 s, and a
+// real client is served while they are held.
+func TestGRPCPortDropsSilentConnections(t *testing.T) {
+	addr := proctest.FreeAddr(t)
+	n := proctest.StartNode(t, rlnodeBin, "n1", "--grpc-addr", addr)
+	proctest.WaitReady(t, n, 15*time.Second)
+	start := time.Now()
+	silent := make([]net.Conn, 300)
+	for i := range silent {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		defer c.Close()
+		silent[i] = c
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check while %d silent connections are held: %v %v", len(silent), h, err)
+	}
+	deadline := start.Add(12 * time.Second)
+	for i, c := range silent {
+		// The server speaks first (its HTTP/2 settings); read to the close.
+		c.SetReadDeadline(deadline)
+		_, err := io.Copy(io.Discard, c)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("silent connection %d still open after %s", i, time.Since(start).Round(time.Second))
+		}
+	}
+	if took := time.Since(start); took < 4*time.Second {
+		t.Errorf("silent connections closed after %s; the handshake timeout is 5 s", took)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rls"
@@ -267,9 +268,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
 	defer ln.Close()
+	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
+	side, err := c.bindSideListeners()
+	if err != nil {
+		return err
+	}
+	defer side.close()
 
 	reg := prometheus.NewRegistry()
 	obs := metrics.New(reg)
@@ -306,11 +313,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
 
-	stopPprof, grpcSrv, err := c.startSideServers(node, obs, tlsSrc, logger)
-	if err != nil {
-		node.Close()
-		return err
-	}
+	stopPprof, grpcSrv := c.startSideServers(side, node, obs, tlsSrc, logger)
 	defer stopPprof()
 
 	serveErr := make(chan error, 1)
@@ -332,26 +335,69 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// startSideServers starts the listeners beside the HTTP API that flags ask
-// for: pprof and Envoy's rate-limit service over gRPC. stopPprof is never nil.
-func (c *serveConfig) startSideServers(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer, err error) {
-	stopPprof = func() {}
+// Caps on the public listeners' open connections. Together they stay well
+// below the usual file descriptor limit (Go raises the soft limit to the
+// hard one at start), leaving room for the Raft stores, snapshots and TLS
+// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
+// only: many applications may sit behind one proxy's address. Envoy keeps a
+// few connections per worker to the rate limit service, so one address may
+// hold a quarter of the gRPC slots and a flood from one host cannot lock
+// the others out. Silent connections go after 5 s on both ports (HTTP's
+// ReadHeaderTimeout, rls.HandshakeTimeout).
+const (
+	maxHTTPConns      = 8192
+	maxGRPCConns      = 4096
+	maxGRPCConnsPerIP = 1024
+)
+
+// sideListeners are the listeners beside the HTTP API that flags ask for
+// (nil when off). Like HTTP's, they are bound before any Raft state is
+// touched: a busy port must not leave behind a bootstrapped data dir.
+type sideListeners struct{ pprof, grpc net.Listener }
+
+func (c *serveConfig) bindSideListeners() (sideListeners, error) {
+	var s sideListeners
+	var err error
 	if c.pprofAddr != "" {
-		if stopPprof, err = servePprof(c.pprofAddr, logger); err != nil {
-			return nil, nil, err
+		if s.pprof, err = net.Listen("tcp", c.pprofAddr); err != nil {
+			return sideListeners{}, fmt.Errorf("listen for pprof on %s: %w", c.pprofAddr, err)
 		}
 	}
 	if c.grpcAddr != "" {
+		if s.grpc, err = net.Listen("tcp", c.grpcAddr); err != nil {
+			s.close()
+			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
+		}
+		s.grpc = connlimit.Wrap(s.grpc, maxGRPCConns, maxGRPCConnsPerIP)
+	}
+	return s, nil
+}
+
+// close releases listeners no server took over (closing one a server
+// already closed does nothing).
+func (s sideListeners) close() {
+	for _, ln := range []net.Listener{s.pprof, s.grpc} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// startSideServers serves pprof and Envoy's rate-limit service over gRPC
+// on the listeners bound for them. stopPprof is never nil.
+func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer) {
+	stopPprof = func() {}
+	if side.pprof != nil {
+		stopPprof = servePprof(side.pprof, logger)
+	}
+	if side.grpc != nil {
 		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
-		if grpcSrv, err = startGRPC(c.grpcAddr, rc, logger); err != nil {
-			stopPprof()
-			return nil, nil, err
-		}
+		grpcSrv = startGRPC(side.grpc, rc, logger)
 	}
-	return stopPprof, grpcSrv, nil
+	return stopPprof, grpcSrv
 }
 
 // waitForStop returns when the node should stop: nil on a signal (ctx),

@@ -120,6 +120,34 @@ func TestServeRefusesCorruptOrBusyDataDir(t *testing.T) {
 	}
 }
 
+// A busy --grpc-addr or --pprof-addr is found before any Raft state is
+// touched, as a busy --http-addr is: exit 1 naming the address, and the
+// data dir is never created, so a retry on a free port starts clean (not
+// as a node that already bootstrapped a cluster of its own).
+func TestServeBusySidePortTouchesNoState(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	for _, flag := range []string{"--grpc-addr", "--pprof-addr"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		_, stderr, code := proctest.Run(t, rlnodeBin, nil, "serve", "--id", "n1", "--data-dir", dir,
+			"--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t), flag, addr)
+		if code != 1 || !strings.Contains(stderr, addr) || !strings.Contains(stderr, "address already in use") {
+			t.Errorf("%s on a busy port: exit %d, stderr %q; want exit 1 naming %s", flag, code, stderr, addr)
+		}
+		if entries, err := os.ReadDir(dir); !os.IsNotExist(err) {
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Errorf("%s on a busy port left the data dir behind (%v): %v", flag, err, names)
+		}
+	}
+}
+
 func TestGarbageOnRaftPortChangesNothing(t *testing.T) {
 	n := proctest.StartNode(t, rlnodeBin, "g")
 	proctest.WaitReady(t, n, 15*time.Second)
