@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -128,29 +127,7 @@ func (c *serveConfig) validate() error {
 	if c.dataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
-	for _, r := range []struct {
-		flag      string
-		v, lo, hi int
-	}{
-		{"--max-batch", c.maxBatch, 1, fsm.MaxHitsPerLog},
-		{"--max-inflight", c.maxInflight, 1, 1 << 16},
-		{"--max-forward-inflight", c.maxForwardInflight, 1, 1 << 16},
-		{"--raft-max-append-entries", c.raftTuning.MaxAppendEntries, 1, 1024},
-		{"--raft-max-rpcs-inflight", c.raftTuning.MaxRPCsInFlight, 1, 1 << 16},
-	} {
-		if r.v < r.lo || r.v > r.hi {
-			errs = append(errs, fmt.Errorf("%s %d: must be %d..%d", r.flag, r.v, r.lo, r.hi))
-		}
-	}
-	// The id and addresses go into the replicated log: one the state
-	// machine would refuse must never get that far.
-	node := fsm.Node{ID: c.id, RaftAddr: cmp.Or(c.raftAdvertise, c.raftAddr), HTTPAddr: cmp.Or(c.httpAdvertise, c.httpAddr)}
-	if node.ID == "" {
-		node.ID = node.RaftAddr // the default id
-	}
-	if err := fsm.ValidateNode(node); err != nil {
-		errs = append(errs, fmt.Errorf("--id, --raft-addr, --http-addr or their --*-advertise: %w", err))
-	}
+	errs = append(errs, c.validateTuning()...)
 	if _, err := raftlog.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
@@ -172,6 +149,46 @@ func (c *serveConfig) validate() error {
 	if c.rejoinEmpty && c.join == "" {
 		errs = append(errs, errors.New("--rejoin-empty needs --join: the addresses of running members to rejoin through"))
 	}
+	errs = append(errs, c.validateAddrs()...)
+	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
+		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
+	}
+	if p, err := httpapi.ParseTrustedProxies(c.trustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	} else {
+		c.trusted = p
+	}
+	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
+		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
+	}
+	errs = append(errs, c.sec.validate(c.token)...)
+	return errors.Join(errs...)
+}
+
+// validateTuning checks the batching and Raft tuning flags.
+func (c *serveConfig) validateTuning() []error {
+	var errs []error
+	for _, r := range []struct {
+		flag      string
+		v, lo, hi int
+	}{
+		{"--max-batch", c.maxBatch, 1, fsm.MaxHitsPerLog},
+		{"--max-inflight", c.maxInflight, 1, 1 << 16},
+		{"--max-forward-inflight", c.maxForwardInflight, 1, 1 << 16},
+		{"--raft-max-append-entries", c.raftTuning.MaxAppendEntries, 1, 1024},
+		{"--raft-max-rpcs-inflight", c.raftTuning.MaxRPCsInFlight, 1, 1 << 16},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			errs = append(errs, fmt.Errorf("%s %d: must be %d..%d", r.flag, r.v, r.lo, r.hi))
+		}
+	}
+	return errs
+}
+
+// validateAddrs checks the listen and advertise addresses and the id, and
+// fills in their defaults.
+func (c *serveConfig) validateAddrs() []error {
+	var errs []error
 	if c.httpAdvertise == "" {
 		c.httpAdvertise = c.httpAddr
 	}
@@ -196,19 +213,12 @@ func (c *serveConfig) validate() error {
 	if c.id == "" {
 		c.id = c.raftAdvertise
 	}
-	if t := c.raftTiming; t.LeaderLease <= 0 || t.LeaderLease > t.Heartbeat || t.Heartbeat > t.Election {
-		errs = append(errs, fmt.Errorf("--raft-lease-timeout %s, --raft-heartbeat-timeout %s, --raft-election-timeout %s: need 0 < lease <= heartbeat <= election", t.LeaderLease, t.Heartbeat, t.Election))
+	// The id and addresses go into the replicated log: one the state
+	// machine would refuse must never get that far.
+	if err := fsm.ValidateNode(fsm.Node{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}); err != nil {
+		errs = append(errs, fmt.Errorf("--id, --raft-advertise or --http-advertise (default: the --*-addr): %w", err))
 	}
-	if p, err := httpapi.ParseTrustedProxies(c.trustedProxies); err != nil {
-		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
-	} else {
-		c.trusted = p
-	}
-	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
-		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
-	}
-	errs = append(errs, c.sec.validate(c.token)...)
-	return errors.Join(errs...)
+	return errs
 }
 
 func (c *serveConfig) joinAddrs() []string {
