@@ -272,16 +272,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
 	}).With("node", c.id)
 
-	// Bind HTTP first: a busy port should fail before any Raft state is touched.
-	ln, err := net.Listen("tcp", c.httpAddr)
+	// Bind every port first: a busy one should fail before any Raft state
+	// is touched.
+	ln, err := c.bindHTTP(tlsSrc)
 	if err != nil {
-		return fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+		return err
 	}
 	defer ln.Close()
-	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
-	if tlsSrc != nil {
-		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
-	}
 	side, err := c.bindSideListeners()
 	if err != nil {
 		return err
@@ -391,6 +388,19 @@ func (s sideListeners) close() {
 			ln.Close()
 		}
 	}
+}
+
+// bindHTTP listens on --http-addr, capped and behind TLS when configured.
+func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (net.Listener, error) {
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+	}
+	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
+	if tlsSrc != nil {
+		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
+	}
+	return ln, nil
 }
 
 // startSideServers serves pprof and Envoy's rate-limit service over gRPC
