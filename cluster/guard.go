@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -150,7 +151,7 @@ type guardedStream struct {
 	once     sync.Once
 
 	mu       sync.Mutex
-	perIP    map[string]int
+	perIP    *connlimit.PerIP
 	pending  map[net.Conn]struct{} // connections still in their handshake
 	lastWarn map[string]time.Time  // per kind of refusal, so a flood logs once a second
 	dropped  map[string]int        // refusals not logged since the last line
@@ -164,7 +165,7 @@ func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raf
 		log = hclog.NewNullLogger()
 	}
 	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
-		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}, pending: map[net.Conn]struct{}{},
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: connlimit.NewPerIP(sec.MaxConnsPerIP), pending: map[net.Conn]struct{}{},
 		lastWarn: map[string]time.Time{}, dropped: map[string]int{}}
 	g.wg.Add(1)
 	go g.acceptLoop()
@@ -192,14 +193,14 @@ func (g *guardedStream) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		ip := remoteIP(conn)
-		if !g.take(ip) {
+		ip := connlimit.RemoteIP(conn)
+		if !g.perIP.Take(ip) {
 			g.warn("raft connection refused: too many open from this address", "remote", conn.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
 			conn.Close()
 			continue
 		}
 		g.wg.Add(1)
-		go g.admit(&countedConn{Conn: conn, release: func() { g.release(ip) }, idle: g.sec.IdleTimeout})
+		go g.admit(&countedConn{Conn: conn, release: func() { g.perIP.Release(ip) }, idle: g.sec.IdleTimeout})
 	}
 }
 
@@ -266,35 +267,6 @@ func (g *guardedStream) warn(msg string, args ...any) {
 		args = append(args, "similar_not_logged", n)
 	}
 	g.log.Warn(msg, args...)
-}
-
-func (g *guardedStream) take(ip string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.perIP[ip] >= g.sec.MaxConnsPerIP {
-		return false
-	}
-	g.perIP[ip]++
-	return true
-}
-
-func (g *guardedStream) release(ip string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.perIP[ip]--; g.perIP[ip] <= 0 {
-		delete(g.perIP, ip)
-	}
-}
-
-func remoteIP(c net.Conn) string {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
-	if err != nil {
-		return c.RemoteAddr().String()
-	}
-	return host
 }
 
 func (g *guardedStream) Accept() (net.Conn, error) {

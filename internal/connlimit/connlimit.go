@@ -21,15 +21,12 @@ func Wrap(ln net.Listener, total, perIP int) net.Listener {
 	if perIP <= 0 {
 		return ln
 	}
-	return &perIPListener{Listener: ln, max: perIP, open: map[string]int{}}
+	return &perIPListener{Listener: ln, counts: NewPerIP(perIP)}
 }
 
 type perIPListener struct {
 	net.Listener
-	max int
-
-	mu   sync.Mutex
-	open map[string]int
+	counts *PerIP
 }
 
 func (l *perIPListener) Accept() (net.Conn, error) {
@@ -38,33 +35,49 @@ func (l *perIPListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c)
-		if l.take(ip) {
-			return &countedConn{Conn: c, release: func() { l.release(ip) }}, nil
+		ip := RemoteIP(c)
+		if l.counts.Take(ip) {
+			return &countedConn{Conn: c, release: func() { l.counts.Release(ip) }}, nil
 		}
 		c.Close()
 	}
 }
 
-func (l *perIPListener) take(ip string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[ip] >= l.max {
+// PerIP counts open connections per remote address against a maximum.
+// The Raft port's guard and Wrap share it.
+type PerIP struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// NewPerIP allows max open connections per address.
+func NewPerIP(max int) *PerIP { return &PerIP{max: max, open: map[string]int{}} }
+
+// Take counts one more connection from ip, or reports false when ip
+// already holds the maximum.
+func (p *PerIP) Take(ip string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open[ip] >= p.max {
 		return false
 	}
-	l.open[ip]++
+	p.open[ip]++
 	return true
 }
 
-func (l *perIPListener) release(ip string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[ip]--; l.open[ip] <= 0 {
-		delete(l.open, ip)
+// Release gives back one of ip's slots.
+func (p *PerIP) Release(ip string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open[ip]--; p.open[ip] <= 0 {
+		delete(p.open, ip)
 	}
 }
 
-func remoteIP(c net.Conn) string {
+// RemoteIP is the connection's remote IP address (its whole remote
+// address when that has no port).
+func RemoteIP(c net.Conn) string {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		return a.IP.String()
 	}
