@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -65,6 +66,10 @@ type Config struct {
 // silent sockets pile up until the node ran out of file descriptors.
 const HandshakeTimeout = 5 * time.Second
 
+// MaxConnectionIdle is how long a gRPC connection may carry no request
+// before the server closes it gracefully.
+const MaxConnectionIdle = 10 * time.Minute
+
 // Server is the gRPC server.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -86,7 +91,11 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{cfg: cfg}
-	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout)}
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout),
+		// A connection that finished its handshake and then sent nothing
+		// for this long is sent GOAWAY, so idle sockets cannot pile up to
+		// the connection cap; Envoy reconnects on its next request.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxConnectionIdle})}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
