@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,7 +38,11 @@ type RaftLimits struct {
 	// connection; IdleTimeout closes an admitted connection on which
 	// nothing arrives for that long.
 	HandshakeTimeout, IdleTimeout time.Duration
-	// MaxConnsPerIP caps the open Raft connections from one remote IP.
+	// MaxConnsPerIP caps the admitted Raft connections from one remote IP,
+	// and, apart from those, its connections still in their handshake:
+	// when that many are pending, the oldest gives way to a new one, so
+	// sockets that never finish a handshake cannot keep a peer sharing
+	// their address (same host, NAT) from connecting.
 	MaxConnsPerIP int
 }
 
@@ -152,9 +157,9 @@ type guardedStream struct {
 
 	mu       sync.Mutex
 	perIP    *connlimit.PerIP
-	pending  map[net.Conn]struct{} // connections still in their handshake
-	lastWarn map[string]time.Time  // per kind of refusal, so a flood logs once a second
-	dropped  map[string]int        // refusals not logged since the last line
+	pending  map[string][]*countedConn // per remote IP, oldest first: connections still in their handshake
+	lastWarn map[string]time.Time      // per kind of refusal, so a flood logs once a second
+	dropped  map[string]int            // refusals not logged since the last line
 }
 
 // GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
@@ -165,7 +170,7 @@ func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raf
 		log = hclog.NewNullLogger()
 	}
 	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
-		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: connlimit.NewPerIP(sec.MaxConnsPerIP), pending: map[net.Conn]struct{}{},
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: connlimit.NewPerIP(sec.MaxConnsPerIP), pending: map[string][]*countedConn{},
 		lastWarn: map[string]time.Time{}, dropped: map[string]int{}}
 	g.wg.Add(1)
 	go g.acceptLoop()
@@ -193,49 +198,72 @@ func (g *guardedStream) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		ip := connlimit.RemoteIP(conn)
-		if !g.perIP.Take(ip) {
-			g.warn("raft connection refused: too many open from this address", "remote", conn.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
-			conn.Close()
-			continue
+		c := &countedConn{Conn: conn, ip: connlimit.RemoteIP(conn), idle: g.sec.IdleTimeout}
+		if old := g.addPending(c); old != nil {
+			g.warn("raft connection dropped: too many handshakes in progress from this address, the oldest gives way",
+				"remote", old.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
+			old.Conn.Close() // its handshake fails and admit cleans up
 		}
 		g.wg.Add(1)
-		go g.admit(&countedConn{Conn: conn, release: func() { g.perIP.Release(ip) }, idle: g.sec.IdleTimeout})
+		go g.admit(c)
 	}
+}
+
+// addPending records c as in its handshake and returns the connection it
+// evicts, if its address already had the maximum pending.
+func (g *guardedStream) addPending(c *countedConn) (evicted *countedConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list := g.pending[c.ip]
+	if len(list) >= g.sec.MaxConnsPerIP {
+		evicted, list = list[0], list[1:]
+		evicted.evicted = true
+	}
+	g.pending[c.ip] = append(list, c)
+	return evicted
+}
+
+// donePending ends c's handshake stage and reports whether it is still
+// wanted (not evicted meanwhile).
+func (g *guardedStream) donePending(c *countedConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list := g.pending[c.ip]
+	if i := slices.Index(list, c); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(g.pending, c.ip)
+	} else {
+		g.pending[c.ip] = list
+	}
+	return !c.evicted
 }
 
 func (g *guardedStream) admit(c *countedConn) {
 	defer g.wg.Done()
-	g.mu.Lock()
-	g.pending[c] = struct{}{}
-	g.mu.Unlock()
 	select {
 	case <-g.done: // Close may have swept pending before c was in it
+		g.donePending(c)
 		c.Close()
+		return
 	default:
 	}
-	defer func() {
-		g.mu.Lock()
-		delete(g.pending, c)
-		g.mu.Unlock()
-	}()
-	var conn net.Conn = c
-	deadline := time.Now().Add(g.sec.HandshakeTimeout)
-	c.Conn.SetDeadline(deadline)
-	if g.sec.TLS != nil {
-		tc := tls.Server(c, g.sec.TLS.ServerConfig())
-		if err := tc.Handshake(); err != nil {
-			g.reject(c, fmt.Errorf("TLS handshake: %w", err))
-			return
-		}
-		conn = tc
+	conn, err := g.handshake(c)
+	if !g.donePending(c) {
+		c.Close()
+		return
 	}
-	if len(g.token) > 0 {
-		if err := serverHandshake(conn, g.token); err != nil {
-			g.reject(c, err)
-			return
-		}
+	if err != nil {
+		g.reject(c, err)
+		return
 	}
+	if !g.perIP.Take(c.ip) {
+		g.warn("raft connection refused: too many open from this address", "remote", c.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
+		c.Close()
+		return
+	}
+	c.release = func() { g.perIP.Release(c.ip) }
 	c.Conn.SetDeadline(time.Time{})
 	c.live = true
 	select {
@@ -243,6 +271,26 @@ func (g *guardedStream) admit(c *countedConn) {
 	case <-g.done:
 		conn.Close()
 	}
+}
+
+// handshake runs the TLS and token handshakes the guard asks for, within
+// the handshake timeout, and returns the connection to hand to raft.
+func (g *guardedStream) handshake(c *countedConn) (net.Conn, error) {
+	var conn net.Conn = c
+	c.Conn.SetDeadline(time.Now().Add(g.sec.HandshakeTimeout))
+	if g.sec.TLS != nil {
+		tc := tls.Server(c, g.sec.TLS.ServerConfig())
+		if err := tc.Handshake(); err != nil {
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		conn = tc
+	}
+	if len(g.token) > 0 {
+		if err := serverHandshake(conn, g.token); err != nil {
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 func (g *guardedStream) reject(c net.Conn, err error) {
@@ -286,13 +334,13 @@ func (g *guardedStream) Close() error {
 		// Handshakes in progress end now rather than at their timeout.
 		// (Closed outside the lock: closing releases the per-IP slot.)
 		g.mu.Lock()
-		pending := make([]net.Conn, 0, len(g.pending))
-		for c := range g.pending {
-			pending = append(pending, c)
+		var pending []*countedConn
+		for _, list := range g.pending {
+			pending = append(pending, list...)
 		}
 		g.mu.Unlock()
 		for _, c := range pending {
-			c.Close()
+			c.Conn.Close()
 		}
 		g.wg.Wait()
 	})
@@ -330,9 +378,11 @@ func (g *guardedStream) Dial(addr raft.ServerAddress, timeout time.Duration) (ne
 // count once, when closed, and closes itself when no data arrives for idle.
 type countedConn struct {
 	net.Conn
-	release func()
+	ip      string
+	release func() // set once admitted: gives back its address's slot
 	idle    time.Duration
 	live    bool // set once admitted: from then on reads carry the idle deadline
+	evicted bool // guarded by the stream's mu
 	once    sync.Once
 }
 
@@ -344,6 +394,10 @@ func (c *countedConn) Read(p []byte) (int, error) {
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		if c.release != nil {
+			c.release()
+		}
+	})
 	return c.Conn.Close()
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -93,4 +94,67 @@ func TestGuardCloseEndsPendingHandshakes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close blocked on a connection in its handshake")
 	}
+}
+
+// Sockets that never finish their handshake cannot lock out a peer that
+// shares their address: the oldest pending one gives way to each new one,
+// and admitted connections have their own budget.
+func TestGuardSilentSocketsGiveWayToAPeer(t *testing.T) {
+	const max = 4
+	srv := guarded(t, RaftSecurity{Token: "right", RaftLimits: RaftLimits{HandshakeTimeout: time.Hour, MaxConnsPerIP: max}})
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 4)
+				if _, err := c.Read(b); err == nil {
+					c.Write(b)
+				}
+			}()
+		}
+	}()
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range 5 * max {
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	time.Sleep(200 * time.Millisecond) // let the accept loop take them
+	// All but the newest max were dropped, at once, not at the (hour-long)
+	// handshake timeout.
+	for i, c := range silent[:4*max] {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+			t.Fatalf("silent connection %d of %d still held: %v", i+1, len(silent), err)
+		}
+	}
+	peer := guarded(t, RaftSecurity{Token: "right"})
+	for i := range max { // admitted connections have their own budget
+		c, err := peer.Dial(raft.ServerAddress(srv.Addr().String()), 5*time.Second)
+		if err != nil {
+			t.Fatalf("peer dial %d while %d silent sockets are pending: %v", i+1, max, err)
+		}
+		defer c.Close()
+		c.Write([]byte("ping"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 4)); err != nil {
+			t.Fatalf("peer connection %d not served: %v", i+1, err)
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
