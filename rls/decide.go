@@ -124,6 +124,13 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 	if p, ok := s.cfg.Limiter.Policy(name); ok {
 		return &p, nil
 	}
+	// Count and add under one lock: concurrent requests each checking
+	// before any had added let 600 distinct overrides past the cap.
+	s.overrideMu.Lock()
+	defer s.overrideMu.Unlock()
+	if p, ok := s.cfg.Limiter.Policy(name); ok {
+		return &p, nil
+	}
 	if n := s.overrides(); n >= MaxOverridePolicies {
 		return nil, status.Errorf(codes.ResourceExhausted, "limit override %d per %s: the table already holds %d override policies (at most %d); delete some with rlnode policy delete",
 			o.GetRequestsPerUnit(), unit, n, MaxOverridePolicies)
@@ -133,6 +140,7 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 	if _, err := s.cfg.Limiter.SetPolicy(ctx, p, false); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "add policy %s for a limit override: %v", name, err)
 	}
+	s.addedOverrides[name] = time.Now()
 	return &p, nil
 }
 
@@ -140,10 +148,27 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 // cannot grow the replicated table without bound.
 const MaxOverridePolicies = 256
 
+// overrides counts the override policies in this node's table, plus those
+// this server added that the table here has not applied yet (a follower
+// applies a committed entry a moment after the leader answers). Called with
+// overrideMu held. Other nodes adding at the same moment can still pass the
+// cap by one each.
 func (s *Server) overrides() int {
 	n := 0
+	seen := map[string]bool{}
 	for _, p := range s.cfg.Limiter.Policies() {
 		if strings.HasPrefix(p.Name, policy.EnvoyOverridePrefix) {
+			n++
+			seen[p.Name] = true
+		}
+	}
+	for name, at := range s.addedOverrides {
+		switch {
+		case seen[name]:
+			delete(s.addedOverrides, name) // applied here now
+		case time.Since(at) > 10*time.Second:
+			delete(s.addedOverrides, name) // long applied, and deleted since
+		default:
 			n++
 		}
 	}

@@ -77,6 +77,11 @@ type Server struct {
 	cfg  Config
 	grpc *grpc.Server
 
+	// overrideMu serialises adding override policies; addedOverrides are
+	// those added here and maybe not applied here yet.
+	overrideMu     sync.Mutex
+	addedOverrides map[string]time.Time
+
 	mu      sync.Mutex
 	tree    *tree
 	version uint64 // the policy table version tree was built from
@@ -90,7 +95,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout),
 		// A connection that finished its handshake and then sent nothing
 		// for this long is sent GOAWAY, so idle sockets cannot pile up to

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"sync"
+
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rls"
 	"io"
 	"math"
 	"net"
@@ -216,6 +220,24 @@ func TestEnvoyRateLimitService(t *testing.T) {
 		}
 		if r := ask(t, c, 0, d); r.GetOverallCode() != over || r.GetStatuses()[0].GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
 			t.Fatalf("override second: %v", r)
+		}
+	})
+
+	t.Run("limit overrides stop at the cap under concurrency", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range rls.MaxOverridePolicies + 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d := desc("remote_address", "10.0.9.9")
+				d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(1000 + i), Unit: typev3.RateLimitUnit_DAY}
+				c.ShouldRateLimit(authed(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d}})
+			}()
+		}
+		wg.Wait()
+		r := proctest.MustGet(t, rig.urls["leader"]+"/v1/policies")
+		if n := strings.Count(string(r.Raw), `"name":"`+policy.EnvoyOverridePrefix); n > rls.MaxOverridePolicies {
+			t.Fatalf("%d override policies after %d concurrent distinct overrides; the cap is %d", n, rls.MaxOverridePolicies+100, rls.MaxOverridePolicies)
 		}
 	})
 
