@@ -21,10 +21,8 @@ func guarded(t *testing.T, sec RaftSecurity) raft.StreamLayer {
 	return g
 }
 
-// A dialer with the token gets a connection through and can talk; with a
-// wrong token both sides refuse (each proves the token to the other).
-func TestGuardTokenHandshake(t *testing.T) {
-	srv := guarded(t, RaftSecurity{Token: "right"})
+// echo answers each admitted connection's first 4 bytes with themselves.
+func echo(srv raft.StreamLayer) {
 	go func() {
 		for {
 			c, err := srv.Accept()
@@ -40,6 +38,13 @@ func TestGuardTokenHandshake(t *testing.T) {
 			}()
 		}
 	}()
+}
+
+// A dialer with the token gets a connection through and can talk; with a
+// wrong token both sides refuse (each proves the token to the other).
+func TestGuardTokenHandshake(t *testing.T) {
+	srv := guarded(t, RaftSecurity{Token: "right"})
+	echo(srv)
 	good := guarded(t, RaftSecurity{Token: "right"})
 	c, err := good.Dial(raft.ServerAddress(srv.Addr().String()), 5*time.Second)
 	if err != nil {
@@ -102,21 +107,7 @@ func TestGuardCloseEndsPendingHandshakes(t *testing.T) {
 func TestGuardSilentSocketsGiveWayToAPeer(t *testing.T) {
 	const max = 4
 	srv := guarded(t, RaftSecurity{Token: "right", RaftLimits: RaftLimits{HandshakeTimeout: time.Hour, MaxConnsPerIP: max}})
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b := make([]byte, 4)
-				if _, err := c.Read(b); err == nil {
-					c.Write(b)
-				}
-			}()
-		}
-	}()
+	echo(srv)
 	var silent []net.Conn
 	defer func() {
 		for _, c := range silent {
