@@ -233,8 +233,12 @@ func (c *Config) Validate() error {
 	if c.HTTPAdvertise == "" {
 		errs = append(errs, errors.New("http advertise address is empty"))
 	}
-	if len(c.ID) > 256 {
-		errs = append(errs, fmt.Errorf("node id is %d bytes, at most 256", len(c.ID)))
+	if c.ID != "" {
+		// The id goes into the log: one its decoder refuses would halt
+		// every replica.
+		if err := fsm.ValidateNode(fsm.Node{ID: c.ID, HTTPAddr: c.HTTPAdvertise}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Seed {
