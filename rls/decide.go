@@ -155,6 +155,8 @@ const MaxOverridePolicies = 256
 // cap by one each.
 func (s *Server) overrides() int {
 	n := 0
+	// One snapshot of the table for both counts: an entry applied between
+	// two reads would be counted in neither.
 	seen := map[string]bool{}
 	for _, p := range s.cfg.Limiter.Policies() {
 		if strings.HasPrefix(p.Name, policy.EnvoyOverridePrefix) {
