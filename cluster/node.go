@@ -245,7 +245,7 @@ func (n *Node) publishSelf() {
 	if have, ok := n.fsm.Node(n.cfg.ID); ok && have == want {
 		return
 	}
-	if err := n.apply(fsm.EncodeSetNode(want), n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := awaitFuture(n.apply(fsm.EncodeSetNode(want), n.cfg.ApplyTimeout), n.stop); err != nil {
 		n.log.Warn("publish own node metadata", "error", err)
 	}
 }

@@ -95,7 +95,8 @@ func (n *Node) ResetKey(ctx context.Context, policyName, client string, forwarde
 // state machine made of it.
 func (n *Node) applyAdmin(data []byte) (any, error) {
 	f := n.apply(data, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	// Also seedPolicies' wait, on the node's own goroutine.
+	if err := awaitFuture(f, n.stop); err != nil {
 		return nil, classifyApply(err)
 	}
 	if err, ok := f.Response().(error); ok {

@@ -64,24 +64,17 @@ func (n *Node) apply(data []byte, timeout time.Duration) raft.ApplyFuture {
 	if err := fsm.CheckEntry(data); err != nil {
 		return refusedFuture{fmt.Errorf("refused to write an entry the state machine cannot read: %w", err)}
 	}
-	return stopAware{n.raft.ApplyLog(fsm.Sealed(data), timeout), n.stop}
+	return n.raft.ApplyLog(fsm.Sealed(data), timeout)
 }
-
-// stopAware is an apply future whose Error gives up when the node closes
-// (see awaitFuture).
-type stopAware struct {
-	raft.ApplyFuture
-	stop <-chan struct{}
-}
-
-func (f stopAware) Error() error { return awaitFuture(f.ApplyFuture, f.stop) }
 
 // awaitFuture waits for f, or until stop is closed. hashicorp/raft never
 // resolves a future whose entry was committed but not yet applied when it
 // shuts down, and a goroutine of the node waiting on one (seeding the
 // policy table as a new leader while the state machine halts) held Close,
-// and the process, forever. The helper goroutine ends when raft resolves f,
-// or with the process.
+// and the process, forever. The node's own goroutines wait through it;
+// request handlers, bounded by the HTTP server's shutdown, and the hits
+// path, which should not pay a goroutine per entry, wait on the future. The
+// helper goroutine ends when raft resolves f, or with the process.
 func awaitFuture(f raft.Future, stop <-chan struct{}) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
