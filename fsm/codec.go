@@ -19,6 +19,8 @@ const (
 	EntrySetPolicies  byte = 4
 	EntryDeletePolicy byte = 5
 	EntryResetKey     byte = 6
+	// Reserved for round 3: 7 and 8 for lease grants and returns, 9 for
+	// admin counter writes (set a key's used count, count without a check).
 
 	IgnoreUnknown byte = 0x80
 )

@@ -154,11 +154,37 @@ func EncodeSetPolicies(mode SetMode, ps []policy.Policy) []byte {
 // it cannot read).
 const hasEnvoy = 0x80
 
+// hasOptions marks, in the algorithm byte, that a uvarint of option bits
+// follows the limits (before any Envoy match). Policies with default
+// options encode exactly as before options existed.
+const (
+	hasOptions = 0x40
+
+	optLeased     = 1 << 0 // Consistency "leased"
+	optEpochAlign = 1 << 1 // Align "epoch"
+	knownOptions  = optLeased | optEpochAlign
+)
+
+func policyOptions(p policy.Policy) uint64 {
+	var o uint64
+	if p.IsLeased() {
+		o |= optLeased
+	}
+	if p.EpochAligned() {
+		o |= optEpochAlign
+	}
+	return o
+}
+
 func appendPolicyBody(b []byte, p policy.Policy) []byte {
 	b = appendString(b, p.Name)
 	alg := byte(p.Alg())
 	if p.Envoy != nil {
 		alg |= hasEnvoy
+	}
+	opts := policyOptions(p)
+	if opts != 0 {
+		alg |= hasOptions
 	}
 	b = append(b, alg)
 	b = binary.AppendUvarint(b, uint64(len(p.Limits)))
@@ -166,6 +192,9 @@ func appendPolicyBody(b []byte, p policy.Policy) []byte {
 		b = binary.AppendUvarint(b, uint64(l.Limit))
 		b = binary.AppendUvarint(b, uint64(l.Window.Milliseconds()))
 		b = binary.AppendUvarint(b, uint64(l.Burst))
+	}
+	if opts != 0 {
+		b = binary.AppendUvarint(b, opts)
 	}
 	if p.Envoy != nil {
 		// Strings, bools and numbers only: Marshal cannot fail, and its
@@ -204,7 +233,7 @@ func decodeSetPolicies(buf []byte) (SetMode, []policy.Policy, error) {
 func (d *decoder) policy() (policy.Policy, error) {
 	p := policy.Policy{Name: string(d.bytes("policy name", MaxPolicyLen))}
 	alg := d.byte("algorithm")
-	p.Algorithm = window.Algorithm(alg &^ hasEnvoy).String()
+	p.Algorithm = window.Algorithm(alg &^ (hasEnvoy | hasOptions)).String()
 	n := d.uvarint("limit count")
 	if d.err == nil && n > policy.MaxLimits {
 		d.fail("%d limits", n)
@@ -216,6 +245,18 @@ func (d *decoder) policy() (policy.Policy, error) {
 		}
 		p.Limits = append(p.Limits, policy.Limit{Limit: int64(limit),
 			Window: policy.Duration(time.Duration(ms) * time.Millisecond), Burst: int64(burst)})
+	}
+	if alg&hasOptions != 0 {
+		opts := d.uvarint("policy options")
+		if d.err == nil && (opts == 0 || opts&^knownOptions != 0) {
+			d.fail("policy options %#x unknown to this node", opts)
+		}
+		if opts&optLeased != 0 {
+			p.Consistency = policy.Leased
+		}
+		if opts&optEpochAlign != 0 {
+			p.Align = policy.AlignEpoch
+		}
 	}
 	if alg&hasEnvoy != 0 {
 		raw := d.bytes("envoy match", policy.MaxEnvoyJSON)

@@ -282,3 +282,30 @@ func TestPolicyEntriesRoundTripAndHaltWhenCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// Policy options (consistency, align) ride in a bit of the algorithm byte:
+// a policy with default options encodes exactly as before options existed,
+// so older entries and snapshots read unchanged; unknown option bits halt.
+func TestPolicyOptionsRoundTripAndOldBodiesUnchanged(t *testing.T) {
+	plain := pol("p", "fixed_window", lim(10, time.Second))
+	old := EncodeSetPolicies(SetUpsert, []policy.Policy{plain})
+	// type, version, mode, count, name length, 'p', algorithm byte
+	if old[6] != byte(window.FixedWindow) {
+		t.Fatalf("a policy with default options changed its encoding: % x", old)
+	}
+	opt := plain
+	opt.Consistency, opt.Align = policy.Leased, policy.AlignEpoch
+	_, out, err := decodeSetPolicies(EncodeSetPolicies(SetUpsert, []policy.Policy{opt}))
+	if err != nil || len(out) != 1 || !out[0].Equal(opt) || !out[0].IsLeased() || !out[0].EpochAligned() {
+		t.Fatalf("options round trip: %+v %v", out, err)
+	}
+	if opt.Equal(plain) {
+		t.Fatal("policies differing only in options compare equal")
+	}
+	bad := EncodeSetPolicies(SetUpsert, []policy.Policy{opt})
+	bad[len(bad)-1] = 0x7c // option bits this node does not know
+	tf := newTestFSM(t)
+	if r, ok := tf.apply(1, bad).(error); !ok || !errors.Is(r, ErrCorrupt) {
+		t.Fatalf("unknown option bits: %v, want ErrCorrupt", r)
+	}
+}

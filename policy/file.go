@@ -146,11 +146,21 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 				return p, err
 			}
 			p.Envoy = e
+		case "consistency", "align":
+			s, ok := f.Value.(string)
+			if !ok {
+				return p, fmt.Errorf("%s: want a string", field)
+			}
+			if key == "consistency" {
+				p.Consistency = s
+			} else {
+				p.Align = s
+			}
 		default:
-			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits)", field)
+			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits, consistency, align)", field)
 		}
 	}
-	return p, nil
+	return p.Canonical(), nil
 }
 
 func limitFromNode(at string, node any) (Limit, error) {

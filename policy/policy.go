@@ -34,6 +34,38 @@ type Policy struct {
 	// policy answers for (rlnode policy import-envoy); the gRPC rate limit
 	// service matches requests against it.
 	Envoy *Envoy `json:"envoy,omitempty"`
+	// Consistency is "" (strict, the default: every hit through the log)
+	// or "leased" (nodes and applications spend budget granted through the
+	// log; never over the limit, not linearizable).
+	Consistency string `json:"consistency,omitempty"`
+	// Align is "" (windows anchored at each key's first hit, the default)
+	// or "epoch" (fixed windows at multiples of the window length since the
+	// Unix epoch, as envoyproxy/ratelimit and most Redis limiters count).
+	Align string `json:"align,omitempty"`
+}
+
+// Values of Policy.Consistency and Policy.Align other than the defaults.
+const (
+	Leased     = "leased"
+	AlignEpoch = "epoch"
+)
+
+// IsLeased reports whether the policy's budget may be spent from leases.
+func (p Policy) IsLeased() bool { return p.Consistency == Leased }
+
+// EpochAligned reports whether the policy's windows are aligned to the epoch.
+func (p Policy) EpochAligned() bool { return p.Align == AlignEpoch }
+
+// Canonical returns the policy with its options in their stored form:
+// the defaults' names ("strict", "anchored") become empty.
+func (p Policy) Canonical() Policy {
+	if p.Consistency == "strict" {
+		p.Consistency = ""
+	}
+	if p.Align == "anchored" {
+		p.Align = ""
+	}
+	return p
 }
 
 // Limit is one limit of a policy: Limit hits of cost 1 per Window. Burst is
@@ -61,7 +93,8 @@ func (p Policy) WindowLimits() []window.Limit {
 
 // Equal reports whether two policies are the same.
 func (p Policy) Equal(q Policy) bool {
-	if p.Name != q.Name || p.Algorithm != q.Algorithm || len(p.Limits) != len(q.Limits) {
+	if p.Name != q.Name || p.Algorithm != q.Algorithm || len(p.Limits) != len(q.Limits) ||
+		p.Consistency != q.Consistency || p.Align != q.Align {
 		return false
 	}
 	for i := range p.Limits {
@@ -84,6 +117,12 @@ func (p Policy) String() string {
 		if l.Burst != 0 {
 			fmt.Fprintf(&b, " burst %d", l.Burst)
 		}
+	}
+	if p.Consistency != "" {
+		b.WriteString(" " + p.Consistency)
+	}
+	if p.Align != "" {
+		b.WriteString(" align " + p.Align)
 	}
 	return b.String()
 }
@@ -143,6 +182,20 @@ func (p Policy) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.window %s repeats limits[%d].window: each limit needs its own window", field, w, j))
 			}
 		}
+	}
+	switch p.Consistency {
+	case "", Leased:
+	default:
+		errs = append(errs, fmt.Errorf("consistency %q is unknown: want strict or leased", p.Consistency))
+	}
+	switch p.Align {
+	case "":
+	case AlignEpoch:
+		if err == nil && alg != window.FixedWindow {
+			errs = append(errs, fmt.Errorf("align %q: only fixed_window windows can be aligned", p.Align))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("align %q is unknown: want anchored or epoch", p.Align))
 	}
 	if p.Envoy != nil {
 		if err := p.Envoy.Validate(); err != nil {

@@ -209,3 +209,22 @@ func TestParseOneDocumentOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyOptionsParseAndValidate(t *testing.T) {
+	ps, err := Parse([]byte("policies:\n- name: a\n  algorithm: fixed_window\n  consistency: leased\n  align: epoch\n  limits: [{limit: 5, window: 1m}]\n- name: b\n  algorithm: token_bucket\n  consistency: strict\n  limits: [{limit: 5, window: 1s}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ps[0].IsLeased() || !ps[0].EpochAligned() || ps[1].IsLeased() || ps[1].Consistency != "" {
+		t.Fatalf("options: %+v", ps)
+	}
+	for _, body := range []string{
+		`{"algorithm":"fixed_window","consistency":"eventual","limits":[{"limit":1,"window":"1s"}]}`,
+		`{"algorithm":"token_bucket","align":"epoch","limits":[{"limit":1,"window":"1s"}]}`,
+		`{"algorithm":"fixed_window","align":"minute","limits":[{"limit":1,"window":"1s"}]}`,
+	} {
+		if _, err := ParseOne("x", []byte(body)); err == nil {
+			t.Errorf("%s: accepted", body)
+		}
+	}
+}
