@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -32,10 +32,11 @@ type adminFlags struct {
 
 // newAdminFlags makes the flag set of an admin command; args names its
 // positional arguments for --help ("" for none).
-func newAdminFlags(name, args string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+// Asked for, its help goes to help (stdout).
+func newAdminFlags(name, args string, help io.Writer) (*flag.FlagSet, *adminFlags) {
 	a := &adminFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	setUsage(fs, name, args)
 	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node (https:// is used when a --tls-* flag is given)")
 	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
@@ -76,11 +77,8 @@ func (a *adminFlags) prepare() error {
 func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageErr("%v", err)
+		if err := cli.Parse(fs, args); err != nil {
+			return nil, err
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -165,7 +163,7 @@ type peerRow struct {
 }
 
 func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("peers", "", stderr)
+	fs, a := newAdminFlags("peers", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -219,7 +217,7 @@ func orDash(s string) string {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("status", "", stderr)
+	fs, a := newAdminFlags("status", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -256,7 +254,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("join", "", stderr)
+	fs, a := newAdminFlags("join", "", stdout)
 	var j cluster.JoinRequest
 	var nonVoter bool
 	fs.StringVar(&j.ID, "id", "", "id of the server to add (required)")
@@ -288,7 +286,7 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("remove", "ID", stderr)
+	fs, a := newAdminFlags("remove", "ID", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -307,7 +305,7 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("transfer-leadership", "[ID]", stderr)
+	fs, a := newAdminFlags("transfer-leadership", "[ID]", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -331,7 +329,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("snapshot", "", stderr)
+	fs, a := newAdminFlags("snapshot", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -351,7 +349,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("health", "", stderr)
+	fs, a := newAdminFlags("health", "", stdout)
 	live := fs.Bool("live", false, "check liveness (/livez) instead of readiness (/readyz)")
 	a.timeout = 3 * time.Second
 	if pos, err := parseAdmin(fs, args); err != nil {

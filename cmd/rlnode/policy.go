@@ -67,7 +67,7 @@ func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) 
 }
 
 func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy list", "", stderr)
+	fs, a := newAdminFlags("policy list", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -101,7 +101,7 @@ func limitsText(p policy.Policy) string {
 }
 
 func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy get", "NAME", stderr)
+	fs, a := newAdminFlags("policy get", "NAME", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -132,7 +132,7 @@ func (r *repeated) Set(v string) error {
 }
 
 func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy set", "NAME", stderr)
+	fs, a := newAdminFlags("policy set", "NAME", stdout)
 	var alg string
 	var limits, windows, bursts repeated
 	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
@@ -192,7 +192,7 @@ func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy
 }
 
 func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy delete", "NAME", stderr)
+	fs, a := newAdminFlags("policy delete", "NAME", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -213,7 +213,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // policyApply makes the cluster's table equal to a file: it sets what is
 // new or changed and deletes what the file does not list.
 func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy apply", "", stderr)
+	fs, a := newAdminFlags("policy apply", "", stdout)
 	var file string
 	var dry bool
 	fs.StringVar(&file, "f", "", "YAML or JSON file of policies (required)")
