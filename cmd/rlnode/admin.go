@@ -197,6 +197,16 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if a.json {
 		return printJSON(stdout, rows)
 	}
+	if len(rows) == 0 {
+		// A node in no cluster yet: say what it waits for.
+		var st cluster.Status
+		why := "this node belongs to no cluster yet"
+		if a.call(ctx, http.MethodGet, "/v1/status", nil, &st) == nil && st.Waiting != "" {
+			why = st.Waiting
+		}
+		fmt.Fprintf(stdout, "no servers: %s\n", why)
+		return nil
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tLEADER\tVOTER\tSTATE\tTERM\tAPPLIED\tLAST CONTACT")
 	for _, r := range rows {
@@ -249,6 +259,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(tw, "clock:\t%s\n", clock)
 	if st.Halted != "" {
 		fmt.Fprintf(tw, "HALTED:\t%s\n", st.Halted)
+	}
+	if st.Waiting != "" {
+		fmt.Fprintf(tw, "waiting:\t%s\n", st.Waiting)
 	}
 	return tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 // examples/ratelimited-api runs as its doc comment says: in front of a
 // node, the eleventh call in a window is a 429 with Retry-After.
 func TestExampleRateLimitedAPI(t *testing.T) {
+	proctest.Long(t)
 	root, err := proctest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

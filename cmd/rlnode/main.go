@@ -20,7 +20,6 @@ import (
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
 
-
 type command struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error

@@ -305,15 +305,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	obs.WatchNode(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
-	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
+	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
 
-	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
-		"limit", c.limit, "window", c.window.String())
+	// The limits are the replicated policy table's, said once the node is
+	// ready (reportDefaultPolicy), never this node's seeding flags.
+	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir)
+	if c.waitForJoin && !node.HadState() {
+		logger.Info(node.Status().Waiting)
+	}
 	c.warnSecurity(logger, tlsSrc)
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
@@ -477,12 +481,12 @@ func (c *serveConfig) joinInBackground(ctx context.Context, node *cluster.Node, 
 			return
 		}
 		self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
-		var err error
 		if c.bootstrapExpect > 0 && !node.Rejoined() {
-			err = node.BootstrapExpect(ctx, addrs, logger.Info)
-		} else {
-			err = node.JoinAndWait(ctx, addrs, self, logger.Info)
+			done <- node.BootstrapExpect(ctx, addrs, logger.Info)
+			return
 		}
+		logger.Info("no Raft state: asking the members in --join to add this node", "join", c.join)
+		err := node.JoinAndWait(ctx, addrs, self, logger.Info)
 		if err == nil {
 			logger.Info("joined the cluster as a voter", "via", c.join)
 		}
@@ -539,11 +543,11 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 	return append(ps, policy.Fixed(policy.Default, c.limit, c.window)), nil
 }
 
-// warnIfDefaultDiffers logs once, when the node is first ready, if the
-// replicated default policy is not what this node's flags would have
-// seeded: the flags only seed a new cluster, so a changed --limit on a
-// running one does nothing, and the operator should know.
-func warnIfDefaultDiffers(ctx context.Context, node *cluster.Node, seed []policy.Policy, logger hclog.Logger) {
+// reportDefaultPolicy logs once, when the node is first ready, the
+// replicated default policy, and warns if it is not what this node's flags
+// would have seeded: the flags only seed a new cluster, so a changed
+// --limit on a running one does nothing, and the operator should know.
+func reportDefaultPolicy(ctx context.Context, node *cluster.Node, seed []policy.Policy, logger hclog.Logger) {
 	for deadline := time.Now().Add(time.Minute); node.Ready(0) != nil; {
 		if time.Now().After(deadline) {
 			return
@@ -564,7 +568,9 @@ func warnIfDefaultDiffers(ctx context.Context, node *cluster.Node, seed []policy
 	switch {
 	case !ok:
 		logger.Warn("the replicated table has no default policy: GET /check/{client} answers 404 until one is set (rlnode policy set default ...)")
-	case !have.Equal(want):
+	case have.Equal(want):
+		logger.Info("policy default (replicated)", "policy", have.String())
+	default:
 		logger.Warn("this node's --limit/--window (or --policies) differ from the replicated default policy, which applies; change it with rlnode policy set",
 			"flags", want.String(), "replicated", have.String())
 	}
