@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -119,7 +122,7 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, url, err)
+		return reachError(method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -141,6 +144,19 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 		}
 	}
 	return nil
+}
+
+// reachError says once which node could not be reached and why (the
+// client's error repeats the URL), with a hint when nothing listens there.
+func reachError(method, url string, err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr names any node)", method, url)
+	}
+	return fmt.Errorf("%s %s: %w", method, url, err)
 }
 
 func printJSON(w io.Writer, v any) error {
