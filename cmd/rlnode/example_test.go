@@ -64,4 +64,11 @@ func TestExampleRateLimitedAPI(t *testing.T) {
 			t.Fatalf("call %d: no RateLimit header: %v", i, resp.Header)
 		}
 	}
+
+	// A second copy on the same address fails before it says it listens.
+	busy := proctest.Start(t, bin, "ratelimited-api-busy", "-rlnode", n.HTTPAddr, "-listen", listen)
+	if code := busy.Wait(15 * time.Second); code == 0 || strings.Contains(busy.Output(), "listening on") ||
+		!strings.Contains(busy.Output(), "listen on --listen "+listen) {
+		t.Fatalf("second example on a busy address: exit %d\n%s", code, busy.Output())
+	}
 }
