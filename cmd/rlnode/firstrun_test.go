@@ -33,6 +33,7 @@ func TestFirstRunCommandLine(t *testing.T) {
 		{[]string{"servee"}, []string{`rlnode: unknown command "servee" (did you mean serve?)`, "see `rlnode help`"}},
 		{[]string{"serve", "--window", "5"}, []string{"--window 5: a duration needs a unit: write 5s"}},
 		{[]string{"bench", "--duration", "10"}, []string{"--duration 10: a duration needs a unit"}},
+		{[]string{"policy", "lsit"}, []string{`unknown subcommand "lsit" (did you mean list?)`, "see `rlnode policy -h`"}},
 	}
 	for _, m := range mistakes {
 		out, stderr, code := proctest.Run(t, rlnodeBin, nil, m.args...)

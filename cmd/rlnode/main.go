@@ -123,6 +123,6 @@ func setUsage(fs *flag.FlagSet, name, args string) {
 		} else {
 			fmt.Fprintf(w, "usage: rlnode %s [flags] %s\n\nflags:\n", name, args)
 		}
-		fs.PrintDefaults()
+		fs.VisitAll(func(f *flag.Flag) { printFlag(w, f) })
 	}
 }

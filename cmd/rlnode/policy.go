@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -51,7 +53,11 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "import-envoy":
 		return policyImportEnvoy(ctx, args, stdout, stderr)
 	}
-	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
+	msg := fmt.Sprintf("unknown subcommand %q", sub)
+	if s := cli.Suggest(sub, []string{"list", "get", "set", "delete", "apply", "import-envoy"}); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return &cli.UsageError{Err: errors.New(msg), Hint: "see `rlnode policy -h` for the subcommands"}
 }
 
 type policyTable struct {
