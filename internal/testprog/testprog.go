@@ -102,7 +102,12 @@ func Summary(skips []Skip) string {
 	}
 	byProg := map[string][]string{}
 	install := map[string]string{}
+	seen := map[Skip]bool{}
 	for _, s := range skips {
+		if seen[s] {
+			continue // the same test in another run
+		}
+		seen[s] = true
 		byProg[s.Program] = append(byProg[s.Program], s.Test)
 		install[s.Program] = s.Install
 	}
@@ -115,7 +120,7 @@ func Summary(skips []Skip) string {
 	for i, p := range progs {
 		parts[i] = fmt.Sprintf("%s (%s: %s)", p, strings.Join(byProg[p], ", "), install[p])
 	}
-	return fmt.Sprintf("SKIPPED %d tests, programs missing: %s", len(skips), strings.Join(parts, "; "))
+	return fmt.Sprintf("SKIPPED %d tests, programs missing: %s", len(seen), strings.Join(parts, "; "))
 }
 
 // ReadAll reads every recorded skip in Dir.
