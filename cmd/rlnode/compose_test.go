@@ -65,6 +65,10 @@ func TestComposeCluster(t *testing.T) {
 		t.Fatalf("scripts/build-image.sh: %v\n%s%s", err, buildErr.String(), out)
 	}
 	images := []string{project + ":latest", lines[len(lines)-1]}
+	// A new user's next step after building: the token Compose needs.
+	if !strings.Contains(buildErr.String(), "next: scripts/compose-env.sh") {
+		t.Errorf("scripts/build-image.sh does not point at scripts/compose-env.sh:\n%s", buildErr.String())
+	}
 	t.Cleanup(func() {
 		_, _ = composeRun(context.Background(), nil, "docker", append([]string{"image", "rm", "-f"}, images...)...)
 	})
