@@ -84,6 +84,7 @@ func (n *Node) runClockCheck() {
 		}
 		n.measureClocks()
 		n.judgeClock()
+		n.refreshPeerIPs()
 	}
 }
 

@@ -40,8 +40,12 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
-	clockCheck  clockCheck
-	fwdBatch    *groupCommit
+	// raftRef is raft for goroutines that start before it exists (the
+	// Raft guard's accept loop); peerIPs are the members' addresses.
+	raftRef    atomic.Pointer[raft.Raft]
+	peerIPs    atomic.Pointer[map[string]bool]
+	clockCheck clockCheck
+	fwdBatch   *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -77,7 +81,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.fwd = newForwarder(cfg, n, n.stop)
-	n.internal = n.internalMux()
+	n.internal = n.requireNode(n.internalMux())
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -157,6 +161,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.raft = r
+	n.raftRef.Store(r)
 	switch {
 	case existing:
 		n.log.Info("found existing raft state; not bootstrapping", "data_dir", cfg.DataDir)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,6 +156,9 @@ func issue(o InitOptions, name string, ca *x509.Certificate, caKey *ecdsa.Privat
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if name != ClientName {
+		// Only node certificates carry a node identity: node-to-node
+		// ports refuse client.pem (see identity.go).
+		tmpl.URIs = []*url.URL{NodeURI(name)}
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		for _, h := range append([]string{name, "localhost", "127.0.0.1", "::1"}, o.Hosts...) {
 			if ip := net.ParseIP(h); ip != nil {
