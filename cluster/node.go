@@ -44,6 +44,7 @@ type Node struct {
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]
 	peerIPs    atomic.Pointer[map[string]bool]
+	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck clockCheck
 	fwdBatch   *groupCommit
 
@@ -119,6 +120,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.rejoined = rejoined
+	n.peerAddrs = loadPeerAddrs(cfg.DataDir)
 	if id, _ := readIdentity(cfg.DataDir); id == "" {
 		if err := writeIdentity(cfg.DataDir, cfg.ID); err != nil {
 			return err

@@ -62,6 +62,7 @@ type serveConfig struct {
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
 	sec                                                  securityConfig
+	fds                                                  fdBudget
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -272,6 +273,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
 	}).With("node", c.id)
 
+	soft, hard, err := raiseFileLimit()
+	if err != nil {
+		logger.Warn("could not raise the file descriptor limit", "error", err)
+	}
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "")
+	c.fds.log(logger, c.grpcAddr != "")
+
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
 	ln, err := c.bindHTTP(tlsSrc)
@@ -342,10 +350,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// Caps on the public listeners' open connections. Together they stay well
-// below the usual file descriptor limit (Go raises the soft limit to the
-// hard one at start), leaving room for the Raft stores, snapshots and TLS
-// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
+// Caps on the public listeners' open connections, lowered to fit a small
+// descriptor limit (fdlimit.go), leaving room for the Raft port, stores,
+// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
 // only: many applications may sit behind one proxy's address. Envoy keeps a
 // few connections per worker to the rate limit service, so one address may
 // hold a quarter of the gRPC slots and a flood from one host cannot lock
@@ -375,7 +382,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
 		}
-		s.grpc = connlimit.Wrap(s.grpc, maxGRPCConns, maxGRPCConnsPerIP)
+		s.grpc = connlimit.Wrap(s.grpc, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
 	}
 	return s, nil
 }
@@ -396,7 +403,7 @@ func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
-	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
+	ln = connlimit.Wrap(ln, c.fds.http, 0)
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
