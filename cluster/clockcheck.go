@@ -61,8 +61,11 @@ type clockCheck struct {
 	mu      sync.Mutex
 	offsets map[string]peerOffset
 	// skewed is set while this node is a voter that cannot establish its
-	// clock with a majority of the voters: it must not lead.
+	// clock with a majority of the voters: it must not lead. It starts set
+	// (Open), so a restarted node does not stand before its first
+	// judgment; judged records that one was made (clock goroutine only).
 	skewed atomic.Bool
+	judged bool
 	// estimate is this node's offset from the median peer (ms).
 	estimate atomic.Int64
 	// kick asks for a check now (on gaining leadership) rather than at
@@ -91,12 +94,14 @@ func (n *Node) runClockCheck() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		case <-n.clockCheck.kick:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-n.stop:
+				return
+			case <-t.C:
+			case <-n.clockCheck.kick:
+			}
 		}
 		n.measureClocks()
 		n.judgeClock()
@@ -109,14 +114,11 @@ func (n *Node) measureClocks() {
 	if cf.Error() != nil {
 		return
 	}
-	ids := map[string]bool{}
 	for _, s := range cf.Configuration().Servers {
 		if id := string(s.ID); id != n.cfg.ID {
-			ids[id] = true
 			n.measurePeer(id)
 		}
 	}
-	n.rememberPeerAddrs(ids)
 }
 
 // measurePeer takes one reading of a peer's clock and records it; false
@@ -164,7 +166,8 @@ func (n *Node) judgeClock() {
 	agree, agreeing := n.countAgreeing(voters)
 	quorum := len(voters)/2 + 1
 	skewed := voters[n.cfg.ID] && agree < quorum
-	was := n.clockCheck.skewed.Swap(skewed)
+	was := n.clockCheck.skewed.Swap(skewed) && n.clockCheck.judged
+	n.clockCheck.judged = true
 	args := []any{"offset", time.Duration(n.clockCheck.estimate.Load()) * time.Millisecond, "max", n.cfg.MaxClockOffset,
 		"agreeing_voters", agree, "voters", len(voters), "need", quorum, "agreeing", agreeing}
 	switch {

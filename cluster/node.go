@@ -81,6 +81,7 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
+	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.fwd = newForwarder(cfg, n, n.stop)
 	n.internal = n.requireNode(n.internalMux())
 	if err := n.open(); err != nil {
@@ -216,9 +217,25 @@ func (n *Node) logPath() string {
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
-func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
-func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
+
+// Apply and Restore also keep the cache of the members' HTTP addresses
+// (peeraddrs.go) up to date.
+func (f *raftFSM) Apply(l *raft.Log) any {
+	res := f.fsm.Apply(l)
+	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
+		(*Node)(f).rememberPeerAddrs()
+	}
+	return res
+}
+
+func (f *raftFSM) Restore(rc io.ReadCloser) error {
+	if err := f.fsm.Restore(rc); err != nil {
+		return err
+	}
+	(*Node)(f).rememberPeerAddrs()
+	return nil
+}
 
 // watchLeadership reacts to gaining leadership: it waits until everything
 // committed by earlier leaders is applied (so reads and the clock start from

@@ -38,20 +38,24 @@ func (p *peerAddrs) get(id string) (string, bool) {
 	return a, ok && a != ""
 }
 
-// update replaces the cache with addrs when it differs, writing it
-// atomically; a failed write is retried on the next update.
-func (p *peerAddrs) update(addrs map[string]string) {
+// merge adds addrs to the cache (a member's newer address replaces its
+// older one; entries are never dropped, since only ids in the Raft
+// configuration are looked up), writing it atomically when it changed; a
+// failed write is retried on the next merge.
+func (p *peerAddrs) merge(addrs map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if maps.Equal(p.addrs, addrs) {
+	next := maps.Clone(p.addrs)
+	maps.Copy(next, addrs)
+	if maps.Equal(p.addrs, next) {
 		return
 	}
-	b, _ := json.Marshal(addrs)
+	b, _ := json.Marshal(next)
 	tmp := p.path + ".tmp"
 	if os.WriteFile(tmp, b, 0o644) != nil || os.Rename(tmp, p.path) != nil {
 		return
 	}
-	p.addrs = addrs
+	p.addrs = next
 }
 
 // peerHTTPAddr is the HTTP address of member id: from the replicated
@@ -73,16 +77,17 @@ func (n *Node) peerHTTPAddr(id string) (string, bool) {
 	return "", false
 }
 
-// rememberPeerAddrs records the members' HTTP addresses the replicated
-// metadata holds (called each second by the clock check).
-func (n *Node) rememberPeerAddrs(members map[string]bool) {
+// rememberPeerAddrs records the HTTP addresses the replicated metadata
+// holds; the state machine calls it after applying node metadata or a
+// snapshot.
+func (n *Node) rememberPeerAddrs() {
 	addrs := map[string]string{}
-	for id := range members {
-		if a, ok := n.peerHTTPAddr(id); ok {
-			addrs[id] = a
+	for id, meta := range n.fsm.Nodes() {
+		if id != n.cfg.ID && meta.HTTPAddr != "" {
+			addrs[id] = meta.HTTPAddr
 		}
 	}
 	if len(addrs) > 0 {
-		n.peerAddrs.update(addrs)
+		n.peerAddrs.merge(addrs)
 	}
 }
