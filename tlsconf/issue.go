@@ -42,8 +42,9 @@ type InitOptions struct {
 
 // Init writes a CA (or reuses the one already in Dir, so running it again
 // re-issues node certificates under the same CA, e.g. to rotate them), one
-// certificate per node valid as server and client, and a client-only
-// certificate for the admin CLI and applications. It returns the files
+// certificate per node valid as server and client and carrying the node's
+// identity (NodeURI), and a client-only certificate for the admin CLI and
+// applications, which carries none. It returns the files
 // written.
 func Init(o InitOptions) ([]string, error) {
 	if len(o.Nodes) == 0 {

@@ -66,8 +66,11 @@ func (b fdBudget) log(log hclog.Logger, grpc bool) {
 		args = append(args, "grpc_conns", b.grpc)
 	}
 	log.Info("file descriptor limit", args...)
-	if b.http < maxHTTPConns || (grpc && b.grpc < maxGRPCConns) {
-		log.Warn(fmt.Sprintf("the file descriptor limit is low: port caps reduced to fit it (raise the hard limit, e.g. LimitNOFILE=%d in systemd)",
-			maxHTTPConns+maxGRPCConns+b.raft+fdReserveFiles), args...)
+	need := maxHTTPConns + b.raft + fdReserveFiles
+	if grpc {
+		need += maxGRPCConns
+	}
+	if b.soft < uint64(need) {
+		log.Warn(fmt.Sprintf("the file descriptor limit is low: port caps reduced to fit it (give the node at least %d, e.g. LimitNOFILE= in systemd)", need), args...)
 	}
 }
