@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/transport"
 )
 
 // File descriptors. Every port's connections come out of one process
@@ -46,7 +46,7 @@ func raiseFileLimit() (soft, hard uint64, err error) {
 }
 
 // planFDs splits limit between the ports.
-func planFDs(soft, hard uint64, limits cluster.RaftLimits, grpc bool) fdBudget {
+func planFDs(soft, hard uint64, limits transport.RaftLimits, grpc bool) fdBudget {
 	b := fdBudget{soft: soft, hard: hard, raft: limits.MaxPending + fdReservePeers*limits.MaxConnsPerIP}
 	rest := int(min(soft, 1<<30)) - b.raft - fdReserveFiles
 	grpcShare := 0

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -27,7 +27,7 @@ type securityConfig struct {
 	legacyNodeCert bool
 	tls            tlsconf.Files
 	tlsReload      time.Duration
-	raftLimits     cluster.RaftLimits
+	raftLimits     transport.RaftLimits
 }
 
 // tlsFlags registers --tls-cert/--tls-key/--tls-ca, defaulting to the
@@ -45,10 +45,10 @@ func (s *securityConfig) flags(fs *flag.FlagSet) {
 	tlsFlags(fs, &s.tls)
 	fs.BoolVar(&s.legacyNodeCert, "tls-legacy-node-certs", false, "UPGRADE ONLY: also accept node certificates without a node identity (written by an older rlnode tls init), named by their common name; any server certificate of the CA then passes as a node. Re-issue the certificates with rlnode tls init instead")
 	fs.DurationVar(&s.tlsReload, "tls-reload-interval", 5*time.Second, "how often to check the TLS files for changes (0: only on SIGHUP)")
-	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", cluster.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
-	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", cluster.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
-	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", cluster.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
-	fs.IntVar(&s.raftLimits.MaxPending, "raft-max-pending", cluster.DefaultRaftMaxPending, "most Raft connections still in their handshake from addresses that are not members (beyond it the oldest of the address holding the most is dropped)")
+	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", transport.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
+	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", transport.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
+	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", transport.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
+	fs.IntVar(&s.raftLimits.MaxPending, "raft-max-pending", transport.DefaultRaftMaxPending, "most Raft connections still in their handshake from addresses that are not members (beyond it the oldest of the address holding the most is dropped)")
 }
 
 // validate checks the security flags alone (no I/O).
