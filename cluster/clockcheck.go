@@ -44,7 +44,7 @@ type ClockReading struct {
 }
 
 // ErrClockSkew marks refusals caused by a clock too far off.
-var ErrClockSkew = errors.New("this node's clock is off from the cluster's by more than --max-clock-offset")
+var ErrClockSkew = errors.New("this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters down or unread)")
 
 // clockReadingTTL is how long a peer's reading counts (readings are
 // taken each second; a few may fail under load).
