@@ -74,7 +74,7 @@ func (n *Node) Peek(ctx context.Context, policyName, client string, stale, forwa
 	now := max(n.clock.wallNowMs(), v.AppliedNow)
 	r := PeekResult{Client: client, Policy: policyName, Algorithm: v.Policy.Algorithm,
 		AppliedNow: v.AppliedNow, AppliedIndex: v.AppliedIndex, ServedBy: n.cfg.ID, Stale: stale}
-	alg := v.Policy.Alg()
+	alg := v.Policy.Decider()
 	parts := make([]window.Result, len(v.States))
 	for i, l := range v.Policy.WindowLimits() {
 		pl := peekLimit(alg, l, v.States[i], now)
