@@ -30,7 +30,7 @@ descriptors:
 	}
 	var ps []policy.Policy
 	for _, r := range rules {
-		ps = append(ps, r.Policy())
+		ps = append(ps, r.Policy(false))
 	}
 	tr := buildTree(ps)
 	for _, c := range []struct {
