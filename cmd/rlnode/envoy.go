@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,12 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
+// envoyFlags are the loader's options, shared by import-envoy and sync-envoy.
+func envoyFlags(fs *flag.FlagSet, opt *policy.EnvoyOptions) {
+	fs.BoolVar(&opt.MergeDomains, "merge-domains", false, "merge files that configure the same domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); otherwise that is an error")
+	fs.BoolVar(&opt.Anchored, "anchored", false, "anchor each key's windows at its first hit instead of aligning them to the epoch as envoyproxy/ratelimit does")
+}
+
 // policyImportEnvoy turns envoyproxy/ratelimit configuration files into
 // replicated policies: for each domain in the files, the cluster's envoy
 // policies of that domain become exactly the file's descriptors (added,
@@ -19,15 +26,17 @@ import (
 func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("policy import-envoy", "FILE...", stderr)
 	var dry bool
+	var opt policy.EnvoyOptions
 	fs.BoolVar(&dry, "dry-run", false, "print what would change and change nothing")
+	envoyFlags(fs, &opt)
 	files, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] FILE...")
+		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...")
 	}
-	domains, want, err := policy.ReadEnvoyFiles(files...)
+	domains, want, err := policy.ReadEnvoyFiles(opt, files...)
 	if err != nil {
 		return usageErr("%v", err)
 	}

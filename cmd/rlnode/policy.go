@@ -23,7 +23,8 @@ const policyUsage = `usage:
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...]
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--dry-run]
-  rlnode policy import-envoy [--dry-run] FILE...   (envoyproxy/ratelimit YAML)
+  rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...   (envoyproxy/ratelimit YAML)
+  rlnode policy sync-envoy --dir DIR [--watch] [--merge-domains] [--anchored]
 (and --addr, --cluster-token, --json as for every admin command)`
 
 // runPolicy dispatches `rlnode policy SUBCOMMAND`.
