@@ -51,6 +51,8 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return policyApply(ctx, args, stdout, stderr)
 	case "import-envoy":
 		return policyImportEnvoy(ctx, args, stdout, stderr)
+	case "sync-envoy":
+		return policySyncEnvoy(ctx, args, stdout, stderr)
 	}
 	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
 }
