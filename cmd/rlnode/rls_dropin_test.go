@@ -208,3 +208,73 @@ func TestEnvoyDropIn(t *testing.T) {
 		}
 	})
 }
+
+// configMapSwap points dir/..data at a new directory holding files, as the
+// kubelet updates a mounted ConfigMap: the top-level names are symlinks
+// through ..data, swapped with one rename.
+func configMapSwap(t *testing.T, dir, version string, files map[string]string) {
+	t.Helper()
+	ts := filepath.Join(dir, "..v"+version)
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(ts, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSyncEnvoyWatchesAConfigMap(t *testing.T) {
+	nodes := proctest.StartCluster(t, rlnodeBin, 1, "--cluster-token", rlsToken)
+	dir := t.TempDir()
+	configMapSwap(t, dir, "1", map[string]string{"limits.yaml": "domain: cm\ndescriptors:\n  - {key: a, rate_limit: {unit: minute, requests_per_unit: 1}}\n"})
+	metricsAddr := proctest.FreeAddr(t)
+	proctest.Start(t, rlnodeBin, "sync-envoy", "policy", "sync-envoy", "--watch", "--interval", "100ms", "--dir", dir,
+		"--metrics-addr", metricsAddr, "--addr", nodes[0].URL(), "--cluster-token", rlsToken)
+	has := func(name string, want bool) func() error {
+		return func() error {
+			r, err := nodes[0].Do(http.MethodGet, "/v1/policies/"+name, rlsToken, nil)
+			if err != nil {
+				return err
+			}
+			if got := r.Status == http.StatusOK; got != want {
+				return fmt.Errorf("policy %s: status %d, want present %v", name, r.Status, want)
+			}
+			return nil
+		}
+	}
+	proctest.Poll(t, 20*time.Second, has("envoy:cm.a", true))
+
+	configMapSwap(t, dir, "2", map[string]string{"limits.yaml": "domain: cm\ndescriptors:\n  - {key: b, rate_limit: {unit: minute, requests_per_unit: 1}}\n"})
+	proctest.Poll(t, 20*time.Second, has("envoy:cm.b", true))
+	proctest.Poll(t, 5*time.Second, has("envoy:cm.a", false))
+
+	configMapSwap(t, dir, "3", map[string]string{"limits.yaml": "domain: cm\ndescriptors:\n  - {key: c, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n"})
+	proctest.Poll(t, 20*time.Second, func() error {
+		r, err := proctest.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		if body := string(r.Raw); !strings.Contains(body, `rlnode_envoy_sync_errors_total{stage="config"} 1`) || !strings.Contains(body, "rlnode_envoy_sync_config_ok 0") {
+			return fmt.Errorf("metrics:\n%s", r.Raw)
+		}
+		return nil
+	})
+	if err := has("envoy:cm.b", true)(); err != nil {
+		t.Fatalf("the refused file changed the table: %v", err)
+	}
+}
