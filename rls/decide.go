@@ -109,6 +109,12 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		}
 		p.pol, p.metric = m.pol, m.metricKey
 		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
+		if d.GetIsNegativeHits() {
+			// A refund: rlnode cannot give hits back yet, and counting it
+			// as a hit would be the opposite of what was asked. It is
+			// answered OK and changes nothing.
+			p.pol = nil
+		}
 		if p.pol == nil {
 			continue
 		}

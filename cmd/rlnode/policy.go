@@ -91,14 +91,24 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-// limitsText is e.g. "10/1s burst 20, 1000/24h".
+// limitsText is e.g. "10/1s burst 20, 1000/24h", "100/1m aligned" (windows
+// aligned to the epoch), or what an Envoy descriptor without a limit does.
 func limitsText(p policy.Policy) string {
+	switch e := p.Envoy; {
+	case e != nil && e.NoLimit:
+		return "never limited (a value without rate_limit)"
+	case e != nil && e.Unlimited:
+		return "unlimited"
+	}
 	parts := make([]string, len(p.Limits))
 	for i, l := range p.Limits {
 		parts[i] = fmt.Sprintf("%d/%s", l.Limit, l.Window)
 		if l.Burst > 0 {
 			parts[i] += fmt.Sprintf(" burst %d", l.Burst)
 		}
+	}
+	if p.EpochAligned() {
+		parts[len(parts)-1] += " aligned"
 	}
 	return strings.Join(parts, ", ")
 }
