@@ -1,8 +1,11 @@
 package policy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/goccy/go-yaml"
 )
 
 // One configuration per rule of envoyproxy/ratelimit's loader (our own
@@ -158,4 +161,60 @@ descriptors:
 	if e := by["shop.late_x*"].Envoy; e == nil || e.Descriptors[0].Order != 4 {
 		t.Errorf("the merged file's descriptor: %+v", e)
 	}
+}
+
+// An imported policy round-trips through a policy file (export, apply):
+// every match field, metadata included, survives YAML and JSON.
+func TestEnvoyPolicyRoundTripsThroughFiles(t *testing.T) {
+	_, ps, err := LoadEnvoy([]EnvoyFile{{Name: "a.yaml", Data: []byte(`
+domain: shop
+descriptors:
+  - key: tenant
+    value: "t-*"
+    share_threshold: true
+    value_to_metric: true
+    descriptors:
+      - key: op
+        quota_mode: true
+        metadata: {owner: a, tiers: [1, 2], nested: {deep: true}}
+        rate_limit: {name: ops, replaces: [{name: other}], unit: hour, requests_per_unit: 9}
+`)}}, EnvoyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ps[0]
+	for _, doc := range []string{
+		"algorithm: fixed_window\nalign: epoch\nlimits: [{limit: 9, window: 1h}]\nenvoy:\n" + indent(mustYAML(t, p.Envoy)),
+		string(mustJSON(t, p)),
+	} {
+		got, err := ParseOne(p.Name, []byte(doc))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		if !got.Equal(p) {
+			t.Fatalf("round trip lost something:\n got %+v\nwant %+v", got.Envoy, p.Envoy)
+		}
+	}
+}
+
+func mustYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ") + "\n"
 }
