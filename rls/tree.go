@@ -102,10 +102,11 @@ func (t *tree) match(domain string, entries []entry) match {
 	var m match
 	path := make([]*node, 0, len(entries))
 	for i, e := range entries {
-		next, wildKey := n.kids[e.key+"_"+e.value], ""
+		kv := e.key + "_" + e.value
+		next, wildKey := n.kids[kv], ""
 		if next == nil {
 			for _, w := range n.wild {
-				if wildcardMatch(w.parts, e.key+"_"+e.value) {
+				if wildcardMatch(w.parts, kv) {
 					next, wildKey = n.kids[w.key], w.key
 					break
 				}
@@ -122,7 +123,9 @@ func (t *tree) match(domain string, entries []entry) match {
 			if m.shared == nil {
 				m.shared = make([]string, len(entries))
 			}
-			m.shared[i] = next.entry.Value
+			// As envoyproxy/ratelimit spells it: the pattern less "key_"
+			// (the whole pattern when the wildcard is in the key).
+			m.shared[i] = strings.TrimPrefix(wildKey, e.key+"_")
 		}
 		if i == len(entries)-1 && next.pol != nil {
 			m.pol = next.pol
