@@ -33,6 +33,7 @@ type Metrics struct {
 	// rlsDescriptors counts the gRPC rate limit service's descriptors by
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
+	rlsLimits      *rlsLimits
 }
 
 // New registers rlnode's collectors on reg.
@@ -58,8 +59,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 	}
 	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
+		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match, global_shadow_mode).",
 	}, []string{"domain", "result"})
+	m.rlsLimits = newRLSLimits(reg)
 	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

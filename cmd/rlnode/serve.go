@@ -51,6 +51,7 @@ type serveConfig struct {
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
 	grpcAddr                                             string
+	rlsOpt                                               rlsFlags
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -108,6 +109,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
 	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
+	c.rlsOpt.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
@@ -419,6 +421,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 	}
 	if side.grpc != nil {
 		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
