@@ -17,7 +17,8 @@ var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 func TestDocLinksResolve(t *testing.T) {
 	root := filepath.Join("..", "..")
 	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	pages = append(pages, filepath.Join(root, "README.md"), filepath.Join(root, "docs", "proxies", "README.md"))
+	proxies, _ := filepath.Glob(filepath.Join(root, "docs", "proxies", "*.md"))
+	pages = append(append(pages, proxies...), filepath.Join(root, "README.md"))
 	for _, page := range pages {
 		b, err := os.ReadFile(page)
 		if err != nil {

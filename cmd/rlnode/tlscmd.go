@@ -36,8 +36,10 @@ func runTLSInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, "usage: rlnode tls init --out DIR --nodes n1,n2,n3 [--hosts HOST,...] [--valid DURATION]")
 		fmt.Fprintln(w, "\nWrites ca.pem and ca-key.pem (kept if DIR already has them, so running it again re-issues")
 		fmt.Fprintln(w, "node certificates under the same CA), NAME.pem and NAME-key.pem per node (server and client")
-		fmt.Fprintln(w, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts), and client.pem and")
-		fmt.Fprintln(w, "client-key.pem for the admin CLI and applications. Takes no positional arguments.")
+		fmt.Fprintln(w, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts, and naming node NAME in the")
+		fmt.Fprintln(w, "URI SAN spiffe://rlnode/node/NAME that node-to-node ports require), and client.pem and")
+		fmt.Fprintln(w, "client-key.pem for the admin CLI and applications (no node name: refused on node-to-node ports).")
+		fmt.Fprintln(w, "Takes no positional arguments.")
 		fs.PrintDefaults()
 	}
 	var o tlsconf.InitOptions
