@@ -17,10 +17,12 @@ var serveFlagGroups = []struct {
 }{
 	{"node", []string{"id", "http-addr", "raft-addr", "http-advertise", "raft-advertise", "data-dir", "raft-log",
 		"limit", "window", "policies", "grpc-addr", "config", "log-level", "log-json"}},
+	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
 		"leave-on-shutdown", "max-clock-offset"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
-		"insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip", "pprof-addr"}},
+		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
+		"raft-max-pending", "pprof-addr"}},
 	{"tuning", []string{"snapshot-threshold", "snapshot-interval", "trailing-logs", "max-batch", "max-inflight",
 		"max-forward-inflight", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
 		"raft-heartbeat-timeout", "raft-election-timeout", "raft-lease-timeout", "shutdown-timeout"}},
