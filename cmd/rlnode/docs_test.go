@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
@@ -80,4 +83,107 @@ func headingAnchor(h string) string {
 		}
 	}
 	return b.String()
+}
+
+// Every `rlnode ...` command shown in the README and docs/ still parses:
+// its command exists and so do its flags (each is run with -h appended,
+// which prints the help once the flags before it parsed). A renamed flag
+// breaks here, not in a new user's terminal.
+func TestDocCommandsParse(t *testing.T) {
+	root := filepath.Join("..", "..")
+	pages, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	pages = append(pages, filepath.Join(root, "README.md"))
+	// Lines that show a mistake on purpose, with its answer.
+	mistakes := []string{"--windw", "--window 5"}
+	checked := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range docCommands(string(b)) {
+			if slices.ContainsFunc(mistakes, func(m string) bool { return strings.Contains(cmd, m) }) {
+				continue
+			}
+			args, ok := shellWords(strings.TrimPrefix(cmd, "rlnode"))
+			if !ok {
+				continue // placeholders such as ... or [more.yaml ...]
+			}
+			_, stderr, code := proctest.Run(t, rlnodeBin, nil, append(args, "-h")...)
+			if code != 0 {
+				t.Errorf("%s: %q does not parse: exit %d\n%s", page, cmd, code, stderr)
+			}
+			checked++
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("checked only %d commands; is the extraction broken?", checked)
+	}
+}
+
+// docCommands are the rlnode command lines in a page's code blocks, with
+// continuation lines joined, prompts and trailing comments removed.
+func docCommands(page string) []string {
+	var out []string
+	fence, cont := false, ""
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fence, cont = !fence, ""
+			continue
+		}
+		if !fence {
+			continue
+		}
+		line = cont + strings.TrimPrefix(line, "$ ")
+		cont = ""
+		if strings.HasSuffix(line, "\\") {
+			cont = strings.TrimSuffix(line, "\\")
+			continue
+		}
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		fields := strings.Fields(line)
+		if len(fields) == 0 || fields[0] != "rlnode" || (len(fields) > 1 && strings.HasSuffix(fields[1], ":")) {
+			continue // not a command, or a line of output ("rlnode serve: ...")
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// shellWords splits a command line as the shell would for the simple
+// lines docs show: words, "double" or 'single' quotes. It reports false
+// for placeholders (..., [optional]) that only a person fills in.
+func shellWords(s string) ([]string, bool) {
+	if strings.Contains(s, "...") || strings.Contains(s, "[") {
+		return nil, false
+	}
+	var words []string
+	var cur strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '"' || r == '\'':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words, quote == 0
 }
