@@ -94,8 +94,8 @@ func (n *Node) runClockCheck() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if !first {
+	for tick := 0; ; tick++ {
+		if tick > 0 {
 			select {
 			case <-n.stop:
 				return
@@ -105,7 +105,10 @@ func (n *Node) runClockCheck() {
 		}
 		n.measureClocks()
 		n.judgeClock()
-		n.refreshPeerIPs()
+		if tick%5 == 0 {
+			// Host names may need DNS: not every second.
+			n.refreshPeerIPs()
+		}
 	}
 }
 
