@@ -84,10 +84,15 @@ func TestEnvoyDropIn(t *testing.T) {
 	}
 	rig := rlsDial(t, nodes, grpcAddr)
 	c := rig.clients["follower"]
-	// The follower answers from its own table: wait until it has the import.
+	// The follower matches with its own table: wait until it has applied
+	// the whole import.
 	proctest.Poll(t, 10*time.Second, func() error {
-		if r := askIn(t, c, "dropin", desc("file", "f-probe")); r.GetStatuses()[0].GetCurrentLimit() == nil {
-			return fmt.Errorf("the follower has no limit for file yet: %v", r)
+		r, err := proctest.Get(rig.urls["follower"] + "/v1/policies?stale=true")
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(string(r.Raw), `"name":"envoy:dropin.`); n != 6 {
+			return fmt.Errorf("the follower has %d of the 6 imported policies", n)
 		}
 		return nil
 	})
