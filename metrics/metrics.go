@@ -84,7 +84,7 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 		gauge("rlnode_raft_applied_index", "Last log index applied to the state machine.", func(g cluster.Gauges) float64 { return float64(g.AppliedIndex) }),
 		gauge("rlnode_raft_commit_index", "Last committed log index known to this node.", func(g cluster.Gauges) float64 { return float64(g.CommitIndex) }),
 		gauge("rlnode_clock_offset_seconds", "This node's clock minus the median of its peers' clocks, measured once a second.", func(g cluster.Gauges) float64 { return float64(g.ClockSkewMs) / 1000 }),
-		gauge("rlnode_clock_skewed", "1 while this node's clock is off by more than --max-clock-offset from the majority and it refuses to lead.", func(g cluster.Gauges) float64 {
+		gauge("rlnode_clock_skewed", "1 while this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters unread) and refuses to lead.", func(g cluster.Gauges) float64 {
 			if g.ClockSkewed {
 				return 1
 			}
