@@ -17,6 +17,7 @@ import (
 // never leads while leaders are killed around it; windows keep their
 // real-time length because only healthy clocks stamp hits.
 func TestSkewedNodeNeverLeads(t *testing.T) {
+	proctest.Long(t)
 	n1 := proctest.StartNode(t, rlnodeBin, "n1", "--limit", "3", "--window", "20s")
 	proctest.WaitReady(t, n1, 15*time.Second)
 	n2 := proctest.StartNode(t, rlnodeBin, "n2", "--limit", "3", "--window", "20s", "--join", n1.URL())
