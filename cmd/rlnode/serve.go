@@ -62,6 +62,7 @@ type serveConfig struct {
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
 	sec                                                  securityConfig
+	httpLimits                                           httpLimits
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -109,6 +110,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
+	c.httpLimits.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
 	return fs, c
 }
@@ -162,6 +164,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
 	}
 	errs = append(errs, c.sec.validate(c.token)...)
+	errs = append(errs, c.httpLimits.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -274,7 +277,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
-	ln, err := c.bindHTTP(tlsSrc)
+	ln, capped, err := c.bindHTTP(tlsSrc)
 	if err != nil {
 		return err
 	}
@@ -312,6 +315,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
+	srv.ConnState = capped.ConnState
 
 	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
 		"limit", c.limit, "window", c.window.String())
@@ -342,17 +346,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// Caps on the public listeners' open connections. Together they stay well
-// below the usual file descriptor limit (Go raises the soft limit to the
-// hard one at start), leaving room for the Raft stores, snapshots and TLS
-// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
-// only: many applications may sit behind one proxy's address. Envoy keeps a
-// few connections per worker to the rate limit service, so one address may
-// hold a quarter of the gRPC slots and a flood from one host cannot lock
-// the others out. Silent connections go after 5 s on both ports (HTTP's
-// ReadHeaderTimeout, rls.HandshakeTimeout).
+// Caps on the gRPC listener's open connections. With HTTP's (httpLimits)
+// they stay well below the usual file descriptor limit (Go raises the soft
+// limit to the hard one at start), leaving room for the Raft stores,
+// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE.
+// Envoy keeps a few connections per worker to the rate limit service, so
+// one address may hold a quarter of the gRPC slots and a flood from one
+// host cannot lock the others out. Silent connections go after 5 s on both
+// ports (HTTP's ReadHeaderTimeout, rls.HandshakeTimeout).
 const (
-	maxHTTPConns      = 8192
 	maxGRPCConns      = 4096
 	maxGRPCConnsPerIP = 1024
 )
@@ -390,17 +392,19 @@ func (s sideListeners) close() {
 	}
 }
 
-// bindHTTP listens on --http-addr, capped and behind TLS when configured.
-func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (net.Listener, error) {
-	ln, err := net.Listen("tcp", c.httpAddr)
+// bindHTTP listens on --http-addr, capped and behind TLS when configured;
+// the server reports connection states to capped.
+func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (ln net.Listener, capped *connlimit.KeepAlive, err error) {
+	raw, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+		return nil, nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
-	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
+	capped = connlimit.NewKeepAlive(raw, c.httpLimits.maxConns, c.httpLimits.maxConnsPerIP)
+	ln = capped
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
-	return ln, nil
+	return ln, capped, nil
 }
 
 // startSideServers serves pprof and Envoy's rate-limit service over gRPC
