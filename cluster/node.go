@@ -40,6 +40,7 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
+	policyMu    sync.Mutex // makes the table-size check and the add one step
 	clockCheck  clockCheck
 	fwdBatch    *groupCommit
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -96,6 +95,9 @@ type envoyRateLimit struct {
 // Unknown fields, duplicate descriptors and bad units are errors naming
 // the descriptor.
 func ParseEnvoy(data []byte) (string, []EnvoyRule, error) {
+	if err := checkYAML(data, MaxDocumentBytes); err != nil {
+		return "", nil, err
+	}
 	var f envoyFile
 	if err := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict()).Decode(&f); err != nil {
 		return "", nil, fmt.Errorf("not an envoyproxy/ratelimit configuration: %w", err)
@@ -262,7 +264,7 @@ func (r EnvoyRule) Policy() Policy {
 func ReadEnvoyFiles(paths ...string) (domains []string, ps []Policy, err error) {
 	seen := map[string]string{}
 	for _, path := range paths {
-		b, err := os.ReadFile(path)
+		b, err := readBounded(path)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -281,6 +283,9 @@ func ReadEnvoyFiles(paths ...string) (domains []string, ps []Policy, err error) 
 				return nil, nil, fmt.Errorf("%s: %w", path, err)
 			}
 			ps = append(ps, p)
+		}
+		if len(ps) > MaxPolicies {
+			return nil, nil, fmt.Errorf("%s: the files make more than %d policies, the most the table holds", path, MaxPolicies)
 		}
 	}
 	return domains, ps, nil
