@@ -30,6 +30,7 @@ type Node struct {
 	raft      *raft.Raft
 	fsm       *fsm.FSM
 	stores    *raftlog.Stores
+	logWatch  *writeWatch // the log store as Raft writes it
 	logKind   raftlog.Kind
 	snaps     *raft.FileSnapshotStore
 	transport *raft.NetworkTransport
@@ -84,6 +85,9 @@ func Open(cfg Config) (*Node, error) {
 			n.transport.Close()
 		}
 		n.closeStores()
+		if isDiskFull(err) {
+			err = &DiskFullError{Dir: cfg.DataDir, Err: err}
+		}
 		return nil, err
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
@@ -103,7 +107,7 @@ func (n *Node) open() error {
 	}
 	err = n.openStores()
 	var corrupt *CorruptError
-	if errors.As(err, &corrupt) && cfg.RejoinEmpty && !rejoined {
+	if errors.As(err, &corrupt) && cfg.RejoinEmpty && !rejoined && !isDiskFull(err) {
 		n.closeStores()
 		aside, merr := moveAside(cfg.DataDir)
 		if merr != nil {
@@ -145,9 +149,10 @@ func (n *Node) open() error {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
+	n.logWatch = &writeWatch{LogStore: n.stores.Log}
 	var r *raft.Raft
 	err = guard(n.logPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, voteGate{n.transport, n})
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, n.stores.Stable, n.snaps, voteGate{n.transport, n})
 		return err
 	})
 	if err != nil {
@@ -191,6 +196,7 @@ func (n *Node) openStores() error {
 		return err
 	}
 	base := snapshotBase(cfg.DataDir)
+	removeFailedSnapshots(filepath.Join(base, snapshotDir), n.log)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, n.log.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
@@ -323,6 +329,9 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
+	if err := n.logWatch.failing(); err != nil {
+		return err
+	}
 	id, addr := n.Leader()
 	if id == "" {
 		return ErrNoLeader
