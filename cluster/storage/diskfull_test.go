@@ -1,4 +1,4 @@
-package cluster
+package storage
 
 import (
 	"errors"
@@ -25,8 +25,8 @@ func TestIsDiskFull(t *testing.T) {
 		{&fs.PathError{Op: "open", Path: "/d/raft.db", Err: syscall.EACCES}, false},
 		{nil, false},
 	} {
-		if got := isDiskFull(c.err); got != c.want {
-			t.Errorf("isDiskFull(%v) = %v, want %v", c.err, got, c.want)
+		if got := IsDiskFull(c.err); got != c.want {
+			t.Errorf("IsDiskFull(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
