@@ -13,13 +13,11 @@ type httpLimits struct {
 	maxConns, maxConnsPerIP int
 }
 
-const (
-	defaultHTTPMaxConns      = 8192
-	defaultHTTPMaxConnsPerIP = 1024
-)
+// defaultHTTPMaxConnsPerIP leaves one address an eighth of the port.
+const defaultHTTPMaxConnsPerIP = 1024
 
 func (h *httpLimits) flags(fs *flag.FlagSet) {
-	fs.IntVar(&h.maxConns, "http-max-conns", defaultHTTPMaxConns, "most open HTTP connections; past seven eighths of it, idle keep-alive connections are closed first")
+	fs.IntVar(&h.maxConns, "http-max-conns", maxHTTPConns, "most open HTTP connections; past seven eighths of it, idle keep-alive connections are closed first")
 	fs.IntVar(&h.maxConnsPerIP, "http-max-conns-per-ip", defaultHTTPMaxConnsPerIP, "most open HTTP connections from one IP address (its idle ones are closed first; raise it for a reverse proxy in front of many clients)")
 }
 

@@ -346,15 +346,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// Caps on the gRPC listener's open connections. With HTTP's (httpLimits)
-// they stay well below the usual file descriptor limit (Go raises the soft
-// limit to the hard one at start), leaving room for the Raft stores,
-// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE.
-// Envoy keeps a few connections per worker to the rate limit service, so
-// one address may hold a quarter of the gRPC slots and a flood from one
-// host cannot lock the others out. Silent connections go after 5 s on both
-// ports (HTTP's ReadHeaderTimeout, rls.HandshakeTimeout).
+// Caps on the public listeners' open connections. Together they stay well
+// below the usual file descriptor limit (Go raises the soft limit to the
+// hard one at start), leaving room for the Raft stores, snapshots and TLS
+// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's are flags
+// (httpLimits; maxHTTPConns is the default total). Envoy keeps a
+// few connections per worker to the rate limit service, so one address may
+// hold a quarter of the gRPC slots and a flood from one host cannot lock
+// the others out. Silent connections go after 5 s on both ports (HTTP's
+// ReadHeaderTimeout, rls.HandshakeTimeout).
 const (
+	maxHTTPConns      = 8192
 	maxGRPCConns      = 4096
 	maxGRPCConnsPerIP = 1024
 )
