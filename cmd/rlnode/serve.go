@@ -543,6 +543,9 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 			return ps, nil
 		}
 	}
+	if len(ps) >= policy.MaxPolicies {
+		return nil, fmt.Errorf("%s defines %d policies; with default from --limit/--window that is more than the %d the table holds", c.policiesFile, len(ps), policy.MaxPolicies)
+	}
 	return append(ps, policy.Fixed(policy.Default, c.limit, c.window)), nil
 }
 
