@@ -30,6 +30,7 @@ type Node struct {
 	fsm       *fsm.FSM
 	data      *storage.DataDir
 	logWatch  *writeWatch // the Raft log store as Raft writes it
+	lag       lagWatch
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
@@ -81,10 +82,11 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.watchLeadership()
 	go n.runPromoter()
 	go n.runClockCheck()
+	go n.runLagWatch()
 	return n, nil
 }
 
@@ -257,6 +259,9 @@ func (n *Node) ClockOffset() time.Duration {
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
 	if err := n.logWatch.failing(); err != nil {
+		return err
+	}
+	if err := n.lag.tooFar(time.Now()); err != nil {
 		return err
 	}
 	id, addr := n.Leader()
