@@ -65,7 +65,8 @@ func fillDisk(t *testing.T, dir string) string {
 // A node started on a full disk says the disk is full, not that its WAL is
 // corrupt (whose advice, --rejoin-empty, would discard its state).
 func TestFreshNodeOnFullDiskSaysSo(t *testing.T) {
-	disk := smallDisk(t, "64k")
+	disk := smallDisk(t, "1m")
+	fillDisk(t, disk)
 	n := proctest.StartNodeIn(t, rlnodeBin, "full", filepath.Join(disk, "data"))
 	if code := n.Wait(30 * time.Second); code != 1 {
 		t.Fatalf("node on a full disk: exit %d, want 1\n%s", code, n.Output())
