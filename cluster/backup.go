@@ -96,7 +96,7 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 	}
 	if !force {
 		if err := n.notNew(); err != nil {
-			return fmt.Errorf("restore: %w; restore into a new cluster, or pass --force (?force=true) to replace it", err)
+			return fmt.Errorf("restore: %w; restore into a new, empty cluster, or overwrite it with rlnode restore --force (?force=true)", err)
 		}
 	}
 	// Check the whole file before raft sees it: a damaged backup must not
