@@ -221,3 +221,31 @@ func linesNotInReadme(t *testing.T, log string) []string {
 	}
 	return missing
 }
+
+// `rlnode --help` names every policy subcommand that `rlnode policy --help`
+// lists, so a reader of the command list finds import-envoy and sync-envoy.
+func TestHelpNamesEveryPolicyCommand(t *testing.T) {
+	top, _, _ := proctest.Run(t, rlnodeBin, nil, "--help")
+	var line string
+	for _, l := range strings.Split(top, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "policy" {
+			line = l
+		}
+	}
+	usage, stderr, _ := proctest.Run(t, rlnodeBin, nil, "policy", "--help")
+	usage += stderr
+	n := 0
+	for _, l := range strings.Split(usage, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "rlnode" || f[1] != "policy" {
+			continue
+		}
+		n++
+		if !strings.Contains(line, f[2]) {
+			t.Errorf("rlnode --help's policy line %q does not name `rlnode policy %s`", line, f[2])
+		}
+	}
+	if n == 0 {
+		t.Fatalf("rlnode policy --help lists no subcommands:\n%s", usage)
+	}
+}
