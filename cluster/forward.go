@@ -57,12 +57,12 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	backoff := 10 * time.Millisecond
-	var last error = ErrNoLeader
+	last := notCounted(ErrNoLeader, nil)
 	var leaderless time.Time
 	for {
 		select {
 		case <-f.stop:
-			return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
+			return failAll(len(reqs), notCounted(nil, ErrClosed))
 		default:
 		}
 		id, addr := f.node.Leader()
@@ -73,7 +73,7 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 			if !anyNotLeader(outs) {
 				return outs
 			}
-			last = ErrNotLeader
+			last = notCounted(ErrNotLeader, nil)
 		case id != "" && addr != "":
 			leaderless = time.Time{}
 			outs, err := f.once(ctx, addr, reqs)
@@ -87,20 +87,20 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 			case isDefinite(err):
 				// The leader answered and refused the request itself (bad
 				// request, wrong token): nothing was counted.
-				return failAll(len(reqs), errors.Join(ErrNotCounted, err))
+				return failAll(len(reqs), notCounted(nil, err))
 			case !isDialError(err):
-				return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, fmt.Errorf("forward to leader %s: %w", id, err)))
+				return failAll(len(reqs), outcomeUnknown(fmt.Errorf("forward to leader %s: %w", id, err)))
 			}
-			last = fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err)
+			last = notCounted(nil, fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err))
 		default:
 			if leaderless.IsZero() {
 				leaderless = time.Now()
 			} else if time.Since(leaderless) > f.cfg.NoLeaderWait {
-				return failAll(len(reqs), errors.Join(ErrNotCounted, ErrNoLeader))
+				return failAll(len(reqs), notCounted(ErrNoLeader, nil))
 			}
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return failAll(len(reqs), errors.Join(ErrNotCounted, last))
+			return failAll(len(reqs), last)
 		}
 		select {
 		case <-time.After(backoff):
@@ -179,7 +179,7 @@ func (f *forwarder) serve(ctx context.Context, body []byte) ([]byte, error) {
 	if f.node.IsLeader() {
 		outs = f.node.submitLocal(ctx, reqs...)
 	} else {
-		outs = failAll(len(reqs), errors.Join(ErrNotCounted, ErrNotLeader))
+		outs = failAll(len(reqs), notCounted(ErrNotLeader, nil))
 	}
 	return encodeForwardResponse(make([]byte, 0, 16+hitCount(reqs)*64), f.cfg.ID, outs), nil
 }

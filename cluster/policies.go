@@ -97,7 +97,7 @@ func (n *Node) applyAdmin(data []byte) (any, error) {
 	f := n.apply(data, n.cfg.ApplyTimeout)
 	// Also seedPolicies' wait, on the node's own goroutine.
 	if err := awaitFuture(f, n.stop); err != nil {
-		return nil, classifyApply(err)
+		return nil, translate(err)
 	}
 	if err, ok := f.Response().(error); ok {
 		return nil, err

@@ -114,10 +114,10 @@ func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
 			}
 		case errors.Is(o.err, ErrNotCounted):
 			dst = append(dst, statusNotCounted)
-			dst = appendStr(dst, o.err.Error())
+			dst = appendStr(dst, why(o.err))
 		default:
 			dst = append(dst, statusUnknown)
-			dst = appendStr(dst, o.err.Error())
+			dst = appendStr(dst, why(o.err))
 		}
 	}
 	return dst
@@ -128,6 +128,16 @@ func boolByte(b bool) byte {
 		return 1
 	}
 	return 0
+}
+
+// why is a failed hit's message without its outcome, which the status
+// byte already carries.
+func why(err error) string {
+	var he *HitError
+	if errors.As(err, &he) && he.Why() != "" {
+		return he.Why()
+	}
+	return err.Error()
 }
 
 // remoteError is an error reported by the leader for a forwarded hit.
@@ -151,9 +161,9 @@ func decodeForwardResponse(b []byte, reqs []group) ([]outcome, error) {
 		case statusDecided:
 			outs[i].res = r.checkResult(reqs[i], servedBy)
 		case statusNotCounted:
-			outs[i].err = errors.Join(ErrNotCounted, remoteError{r.str(1 << 16)})
+			outs[i].err = notCounted(nil, remoteError{r.str(1 << 16)})
 		case statusUnknown:
-			outs[i].err = errors.Join(ErrOutcomeUnknown, remoteError{r.str(1 << 16)})
+			outs[i].err = outcomeUnknown(remoteError{r.str(1 << 16)})
 		default:
 			r.err = fmt.Errorf("status %d", status)
 		}
