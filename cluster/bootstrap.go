@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,12 +33,6 @@ import (
 //     bootstraps would need two fully accepted claims sharing no node, so
 //     as long as N is more than half of the listed nodes there is exactly
 //     one cluster, whatever the start order, restarts or retries.
-
-// Bootstrap endpoints, served by the HTTP layer behind the cluster token.
-const (
-	BootstrapInfoPath  = "/internal/v1/bootstrap"
-	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
-)
 
 // BootstrapMember is one server of a symmetric bootstrap.
 type BootstrapMember struct {
@@ -182,7 +175,6 @@ func syncRename(tmp, path string) error {
 // a cluster, then records its metadata through an ordinary join.
 func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
 	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.TLS, n.cfg.PeerTransport)
-	pc.forwarding = false
 	defer pc.close()
 	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
 	lastNote := time.Time{}
@@ -279,12 +271,4 @@ func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapIn
 	}
 	n.log.Info("every member accepted the claim; bootstrapped the cluster", "members", len(servers))
 	return true, ""
-}
-
-// getJSON fetches url and decodes a 2xx JSON answer into out, giving the
-// peer at most 2 s.
-func (p *peerClient) getJSON(ctx context.Context, url string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return p.sendJSON(ctx, http.MethodGet, url, nil, out)
 }

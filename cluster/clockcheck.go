@@ -24,9 +24,6 @@ import (
 // leadership to a peer and stamps nothing more, and a transfer to it is
 // refused.
 
-// ClockPath serves this node's clock to peers.
-const ClockPath = "/internal/v1/clock"
-
 // ClockReading is one node's clock as its peers see it.
 type ClockReading struct {
 	ID    string `json:"id"`

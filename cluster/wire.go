@@ -31,9 +31,6 @@ const (
 	statusUnknown    byte = 2
 )
 
-// ForwardPath is the leader's internal endpoint for forwarded hits.
-const ForwardPath = "/internal/v1/hits"
-
 // ErrBadForward is returned for a forwarding request that does not decode.
 var ErrBadForward = errors.New("malformed forwarding request")
 

@@ -137,7 +137,7 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 	}
 	p := policy.Fixed(name, int64(o.GetRequestsPerUnit()), w)
 	p.Envoy = &policy.Envoy{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
-	if _, err := s.cfg.Limiter.SetPolicy(ctx, p, false); err != nil {
+	if _, err := s.cfg.Limiter.SetPolicy(ctx, p); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "add policy %s for a limit override: %v", name, err)
 	}
 	s.addedOverrides[name] = time.Now()

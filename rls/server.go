@@ -34,7 +34,7 @@ type Limiter interface {
 	Policies() []policy.Policy
 	PolicyVersion() uint64
 	Policy(name string) (policy.Policy, bool)
-	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
+	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
 	Ready(wait time.Duration) error
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -90,6 +91,15 @@ func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// url is path on the node at --addr.
+func (a *adminFlags) url(path string) string {
+	url := cluster.BaseURL(a.addr) + path
+	if a.tls.Enabled() {
+		url = strings.Replace(url, "http://", "https://", 1)
+	}
+	return url
+}
+
 // call sends one request to a node and decodes a 2xx JSON answer into out.
 func (a *adminFlags) call(ctx context.Context, method, path string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
@@ -105,10 +115,7 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	if err := a.prepare(); err != nil {
 		return err
 	}
-	url := cluster.BaseURL(a.addr) + path
-	if a.tls.Enabled() {
-		url = strings.Replace(url, "http://", "https://", 1)
-	}
+	url := a.url(path)
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return usageErr("bad --addr %q: %v", a.addr, err)
@@ -273,7 +280,7 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := j.Validate(); err != nil {
 		return usageErr("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
-	if err := a.call(ctx, http.MethodPost, cluster.JoinPath, j, nil); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.JoinPath, j, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -296,7 +303,7 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageErr("remove takes one argument, the server ID: rlnode remove [--addr URL] ID")
 	}
-	if err := a.call(ctx, http.MethodPost, cluster.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -320,7 +327,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		req.ID = pos[0]
 	}
 	var res cluster.TransferResult
-	if err := a.call(ctx, http.MethodPost, cluster.TransferPath, req, &res); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.TransferPath, req, &res); err != nil {
 		return err
 	}
 	if a.json {

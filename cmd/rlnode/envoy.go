@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"slices"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -55,7 +55,7 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	for _, p := range append(added, changed...) {
 		if !dry {
-			if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
+			if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
 				return err
 			}
 		}
@@ -69,7 +69,7 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	for _, name := range removed {
 		if !dry {
-			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
+			if err := a.call(ctx, http.MethodDelete, httpapi.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
 				return err
 			}
 		}
