@@ -36,9 +36,11 @@ type Node struct {
 
 	leaderBatch *groupCommit
 	promoter    promoter
-	claimMu     sync.Mutex
-	clockCheck  clockCheck
-	fwdBatch    *groupCommit
+	// leaderRoutines run while this node leads (the promoter).
+	leaderRoutines routines
+	claimMu        sync.Mutex
+	clockCheck     clockCheck
+	fwdBatch       *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -76,9 +78,8 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
-	n.wg.Add(3)
+	n.wg.Add(2)
 	go n.watchLeadership()
-	go n.runPromoter()
 	go n.runClockCheck()
 	return n, nil
 }
@@ -148,19 +149,26 @@ func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
 func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
 
-// watchLeadership reacts to gaining leadership: it waits until everything
-// committed by earlier leaders is applied (so reads and the clock start from
-// the full state) and publishes this node's HTTP address if it changed.
+// watchLeadership reacts to gaining leadership: it starts the leader's
+// routines, waits until everything committed by earlier leaders is applied
+// (so reads and the clock start from the full state) and publishes this
+// node's HTTP address if it changed. On losing leadership it stops the
+// leader's routines and waits for them.
 func (n *Node) watchLeadership() {
 	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer n.leaderRoutines.stopAll()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case isLeader := <-n.notifyCh:
 			if !isLeader {
+				n.leaderRoutines.stopAll()
 				continue
 			}
+			n.leaderRoutines.start(ctx, "promoter", n.runPromoter)
 			n.clockCheck.checkNow()
 			term := n.raft.CurrentTerm()
 			if err := awaitFuture(n.raft.Barrier(n.cfg.ApplyTimeout), n.stop); err != nil {
