@@ -36,11 +36,12 @@ type Node struct {
 
 	leaderBatch *groupCommit
 	promoter    promoter
+	claimMu     sync.Mutex
+	clockCheck  clockCheck
+	fwdBatch    *groupCommit
+
 	// leaderRoutines run while this node leads (the promoter).
 	leaderRoutines routines
-	claimMu        sync.Mutex
-	clockCheck     clockCheck
-	fwdBatch       *groupCommit
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
