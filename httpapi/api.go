@@ -6,7 +6,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/bearer"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -203,9 +203,8 @@ func (a *API) requireToken(c *gin.Context) {
 	if a.cfg.Token == "" {
 		return
 	}
-	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
-		c.Header("WWW-Authenticate", `Bearer realm="rlnode"`)
+	if !bearer.Valid(c.GetHeader("Authorization"), a.cfg.Token) {
+		c.Header("WWW-Authenticate", bearer.Challenge)
 		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token>")
 	}
 }

@@ -6,7 +6,6 @@ package rls
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/bearer"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -140,7 +140,7 @@ func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 {
+		if bearer.Valid(v, s.cfg.Token) {
 			return h(ctx, req)
 		}
 	}
