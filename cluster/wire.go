@@ -216,24 +216,17 @@ func (r *wireReader) byte() byte {
 	return r.b[r.off-1]
 }
 
-func (r *wireReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b[r.off:])
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.off += n
-	return v
-}
+func (r *wireReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *wireReader) varint() int64 {
+func (r *wireReader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint reads one varint of either kind (binary.Uvarint or
+// binary.Varint).
+func readVarint[T uint64 | int64](r *wireReader, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b[r.off:])
+	v, n := read(r.b[r.off:])
 	if n <= 0 {
 		r.err = errors.New("bad varint")
 		return 0

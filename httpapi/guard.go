@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	problemdoc "github.com/rlnode/rlnode/internal/problem"
 )
 
 // Header limits. net/http itself answers a plain-text 431 (before any
@@ -58,7 +60,7 @@ func ignoresBody(r *http.Request) bool {
 
 // writeProblemHTTP is writeProblem for plain net/http handlers.
 func writeProblemHTTP(w http.ResponseWriter, status int, code, detail string) {
-	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
+	b, _ := json.Marshal(problemdoc.New(status, code, detail))
 	w.Header().Set("Content-Type", problemJSON)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
