@@ -182,6 +182,10 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, fmt.Errorf("%w: join: %w", errMalformed, err))
 		return
 	}
+	if err := n.AuthorizeJoin(r, j.ID); err != nil {
+		writeError(w, n.cfg.ID, err)
+		return
+	}
 	if err := n.Join(r.Context(), j); err != nil {
 		writeError(w, n.cfg.ID, err)
 		return
@@ -210,6 +214,7 @@ var errorCodes = []struct {
 	{ErrNotEmpty, "not_empty", http.StatusConflict},
 	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},
 	{errMalformed, "invalid_request", http.StatusBadRequest},
+	{ErrForbidden, "forbidden", http.StatusForbidden},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -49,6 +49,9 @@ type PolicyAdmin interface {
 // ClusterAdmin changes membership, takes snapshots, backs up and restores.
 type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
+	// AuthorizeJoin refuses a join whose caller may not ask for it
+	// (under mutual TLS: neither the joining node nor a member).
+	AuthorizeJoin(r *http.Request, id string) error
 	Join(ctx context.Context, j cluster.JoinRequest) error
 	Remove(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) (cluster.TransferResult, error)
@@ -314,6 +317,10 @@ func (a *API) join(c *gin.Context) {
 	}
 	if err := j.Validate(); err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "join: "+firstLine(err))
+		return
+	}
+	if err := a.cfg.Node.AuthorizeJoin(c.Request, j.ID); err != nil {
+		writeProblem(c, http.StatusForbidden, "forbidden", err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)

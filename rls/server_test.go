@@ -1,130 +1,132 @@
-package rls_test
+package rls
 
 import (
 	"context"
-	"errors"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
-	"github.com/rlnode/rlnode/rls"
-	"github.com/rlnode/rlnode/window"
 )
 
-// fakeLimiter is the cluster as the service sees it (rls.Limiter), with
-// every decision made by the test (envoyproxy/ratelimit's service tests
-// against a mocked limiter are the model).
-type fakeLimiter struct {
-	policies []policy.Policy
-	decide   func(hits []cluster.Hit) (cluster.CheckResult, error)
-	asked    [][]cluster.Hit
+// results records what the server reported (the metrics package's role).
+type results struct {
+	mu     sync.Mutex
+	counts map[string]int
+	limits map[string]metrics.RLSLimitStats
 }
 
-func (f *fakeLimiter) CheckAll(_ context.Context, hits []cluster.Hit) (cluster.CheckResult, error) {
-	f.asked = append(f.asked, hits)
-	return f.decide(hits)
+func (r *results) RLSDescriptor(domain, result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[domain+"/"+result]++
 }
-func (f *fakeLimiter) Policies() []policy.Policy { return f.policies }
-func (f *fakeLimiter) PolicyVersion() uint64     { return 1 }
-func (f *fakeLimiter) Policy(name string) (policy.Policy, bool) {
-	for _, p := range f.policies {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return policy.Policy{}, false
-}
-func (f *fakeLimiter) SetPolicy(context.Context, policy.Policy) (string, error) {
-	return "", errors.New("not in this test")
-}
-func (f *fakeLimiter) Ready(time.Duration) error { return nil }
 
-func envoyPolicies(t *testing.T) []policy.Policy {
+func (r *results) RLSLimit(domain, descriptor string, st metrics.RLSLimitStats) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.limits[domain+"/"+descriptor]
+	s.TotalHits += st.TotalHits
+	s.OverLimit += st.OverLimit
+	s.NearLimit += st.NearLimit
+	s.WithinLimit += st.WithinLimit
+	s.ShadowMode += st.ShadowMode
+	r.limits[domain+"/"+descriptor] = s
+}
+
+// serverOn starts a one-node in-process cluster seeded with config's
+// policies (anchored: the test never waits for a window) and a server on
+// it (cmd/rlnode's process tests go through a follower).
+func serverOn(t *testing.T, config string, cfg Config) (*Server, *results) {
 	t.Helper()
-	_, rules, err := policy.ParseEnvoy([]byte(`
-domain: web
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
-`))
+	_, ps, err := policy.LoadEnvoy([]policy.EnvoyFile{{Name: "c.yaml", Data: []byte(config)}}, policy.EnvoyOptions{Anchored: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ps []policy.Policy
-	for _, r := range rules {
-		ps = append(ps, r.Policy())
-	}
-	return ps
+	c := clustertest.Start(t, 1, clustertest.Options{Limit: 10, Window: time.Minute, Policies: ps})
+	cfg.Limiter = c.Leader(10 * time.Second).Node
+	rec := &results{counts: map[string]int{}, limits: map[string]metrics.RLSLimitStats{}}
+	cfg.Observer = rec
+	return New(cfg), rec
 }
 
-func request(user string) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
-		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}}
+func entries(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
 }
 
-func decided(allowed bool, remaining int64) func([]cluster.Hit) (cluster.CheckResult, error) {
-	return func(hits []cluster.Hit) (cluster.CheckResult, error) {
-		outcome := window.Allowed
-		if !allowed {
-			outcome = window.Refused
-		}
-		part := window.Result{Outcome: outcome, Limit: 2, WindowMs: 60_000, Remaining: remaining, ResetAt: 60_000, RetryAfterMs: 30_000}
-		res := cluster.CheckResult{Allowed: allowed, Now: 30_000}
-		for _, h := range hits {
-			res.Hits = append(res.Hits, cluster.HitResult{Policy: h.Policy, Client: h.Client, Cost: h.Cost, Outcome: outcome, Parts: []window.Result{part}})
-		}
-		return res, nil
+func verdict(t *testing.T, s *Server, ds ...*commonv3.RateLimitDescriptor) string {
+	t.Helper()
+	resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "s", Descriptors: ds})
+	if err != nil {
+		t.Fatal(err)
 	}
+	v := resp.GetOverallCode().String()
+	for _, st := range resp.GetStatuses() {
+		v += " " + st.GetCode().String()
+	}
+	return v
 }
 
-// A descriptor that matches a policy becomes one hit on it, keyed by the
-// descriptor's value; the limiter's decision becomes Envoy's answer.
-func TestShouldRateLimitAsksTheLimiter(t *testing.T) {
-	f := &fakeLimiter{policies: envoyPolicies(t), decide: decided(true, 1)}
-	s := rls.New(rls.Config{Limiter: f})
-	resp, err := s.ShouldRateLimit(context.Background(), request("alice"))
-	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("allowed: %v %v", resp, err)
-	}
-	if len(f.asked) != 1 || len(f.asked[0]) != 1 || f.asked[0][0].Cost != 1 {
-		t.Fatalf("limiter asked %v, want one hit", f.asked)
-	}
-	if st := resp.GetStatuses()[0]; st.GetLimitRemaining() != 1 || st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
-		t.Fatalf("status %v", st)
-	}
+const modesConfig = `
+domain: s
+descriptors:
+  - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}
+  - {key: q, quota_mode: true, rate_limit: {unit: day, requests_per_unit: 1}}
+  - {key: q2, quota_mode: true, rate_limit: {unit: day, requests_per_unit: 1}}
+`
 
-	f.decide = decided(false, 0)
-	resp, err = s.ShouldRateLimit(context.Background(), request("alice"))
-	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("refused: %v %v", resp, err)
-	}
-}
-
-// A hit the cluster could not decide is UNAVAILABLE to Envoy (which then
-// applies its failure mode), and says whether it may have counted.
-func TestShouldRateLimitUnavailable(t *testing.T) {
-	for _, c := range []struct {
-		err     error
-		unknown bool
+func TestQuotaModeAndRefunds(t *testing.T) {
+	s, rec := serverOn(t, modesConfig, Config{})
+	for i, c := range []struct {
+		ds   []*commonv3.RateLimitDescriptor
+		want string
 	}{
-		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Reason: cluster.ErrNoLeader}, false},
-		{&cluster.HitError{Outcome: cluster.ErrOutcomeUnknown, Cause: errors.New("leadership lost")}, true},
+		{[]*commonv3.RateLimitDescriptor{entries("q", "x")}, "OK OK"},
+		// the only quota descriptor is over: the request is
+		{[]*commonv3.RateLimitDescriptor{entries("q", "x")}, "OVER_LIMIT OVER_LIMIT"},
+		// one of two quota descriptors over: the request passes
+		{[]*commonv3.RateLimitDescriptor{entries("q", "x"), entries("q2", "z")}, "OK OVER_LIMIT OK"},
+		// quota descriptors stand apart from the all-or-nothing group
+		{[]*commonv3.RateLimitDescriptor{entries("a", "1"), entries("q", "x"), entries("q2", "z")}, "OVER_LIMIT OK OVER_LIMIT OVER_LIMIT"},
 	} {
-		f := &fakeLimiter{policies: envoyPolicies(t), decide: func([]cluster.Hit) (cluster.CheckResult, error) { return cluster.CheckResult{}, c.err }}
-		_, err := rls.New(rls.Config{Limiter: f}).ShouldRateLimit(context.Background(), request("bob"))
-		st, _ := status.FromError(err)
-		if st.Code() != codes.Unavailable {
-			t.Fatalf("%v: %v, want UNAVAILABLE", c.err, err)
+		if got := verdict(t, s, c.ds...); got != c.want {
+			t.Fatalf("request %d: %s, want %s", i, got, c.want)
 		}
-		if got := strings.HasPrefix(st.Message(), "outcome unknown"); got != c.unknown {
-			t.Errorf("%v: message %q; says unknown: %v, want %v", c.err, st.Message(), got, c.unknown)
+	}
+	refund := entries("a", "2")
+	refund.IsNegativeHits = true
+	for i := 0; i < 3; i++ {
+		if got := verdict(t, s, refund); got != "OK OK" {
+			t.Fatalf("refund %d: %s", i, got)
 		}
+	}
+	if got := verdict(t, s, entries("a", "2")); got != "OK OK" {
+		t.Fatalf("after refunds: %s; want them to have changed nothing", got)
+	}
+	if st := rec.limits["s/q"]; st.TotalHits != 4 || st.OverLimit != 3 || st.WithinLimit != 1 || st.NearLimit != 1 {
+		t.Fatalf("q's counters %+v", st)
+	}
+}
+
+func TestGlobalShadowMode(t *testing.T) {
+	s, rec := serverOn(t, modesConfig, Config{GlobalShadowMode: true})
+	if got := verdict(t, s, entries("a", "1"), entries("q", "x")); got != "OK OK OK" {
+		t.Fatalf("first: %s", got)
+	}
+	// Both over: statuses say so, the request still passes.
+	if got := verdict(t, s, entries("a", "1"), entries("q", "x")); got != "OK OVER_LIMIT OVER_LIMIT" {
+		t.Fatalf("second: %s", got)
+	}
+	if rec.counts["s/global_shadow_mode"] != 1 {
+		t.Fatalf("results %v", rec.counts)
 	}
 }
