@@ -73,6 +73,7 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
+	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.fwd = newForwarder(cfg, n, n.stop)
 	n.internal = n.requireNode(n.internalMux())
