@@ -105,44 +105,24 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	var body io.Reader
+	var size int64
+	contentType := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
-	}
-	if err := a.prepare(); err != nil {
-		return err
+		body, size, contentType = bytes.NewReader(b), int64(len(b)), "application/json"
 	}
 	url := a.url(path)
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	resp, err := a.send(ctx, method, url, contentType, body, size)
 	if err != nil {
-		return usageErr("bad --addr %q: %v", a.addr, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, url, err)
+		return err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Detail string `json:"detail"`
-		}
-		if json.Unmarshal(b, &p) == nil && p.Detail != "" {
-			return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, p.Detail)
-		}
-		return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -150,6 +130,47 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 		}
 	}
 	return nil
+}
+
+// send is the one request every admin command makes: to url with the
+// token, returning a 2xx answer for the caller to read, or an error
+// carrying the problem detail of any other.
+func (a *adminFlags) send(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	if err := a.prepare(); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, usageErr("bad --addr %q: %v", a.addr, err)
+	}
+	req.ContentLength = size
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, problemDetail(b))
+	}
+	return resp, nil
+}
+
+// problemDetail returns the detail of a problem+json body, or the body.
+func problemDetail(b []byte) string {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
+		return p.Detail
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -8,40 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/httpapi"
 )
-
-// stream sends one request to url with the token and returns the answer,
-// or an error carrying the problem detail of a non-2xx answer.
-func (a *adminFlags) stream(ctx context.Context, method, url string, body io.Reader, size int64) (*http.Response, error) {
-	if err := a.prepare(); err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return nil, err
-	}
-	req.ContentLength = size
-	if body != nil {
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, problemDetail(b))
-	}
-	return resp, nil
-}
 
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("backup", "--out FILE", stderr)
@@ -54,7 +24,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	// Any node will do: a follower streams the leader's backup through.
-	resp, err := a.stream(ctx, http.MethodGet, a.url(httpapi.BackupPath), nil, 0)
+	resp, err := a.send(ctx, http.MethodGet, a.url(httpapi.BackupPath), "", nil, 0)
 	if err != nil {
 		return err
 	}
@@ -119,7 +89,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *force {
 		url += "?force=true"
 	}
-	resp, err := a.stream(ctx, http.MethodPost, url, f, st.Size())
+	resp, err := a.send(ctx, http.MethodPost, url, "application/octet-stream", f, st.Size())
 	if err != nil {
 		return err
 	}
@@ -135,15 +105,4 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	json.Unmarshal(body, &res)
 	fmt.Fprintf(stdout, "restored %d windows from %s into the cluster led by %s\n", windows, file, res.ServedBy)
 	return nil
-}
-
-// problemDetail returns the detail of a problem+json body, or the body.
-func problemDetail(b []byte) string {
-	var p struct {
-		Detail string `json:"detail"`
-	}
-	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
-		return p.Detail
-	}
-	return strings.TrimSpace(string(b))
 }
