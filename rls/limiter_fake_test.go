@@ -1,4 +1,4 @@
-package rls_test
+package rls
 
 import (
 	"context"
@@ -14,11 +14,10 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
-	"github.com/rlnode/rlnode/rls"
 	"github.com/rlnode/rlnode/window"
 )
 
-// fakeLimiter is the cluster as the service sees it (rls.Limiter), with
+// fakeLimiter is the cluster as the service sees it (Limiter), with
 // every decision made by the test (envoyproxy/ratelimit's service tests
 // against a mocked limiter are the model).
 type fakeLimiter struct {
@@ -46,14 +45,11 @@ func (f *fakeLimiter) SetPolicy(context.Context, policy.Policy) (string, error) 
 }
 func (f *fakeLimiter) Ready(time.Duration) error { return nil }
 
-func envoyPolicies(t *testing.T) []policy.Policy {
+// envoyPolicies is the policy table an import of an envoyproxy/ratelimit
+// config makes.
+func envoyPolicies(t testing.TB, config string) []policy.Policy {
 	t.Helper()
-	_, rules, err := policy.ParseEnvoy([]byte(`
-domain: web
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
-`))
+	_, rules, err := policy.ParseEnvoy([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +59,13 @@ descriptors:
 	}
 	return ps
 }
+
+const webConfig = `
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
 
 func request(user string) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
@@ -87,8 +90,8 @@ func decided(allowed bool, remaining int64) func([]cluster.Hit) (cluster.CheckRe
 // A descriptor that matches a policy becomes one hit on it, keyed by the
 // descriptor's value; the limiter's decision becomes Envoy's answer.
 func TestShouldRateLimitAsksTheLimiter(t *testing.T) {
-	f := &fakeLimiter{policies: envoyPolicies(t), decide: decided(true, 1)}
-	s := rls.New(rls.Config{Limiter: f})
+	f := &fakeLimiter{policies: envoyPolicies(t, webConfig), decide: decided(true, 1)}
+	s := New(Config{Limiter: f})
 	resp, err := s.ShouldRateLimit(context.Background(), request("alice"))
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("allowed: %v %v", resp, err)
@@ -117,8 +120,8 @@ func TestShouldRateLimitUnavailable(t *testing.T) {
 		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Reason: cluster.ErrNoLeader}, false},
 		{&cluster.HitError{Outcome: cluster.ErrOutcomeUnknown, Cause: errors.New("leadership lost")}, true},
 	} {
-		f := &fakeLimiter{policies: envoyPolicies(t), decide: func([]cluster.Hit) (cluster.CheckResult, error) { return cluster.CheckResult{}, c.err }}
-		_, err := rls.New(rls.Config{Limiter: f}).ShouldRateLimit(context.Background(), request("bob"))
+		f := &fakeLimiter{policies: envoyPolicies(t, webConfig), decide: func([]cluster.Hit) (cluster.CheckResult, error) { return cluster.CheckResult{}, c.err }}
+		_, err := New(Config{Limiter: f}).ShouldRateLimit(context.Background(), request("bob"))
 		st, _ := status.FromError(err)
 		if st.Code() != codes.Unavailable {
 			t.Fatalf("%v: %v, want UNAVAILABLE", c.err, err)
