@@ -208,7 +208,7 @@ func (a *API) requireToken(c *gin.Context) {
 	}
 	if !bearer.Valid(c.GetHeader("Authorization"), a.cfg.Token) {
 		c.Header("WWW-Authenticate", bearer.Challenge)
-		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token>")
+		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token> (the rlnode commands send the one in $RLNODE_CLUSTER_TOKEN_FILE, --cluster-token-file or $RLNODE_CLUSTER_TOKEN)")
 	}
 }
 

@@ -44,6 +44,9 @@ func (f *fakeLimiter) SetPolicy(context.Context, policy.Policy) (string, error) 
 	return "", errors.New("not in this test")
 }
 func (f *fakeLimiter) Ready(time.Duration) error { return nil }
+func (f *fakeLimiter) Peek(context.Context, string, string, bool) (cluster.PeekResult, error) {
+	return cluster.PeekResult{}, errors.New("not in this test")
+}
 
 // envoyPolicies is the policy table an import of an envoyproxy/ratelimit
 // config makes.
