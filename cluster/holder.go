@@ -189,6 +189,7 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 	for i, hit := range hits {
 		k := h.keys[keyID{hit.Policy, hit.Client}]
 		lg := k.spend(hit.Cost)
+		h.releaseDrained(keyID{hit.Policy, hit.Client}, k)
 		res.Hits[i] = localHit(hit, lg.g, k.available(), window.Allowed)
 		res.Now = max(res.Now, lg.nowMs(now))
 		h.obs.DecidedLocally(hit.Policy, 1)
@@ -266,6 +267,26 @@ func (k *heldKey) spend(cost int64) localGrant {
 		last = *g
 	}
 	return last
+}
+
+// releaseDrained releases a token bucket key's spent grants at once: until
+// then the state machine keeps the bucket capped by their units. Called
+// with mu held.
+func (h *holder) releaseDrained(id keyID, k *heldKey) {
+	var done []fsm.ReturnItem
+	rest := k.grants[:0]
+	for _, g := range k.grants {
+		if g.left == 0 && g.g.Algorithm == window.TokenBucket.String() {
+			done = append(done, fsm.ReturnItem{Policy: id.policy, Client: id.client, Index: g.id})
+			continue
+		}
+		rest = append(rest, g)
+	}
+	if len(done) == 0 {
+		return
+	}
+	k.grants = rest
+	h.send(done)
 }
 
 // localHit describes an allowed or refused hit decided from a grant: the
@@ -422,6 +443,12 @@ func (h *holder) giveBack(id keyID, gs []localGrant) {
 			items = append(items, fsm.ReturnItem{Policy: id.policy, Client: id.client, Index: g.id, Units: g.left})
 		}
 	}
+	h.send(items)
+}
+
+// send writes a return entry on its own goroutine (best effort: what is
+// not returned expires).
+func (h *holder) send(items []fsm.ReturnItem) {
 	if len(items) == 0 {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
@@ -182,4 +183,167 @@ policies:
 	if local == 0 {
 		t.Fatal("no check was decided locally")
 	}
+}
+
+const leasedPolicies = `
+policies:
+  - name: lf
+    algorithm: fixed_window
+    consistency: leased
+    limits: [{limit: 300, window: 1s}]
+  - name: ls
+    algorithm: sliding_window
+    consistency: leased
+    limits: [{limit: 300, window: 1s}]
+  - name: lt
+    algorithm: token_bucket
+    consistency: leased
+    limits: [{limit: 300, window: 1s, burst: 100}]
+  - name: lr
+    algorithm: fixed_window
+    consistency: leased
+    limits: [{limit: 100000, window: 1h}]
+`
+
+// runLoad puts load on path through nodes for d and returns the answers.
+func runLoad(nodes []*proctest.Node, path string, d time.Duration) []leaseAnswer {
+	l := startLeaseLoad(nodes, path, 2)
+	time.Sleep(d)
+	return l.halt()
+}
+
+// checkBucket verifies a token bucket key from the answers: allowed never
+// exceeds burst + rate × the time the load ran (plus slack).
+func checkBucket(t *testing.T, ans []leaseAnswer, burst, perSecond int64, slack time.Duration) (allowed int64) {
+	t.Helper()
+	if len(ans) == 0 {
+		return 0
+	}
+	first, last := ans[0].sent, ans[0].sent
+	for _, a := range ans {
+		if a.status == 200 {
+			allowed++
+		}
+		if a.sent.Before(first) {
+			first = a.sent
+		}
+		if a.sent.After(last) {
+			last = a.sent
+		}
+	}
+	bound := burst + int64((last.Sub(first)+slack).Seconds()*float64(perSecond))
+	if allowed > bound {
+		t.Errorf("token bucket allowed %d, over burst + refill %d", allowed, bound)
+	}
+	return allowed
+}
+
+func liveLeader(t *testing.T, nodes []*proctest.Node, dead *proctest.Node) *proctest.Node {
+	t.Helper()
+	var live []*proctest.Node
+	for _, n := range nodes {
+		if n != dead {
+			live = append(live, n)
+		}
+	}
+	var leader *proctest.Node
+	proctest.Poll(t, 20*time.Second, func() error {
+		leader = leaderOf(t, live)
+		if leader == dead || leader == nil {
+			return fmt.Errorf("no new leader yet")
+		}
+		return nil
+	})
+	return leader
+}
+
+// TestLeasedPoliciesThroughTheBinary: a three-node cluster of real
+// processes with a leased policy of each algorithm: hot keys are decided
+// locally on every node and never over the limit; a cooled holder gives
+// back what it did not spend; a lowered limit holds after one lease; a
+// killed leader and a killed holder lose nothing but unused grants.
+func TestLeasedPoliciesThroughTheBinary(t *testing.T) {
+	nodes := leasedCluster(t, leasedPolicies)
+	slack := 50 * time.Millisecond
+
+	t.Run("each algorithm within its limit, decided locally", func(t *testing.T) {
+		allowed, local := checkFixedWindow(t, runLoad(nodes, "/check/lf/hot", 2*time.Second), 300, slack)
+		t.Logf("fixed: %d allowed, %d local", allowed, local)
+		if local == 0 {
+			t.Error("fixed window: nothing decided locally")
+		}
+		allowed, local = checkFixedWindow(t, runLoad(nodes, "/check/ls/hot", 2*time.Second), 300, slack)
+		t.Logf("sliding: %d allowed, %d local", allowed, local)
+		if local == 0 {
+			t.Error("sliding window: nothing decided locally")
+		}
+		ans := runLoad(nodes, "/check/lt/hot", 2*time.Second)
+		t.Logf("bucket: %d allowed", checkBucket(t, ans, 100, 300, slack))
+	})
+
+	t.Run("a cooled holder returns what it did not spend", func(t *testing.T) {
+		for range 60 {
+			proctest.MustGet(t, nodes[1].URL()+"/check/lr/cool")
+		}
+		proctest.Poll(t, 15*time.Second, func() error {
+			r, err := proctest.Get(nodes[0].URL() + cluster.PeekPath + "lr/cool")
+			if err != nil {
+				return err
+			}
+			if used := r.Num("used"); used != 60 {
+				return fmt.Errorf("used %d, want 60 once the holder returned its unspent units", used)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a lowered limit holds within one lease", func(t *testing.T) {
+		leader := leaderOf(t, nodes)
+		load := startLeaseLoad(nodes, "/check/lf/change", 2)
+		time.Sleep(time.Second)
+		changed := time.Now()
+		r := mustDo(t, "PUT", leader.URL()+"/v1/policies/lf", "", `{"algorithm":"fixed_window","consistency":"leased","limits":[{"limit":50,"window":"1s"}]}`)
+		if r.Status/100 != 2 {
+			t.Fatalf("lower the limit: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(3 * time.Second)
+		ans := load.halt()
+		var after []leaseAnswer
+		for _, a := range ans {
+			// Windows opened a lease (2 s) after the change are bound by the new limit.
+			if a.windowStart > changed.Add(2*time.Second).UnixMilli() {
+				after = append(after, a)
+			}
+		}
+		allowed, _ := checkFixedWindow(t, after, 50, slack)
+		t.Logf("after the change: %d allowed in %d answers", allowed, len(after))
+		if len(after) == 0 {
+			t.Error("no answers after the change")
+		}
+		mustDo(t, "PUT", leader.URL()+"/v1/policies/lf", "", `{"algorithm":"fixed_window","consistency":"leased","limits":[{"limit":300,"window":"1s"}]}`)
+	})
+
+	t.Run("a killed holder and a killed leader", func(t *testing.T) {
+		leader := leaderOf(t, nodes)
+		var holder *proctest.Node
+		for _, n := range nodes {
+			if n != leader {
+				holder = n
+			}
+		}
+		load := startLeaseLoad(nodes, "/check/lf/kill", 2)
+		time.Sleep(time.Second)
+		holder.Proc.Kill()
+		time.Sleep(time.Second)
+		holder.Proc.Restart()
+		proctest.WaitReady(t, holder, 30*time.Second)
+		leader.Proc.Kill()
+		liveLeader(t, nodes, leader)
+		time.Sleep(time.Second)
+		leader.Proc.Restart()
+		proctest.WaitReady(t, leader, 30*time.Second)
+		time.Sleep(500 * time.Millisecond)
+		allowed, local := checkFixedWindow(t, load.halt(), 300, slack)
+		t.Logf("through both kills: %d allowed, %d local", allowed, local)
+	})
 }
