@@ -33,6 +33,7 @@ type Metrics struct {
 	// rlsDescriptors counts the gRPC rate limit service's descriptors by
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
+	lease          leaseMetrics
 }
 
 // New registers rlnode's collectors on reg.
@@ -60,6 +61,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
 	}, []string{"domain", "result"})
+	m.lease = newLeaseMetrics(reg)
 	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -279,6 +280,12 @@ func TestLeasedPoliciesThroughTheBinary(t *testing.T) {
 		}
 		ans := runLoad(nodes, "/check/lt/hot", 2*time.Second)
 		t.Logf("bucket: %d allowed", checkBucket(t, ans, 100, 300, slack))
+		m := proctest.MustGet(t, leaderOf(t, nodes).URL()+"/metrics")
+		for _, want := range []string{`rlnode_lease_local_decisions_total{policy="lf"}`, `rlnode_lease_granted_units_total{policy="lt"}`} {
+			if !strings.Contains(string(m.Raw), want) {
+				t.Errorf("/metrics has no %s", want)
+			}
+		}
 	})
 
 	t.Run("a cooled holder returns what it did not spend", func(t *testing.T) {
