@@ -11,10 +11,11 @@ import (
 
 // How a node holds leases for its hot keys (cluster/DESIGN.md, "Leases").
 const (
-	// hotHits: a key seen this many times in the current and previous
-	// second on this node is hot (about 10 hits per second or more) and
-	// gets grants; colder keys go through the log.
-	hotHits = 20
+	// DefaultLeaseHotHits: a key seen this many times in the current and
+	// previous second on this node is hot (about 10 hits per second or
+	// more) and gets grants; colder keys go through the log
+	// (Config.LeaseHotHits).
+	DefaultLeaseHotHits = 20
 	// minWant is the smallest grant a node asks for.
 	minWant = 8
 	// demandHorizon sizes a grant: what the key's local rate spends in it.
@@ -207,7 +208,7 @@ func (h *holder) track(id keyID, now time.Time) *heldKey {
 			return nil
 		}
 		h.seen[0][id] = c + 1
-		if c+1+h.seen[1][id] < hotHits {
+		if c+1+h.seen[1][id] < int32(h.n.cfg.LeaseHotHits) {
 			return nil
 		}
 		k = &heldKey{periodStart: now}

@@ -45,6 +45,9 @@ func (l Limit) capacity(alg string) int64 {
 type Policy struct {
 	Algorithm string    `json:"algorithm"`
 	Versions  [][]Limit `json:"versions"`
+	// Leased: consistency leased. Its keys are checked for never over the
+	// limit (leased.go), not for linearizability.
+	Leased bool `json:"leased,omitempty"`
 }
 
 // NewPolicy is a policy that never changes.
