@@ -396,6 +396,12 @@ func (h *holder) fetch(id keyID, want int64) {
 		k.exhausted, k.exhaustedInfo = sent.Add(wait), g
 	default:
 		lg := localGrant{id: g.ID, left: g.Units, deadline: g.Deadline(sent), sent: sent, g: g}
+		if g.Algorithm == window.TokenBucket.String() {
+			// The bucket's cap lifts at the grant's expiry in cluster time,
+			// which a failover to a leader whose clock is ahead moves
+			// earlier by up to the clock discipline's bound.
+			lg.deadline = lg.deadline.Add(-h.n.cfg.MaxClockOffset)
+		}
 		at := len(k.grants)
 		for at > 0 && k.grants[at-1].deadline.After(lg.deadline) {
 			at--
