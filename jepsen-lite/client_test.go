@@ -127,7 +127,7 @@ func TestTargetsAndRaise(t *testing.T) {
 	for _, x := range ts {
 		keys = append(keys, x.key)
 	}
-	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed/k3", "jl-sliding/k4", "jl-bucket/k5",
+	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed-epoch/k3", "jl-fixed/k4", "jl-sliding/k5",
 		"jl-lfixed/l0", "jl-lsliding/l1", "jl-lbucket/l2"}
 	if !slices.Equal(keys, want) || !ts[0].fixed || ts[1].fixed || !ts[3].fixed || ts[6].fixed {
 		t.Errorf("targets = %+v", ts)
@@ -156,7 +156,7 @@ func TestTargetsAndRaise(t *testing.T) {
 	if got := b.Versions[1]; got[0] != (checker.Limit{Limit: 5, WindowMs: 1000, Burst: 3}) || got[1] != (checker.Limit{Limit: 25, WindowMs: 10000, Burst: 11}) {
 		t.Errorf("token bucket raised to %+v", got)
 	}
-	if lb := ps.pols[3].body(ps.pols[3].versions[0]); lb["consistency"] != "leased" {
+	if lb := ps.pols[4].body(ps.pols[4].versions[0]); lb["consistency"] != "leased" {
 		t.Errorf("leased PUT body = %+v", lb)
 	}
 	body := ps.pols[2].body(ps.pols[2].versions[0])

@@ -18,6 +18,7 @@ import (
 type runPolicy struct {
 	name      string
 	algorithm string
+	align     string // "" or checker.AlignEpoch
 	// leased: consistency leased (nodes decide hot keys from grants; the
 	// checker verifies never over the limit, not linearizability).
 	leased   bool
@@ -36,11 +37,14 @@ func (p *runPolicy) body(limits []checker.Limit) map[string]any {
 		}
 		ls = append(ls, m)
 	}
-	body := map[string]any{"algorithm": p.algorithm, "limits": ls}
-	if p.leased {
-		body["consistency"] = "leased"
+	b := map[string]any{"algorithm": p.algorithm, "limits": ls}
+	if p.align != "" {
+		b["align"] = p.align
 	}
-	return body
+	if p.leased {
+		b["consistency"] = "leased"
+	}
+	return b
 }
 
 // raised returns the next version of p's limits: a fixed or sliding
@@ -74,8 +78,9 @@ type policySet struct {
 	pols []*runPolicy
 }
 
-// newPolicySet lays out the default run's policies: a fixed window and a
-// sliding window of limit per window, and a token bucket with two limits
+// newPolicySet lays out the default run's policies: fixed windows (anchored,
+// and aligned to the epoch) and a sliding window of limit per window, and
+// a token bucket with two limits
 // (a short one with a small burst, a long one that bounds the sustained
 // rate), so that both of its limits refuse now and then; then, with
 // leased, a leased policy of each algorithm beside them.
@@ -88,6 +93,7 @@ func newPolicySet(limit int64, window time.Duration, leased bool) *policySet {
 			{Limit: 4, WindowMs: 1000, Burst: 2},    // a token every 250ms, 2 at once
 			{Limit: 20, WindowMs: 10000, Burst: 10}, // a token every 500ms, 10 at once
 		}}},
+		{name: "jl-fixed-epoch", algorithm: checker.FixedWindow, align: checker.AlignEpoch, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
 	}}
 	if leased {
 		ps.pols = append(ps.pols,
@@ -113,7 +119,7 @@ func (ps *policySet) checkerPolicies() map[string]checker.Policy {
 	defer ps.mu.Unlock()
 	out := map[string]checker.Policy{}
 	for _, p := range ps.pols {
-		cp := checker.Policy{Algorithm: p.algorithm, Leased: p.leased}
+		cp := checker.Policy{Algorithm: p.algorithm, Align: p.align, Leased: p.leased}
 		for _, v := range p.versions {
 			cp.Versions = append(cp.Versions, slices.Clone(v))
 		}
@@ -136,11 +142,14 @@ func (ps *policySet) describe() string {
 			}
 			ls = append(ls, s)
 		}
-		kind := ""
-		if p.leased {
-			kind = " leased"
+		alg := p.algorithm
+		if p.align != "" {
+			alg += " align " + p.align
 		}
-		parts = append(parts, fmt.Sprintf("%s %s%s %s", p.name, p.algorithm, kind, strings.Join(ls, " + ")))
+		if p.leased {
+			alg += " leased"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, alg, strings.Join(ls, " + ")))
 	}
 	return strings.Join(parts, "; ")
 }
