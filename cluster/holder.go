@@ -38,10 +38,11 @@ const (
 )
 
 // DecidedLocal and DecidedLog say how a check was decided: from a lease
-// this node holds, or through the log.
+// this node holds, or through the log; HeaderDecided carries it.
 const (
-	DecidedLocal = "local"
-	DecidedLog   = "log"
+	DecidedLocal  = "local"
+	DecidedLog    = "log"
+	HeaderDecided = "X-Rlnode-Decided"
 )
 
 // keyID names a key without building a string per hit.
