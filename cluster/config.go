@@ -131,6 +131,10 @@ type Config struct {
 	// caller's request on a second node is), so a cheaper forwarding
 	// protocol than one HTTP request per batch would gain little.
 	MaxForwardInflight int
+	// LeaseHotHits: a key of a leased policy seen this many times in the
+	// current and previous second on this node is hot and decided from
+	// leases this node holds (0: DefaultLeaseHotHits).
+	LeaseHotHits int
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.
 	Raft RaftTuning
@@ -208,6 +212,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.JoinCatchupTimeout == 0 {
 		c.JoinCatchupTimeout = 2 * time.Minute
+	}
+	if c.LeaseHotHits == 0 {
+		c.LeaseHotHits = DefaultLeaseHotHits
 	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
@@ -294,3 +301,28 @@ type nopObserver struct{}
 func (nopObserver) BatchApplied(int) {}
 func (nopObserver) Forwarded(int)    {}
 func (nopObserver) ForwardServed()   {}
+
+// LeaseObserver receives lease events per policy; an Observer that also
+// implements it gets them (metrics). Units are what this node lent as
+// leader (granted, returned) or, as a holder, decided from memory and let
+// expire unspent.
+type LeaseObserver interface {
+	LeaseGranted(policy string, units int64)
+	LeaseReturned(policy string, units int64)
+	LeaseExpired(policy string, units int64)
+	DecidedLocally(policy string, hits int)
+}
+
+type nopLeaseObserver struct{}
+
+func (nopLeaseObserver) LeaseGranted(string, int64)  {}
+func (nopLeaseObserver) LeaseReturned(string, int64) {}
+func (nopLeaseObserver) LeaseExpired(string, int64)  {}
+func (nopLeaseObserver) DecidedLocally(string, int)  {}
+
+func leaseObserver(o Observer) LeaseObserver {
+	if lo, ok := o.(LeaseObserver); ok {
+		return lo
+	}
+	return nopLeaseObserver{}
+}

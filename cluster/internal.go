@@ -96,6 +96,7 @@ func (n *Node) internalMux() http.Handler {
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
 	n.mountLeaderOps(mux)
+	n.mountLeaseOps(mux)
 	return n.requireToken(mux)
 }
 

@@ -47,6 +47,8 @@ type Node struct {
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck clockCheck
 	fwdBatch   *groupCommit
+	leaseObs   LeaseObserver
+	holder     *holder
 
 	// leaderRoutines run while this node leads (the promoter).
 	leaderRoutines routines
@@ -82,6 +84,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.fwd = newForwarder(cfg, n, n.stop)
+	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.requireNode(n.internalMux())
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
@@ -95,6 +98,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
+	n.holder = newHolder(n)
 	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runClockCheck()
@@ -250,6 +254,7 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 	}
 	n.wg.Wait()
+	n.holder.close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))

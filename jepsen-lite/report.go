@@ -183,7 +183,8 @@ type summary struct {
 	Faults           []faultRecord             `json:"faults"`
 	Counts           counts                    `json:"counts"`
 	Availability     availability              `json:"availability"`
-	Policies         map[string]checker.Policy `json:"policies,omitempty"` // every version the checker judged against
+	LeasedFill       []leasedFill              `json:"leasedFill,omitempty"` // leased keys' under-admission by fault
+	Policies         map[string]checker.Policy `json:"policies,omitempty"`   // every version the checker judged against
 	Checker          checkerSummary            `json:"checker"`
 	Violations       []checker.Violation       `json:"violations"`
 	Convergence      convergence               `json:"convergence"`
@@ -192,9 +193,10 @@ type summary struct {
 }
 
 type checkerSummary struct {
-	Valid  bool                `json:"valid"`
-	Keys   []checker.KeyResult `json:"keys"`
-	Counts any                 `json:"counts"`
+	Valid  bool                   `json:"valid"`
+	Keys   []checker.KeyResult    `json:"keys"`
+	Counts any                    `json:"counts"`
+	Leased []checker.LeasedResult `json:"leased,omitempty"`
 }
 
 type runInfo struct {

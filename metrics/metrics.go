@@ -34,6 +34,7 @@ type Metrics struct {
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
 	rlsLimits      *rlsLimits
+	lease          leaseMetrics
 }
 
 // New registers rlnode's collectors on reg.
@@ -62,6 +63,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match, global_shadow_mode).",
 	}, []string{"domain", "result"})
 	m.rlsLimits = newRLSLimits(reg)
+	m.lease = newLeaseMetrics(reg)
 	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
