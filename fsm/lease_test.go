@@ -14,6 +14,17 @@ import (
 
 func leased(p policy.Policy) policy.Policy { p.Consistency = policy.Leased; return p }
 
+// leasedVariant is a leased policy of alg, or of a fixed window aligned to
+// the epoch for "fixed_window+epoch".
+func leasedVariant(name, alg string, limits ...policy.Limit) policy.Policy {
+	if alg == "fixed_window+epoch" {
+		p := pol(name, "fixed_window", limits...)
+		p.Align = policy.AlignEpoch
+		return leased(p)
+	}
+	return leased(pol(name, alg, limits...))
+}
+
 func (tf *testFSM) grant(now int64, holder string, leaseMs int64, items ...GrantItem) *GrantsResult {
 	tf.t.Helper()
 	r, ok := tf.apply(1, EncodeGrant(now, holder, leaseMs, items)).(*GrantsResult)
@@ -35,10 +46,10 @@ func (tf *testFSM) giveBack(now int64, holder string, items ...ReturnItem) *Retu
 // TestGrantCountsAsSpent: granted units leave every limit's budget at once,
 // so strict hits and other holders see them spent.
 func TestGrantCountsAsSpent(t *testing.T) {
-	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket"} {
+	for _, alg := range []string{"fixed_window", "fixed_window+epoch", "sliding_window", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) {
 			tf := newTestFSM(t)
-			tf.set(leased(pol("p", alg, lim(10, time.Minute), lim(25, time.Hour))))
+			tf.set(leasedVariant("p", alg, lim(10, time.Minute), lim(25, time.Hour)))
 			g := tf.grant(t0, "n1", 2000, GrantItem{Policy: "p", Client: "c", Want: 7}).Grants[0]
 			if g.Units != 7 || g.Index != tf.index {
 				t.Fatalf("grant %+v, want 7 units at index %d", g, tf.index)
@@ -73,9 +84,10 @@ func TestGrantOnStrictOrUnknownPolicyGivesNothing(t *testing.T) {
 func TestGrantExpiresAtWindowEnd(t *testing.T) {
 	tf := newTestFSM(t)
 	tf.set(leased(pol("fw", "fixed_window", lim(10, time.Second))), leased(pol("sw", "sliding_window", lim(10, time.Second))),
-		leased(pol("tb", "token_bucket", lim(10, time.Second))))
-	tf.check(t0, nil, h2("fw", "c", 1)) // the fixed window opens at t0
-	r := tf.grant(t0+300, "n1", 5000, GrantItem{"fw", "c", 3}, GrantItem{"sw", "c", 3}, GrantItem{"tb", "c", 3})
+		leased(pol("tb", "token_bucket", lim(10, time.Second))), leasedVariant("fe", "fixed_window+epoch", lim(10, time.Second)))
+	tf.check(t0, nil, h2("fw", "c", 1))     // the fixed window opens at t0
+	tf.check(t0+200, nil, h2("fe", "c", 1)) // the aligned one is [t0, t0+1000) all the same
+	r := tf.grant(t0+300, "n1", 5000, GrantItem{"fw", "c", 3}, GrantItem{"sw", "c", 3}, GrantItem{"tb", "c", 3}, GrantItem{"fe", "c", 3})
 	if got := r.Grants[0].Exp; got != t0+1000 {
 		t.Fatalf("fixed grant expires at %d, want the window end %d", got, t0+1000)
 	}
@@ -84,6 +96,9 @@ func TestGrantExpiresAtWindowEnd(t *testing.T) {
 	}
 	if got := r.Grants[2].Exp; got != t0+300+5000 {
 		t.Fatalf("bucket grant expires at %d, want the lease end %d", got, t0+5300)
+	}
+	if got := r.Grants[3].Exp; r.Grants[3].Units != 3 || got != t0+1000 {
+		t.Fatalf("aligned grant %+v, want 3 units expiring at the aligned window end %d", r.Grants[3], t0+1000)
 	}
 }
 
@@ -112,6 +127,32 @@ func TestReturnOnlyWithinWindow(t *testing.T) {
 	}
 	if r := tf.check(t0+1002, nil, h2("fw", "b", 10)).Hits[0]; r.Counted {
 		t.Fatal("the next window took 11 hits")
+	}
+}
+
+// TestReturnOnlyWithinAlignedWindow: an aligned fixed window's units come
+// back only while the aligned window they were granted in lasts: its end
+// is the next multiple of W, not the first hit + W.
+func TestReturnOnlyWithinAlignedWindow(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(leasedVariant("fe", "fixed_window+epoch", lim(10, time.Second)))
+	g := tf.grant(t0+600, "n1", 5000, GrantItem{"fe", "a", 8}, GrantItem{"fe", "b", 8}).Grants
+	if g[0].Units != 8 || g[1].Exp != t0+1000 {
+		t.Fatalf("grants %+v, want 8 units each expiring at %d", g, t0+1000)
+	}
+	if r := tf.giveBack(t0+700, "n1", ReturnItem{"fe", "a", g[0].Index, 5}); r.Returned[0] != 5 {
+		t.Fatalf("returned %d, want 5", r.Returned[0])
+	}
+	if r := tf.check(t0+701, nil, h2("fe", "a", 7)).Hits[0]; !r.Counted {
+		t.Fatal("returned units are not back in the aligned window")
+	}
+	// b's aligned window ends at t0+1000 (an anchored one would last to t0+1600).
+	tf.check(t0+1000, nil, h2("fe", "b", 1))
+	if r := tf.giveBack(t0+1001, "n1", ReturnItem{"fe", "b", g[1].Index, 8}); r.Returned[0] != 0 {
+		t.Fatal("a return after the aligned window landed in the next window")
+	}
+	if r := tf.check(t0+1002, nil, h2("fe", "b", 10)).Hits[0]; r.Counted {
+		t.Fatal("the next aligned window took 11 hits")
 	}
 }
 

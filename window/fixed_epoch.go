@@ -23,12 +23,19 @@ func epochState(s State, w int64) (start, count int64) {
 	return a - a%w, max(s.B, 0)
 }
 
-func applyFixedEpoch(l Limit, s State, now, cost int64) (Result, State) {
-	a, count := epochState(s, l.WindowMs)
-	start, used := now-now%l.WindowMs, int64(0)
-	if a >= start {
-		start, used = a, count
+// epochWindow is the aligned window a hit at now counts in and what it
+// already holds: the stored one while it has not ended (or lies ahead of
+// now), else a fresh one at now's aligned start.
+func epochWindow(w int64, s State, now int64) (start, used int64) {
+	a, count := epochState(s, w)
+	if start = now - now%w; a >= start {
+		return a, count
 	}
+	return start, 0
+}
+
+func applyFixedEpoch(l Limit, s State, now, cost int64) (Result, State) {
+	start, used := epochWindow(l.WindowMs, s, now)
 	r := Result{Limit: l.Limit, WindowMs: l.WindowMs, ResetAt: start + l.WindowMs, WindowStart: start}
 	switch {
 	case cost > l.Limit:

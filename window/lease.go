@@ -6,7 +6,8 @@ package window
 // every key within its limit is in fsm/DESIGN.md ("Leases").
 
 // Room is the largest cost a hit at now would be allowed (0 when none):
-// fixed window limit - count (a lapsed window: limit), sliding window
+// fixed window limit - count (a lapsed window: limit), aligned fixed
+// window limit - count in the aligned window holding now, sliding window
 // limit - carried - cur (the exact estimate), token bucket the whole
 // tokens in the bucket. Apply of any cost in [1, Room] is Allowed.
 func Room(alg Algorithm, l Limit, s State, now int64) int64 {
@@ -22,6 +23,9 @@ func Room(alg Algorithm, l Limit, s State, now int64) int64 {
 			return l.Limit
 		}
 		return max(l.Limit-count, 0)
+	case FixedWindowEpoch:
+		_, used := epochWindow(l.WindowMs, s, now)
+		return max(l.Limit-used, 0)
 	case SlidingWindow:
 		v := viewSliding(l.WindowMs, s, now)
 		return v.room(l.Limit, v.cur)
@@ -39,8 +43,8 @@ func Room(alg Algorithm, l Limit, s State, now int64) int64 {
 
 // WindowEnd is when the units a hit at now counts belong to stop being
 // that window's: fixed window start + W (the window now falls in, a fresh
-// one if the stored one lapsed), sliding window the end of the aligned
-// window holding now. A token bucket has no window: MaxInt64.
+// one if the stored one lapsed), aligned fixed window the aligned start +
+// W, sliding window the end of the aligned window holding now. A token bucket has no window: MaxInt64.
 func WindowEnd(alg Algorithm, l Limit, s State, now int64) int64 {
 	now = clampTime(now)
 	if l.WindowMs < 1 {
@@ -53,6 +57,9 @@ func WindowEnd(alg Algorithm, l Limit, s State, now int64) int64 {
 		if now-start >= w {
 			start = now
 		}
+		return start + w
+	case FixedWindowEpoch:
+		start, _ := epochWindow(w, s, now)
 		return start + w
 	case SlidingWindow:
 		return alignDown(now, w) + w
@@ -87,8 +94,9 @@ func Reserve(alg Algorithm, l Limit, s State, now, held int64) State {
 
 // Refund gives back units a holder did not spend. Fixed window: off the
 // count, only while the stored window is the one that started at start
-// (the grant's); sliding window: off the current count, only while the
-// stored aligned window is start; token bucket: tokens back into the
+// (the grant's); aligned fixed window: off the count, only while the
+// stored aligned window is start and now is still in it; sliding window:
+// off the current count, only while the stored aligned window is start; token bucket: tokens back into the
 // bucket, never above full at now. Anything else returns s unchanged: the
 // units stay spent.
 func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
@@ -103,6 +111,12 @@ func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
 			return s
 		}
 		return State{A: s.A, B: max(s.B-units, 0)}
+	case FixedWindowEpoch:
+		a, count := epochState(s, l.WindowMs)
+		if a != start || alignDown(now, l.WindowMs) != start {
+			return s
+		}
+		return State{A: a, B: max(count-units, 0)}
 	case SlidingWindow:
 		if alignDown(s.A, l.WindowMs) != start || alignDown(now, l.WindowMs) != start {
 			return s

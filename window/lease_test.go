@@ -3,7 +3,7 @@ package window
 import "testing"
 
 func TestRoomMatchesApply(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []Algorithm{FixedWindow, FixedWindowEpoch, SlidingWindow, TokenBucket} {
 		l := Limit{Limit: 10, WindowMs: 1000, Burst: 7}
 		s := State{}
 		now := int64(100_000)
@@ -54,6 +54,21 @@ func TestRefund(t *testing.T) {
 	if got := Refund(FixedWindow, l, s, 5500, 4999, 4); got != s {
 		t.Fatal("fixed refund for another window changed the state")
 	}
+	// Aligned: the window holding 5300 is [5000, 6000), whatever the start
+	// the hit came at; a refund lands only while now is still in it.
+	_, s = Apply(FixedWindowEpoch, l, State{}, 5300, 6)
+	if got := Refund(FixedWindowEpoch, l, s, 5999, 5000, 4); got.B != 2 {
+		t.Fatalf("aligned refund in window: %+v", got)
+	}
+	if got := Refund(FixedWindowEpoch, l, s, 5500, 5000, 40); got.B != 0 {
+		t.Fatalf("aligned refund of more than counted went below zero: %+v", got)
+	}
+	if got := Refund(FixedWindowEpoch, l, s, 6000, 5000, 4); got != s {
+		t.Fatalf("aligned refund after the window ended changed %+v to %+v", s, got)
+	}
+	if got := Refund(FixedWindowEpoch, l, s, 5500, 5300, 4); got != s {
+		t.Fatal("aligned refund for another window changed the state")
+	}
 	_, s = Apply(SlidingWindow, l, State{}, 5100, 6)
 	if got := Refund(SlidingWindow, l, s, 5900, 5000, 6); got.B != 0 {
 		t.Fatalf("sliding refund in window: %+v", got)
@@ -67,5 +82,24 @@ func TestRefund(t *testing.T) {
 	}
 	if got := Room(TokenBucket, l, Refund(TokenBucket, l, s, 5000, 0, 40), 5000); got != 10 {
 		t.Fatalf("bucket refund of 40: room %d, want full (10)", got)
+	}
+}
+
+// TestWindowEnd: a fixed window's units end with the window they were
+// counted in: anchored at the stored start (or now, once it lapsed),
+// aligned at the next multiple of W.
+func TestWindowEnd(t *testing.T) {
+	l := Limit{Limit: 10, WindowMs: 1000}
+	for _, c := range []struct {
+		alg      Algorithm
+		now, end int64
+	}{
+		{FixedWindow, 5300, 6300}, {FixedWindow, 6299, 6300}, {FixedWindow, 6300, 7300},
+		{FixedWindowEpoch, 5300, 6000}, {FixedWindowEpoch, 5999, 6000}, {FixedWindowEpoch, 6000, 7000},
+	} {
+		_, st := Apply(c.alg, l, State{}, 5300, 1)
+		if got := WindowEnd(c.alg, l, st, c.now); got != c.end {
+			t.Errorf("%v at %d: window end %d, want %d", c.alg, c.now, got, c.end)
+		}
 	}
 }
