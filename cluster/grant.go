@@ -233,7 +233,27 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 // back to the budget (0 when the grant had ended or its window was over:
 // the units stay spent, the safe side).
 func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
+	if req.ID == fsm.RefundIndex {
+		return 0, errors.Join(ErrNotCounted, errors.New("grant id 0 names no grant"))
+	}
 	got, err := n.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
+	if err != nil {
+		return 0, err
+	}
+	return got[0], nil
+}
+
+// RefundHolder is the holder a refund's return entry names; a refund
+// names no grant, so no holder's grant is touched.
+const RefundHolder = "refund"
+
+// Refund takes units off the current window of (policy, client), never
+// below zero, through the log: a return entry item naming no grant
+// (fsm.RefundIndex), what an Envoy descriptor's is_negative_hits asks. It
+// reports the units taken off (0: the key holds no count in a live
+// window).
+func (n *Node) Refund(ctx context.Context, policy, client string, units int64) (int64, error) {
+	got, err := n.Returns(ctx, RefundHolder, []fsm.ReturnItem{{Policy: policy, Client: client, Index: fsm.RefundIndex, Units: units}})
 	if err != nil {
 		return 0, err
 	}
@@ -269,7 +289,9 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
 	}
 	for i, u := range rr.Returned {
-		n.leaseObs.LeaseReturned(items[i].Policy, u)
+		if items[i].Index != fsm.RefundIndex {
+			n.leaseObs.LeaseReturned(items[i].Policy, u)
+		}
 	}
 	return rr.Returned, nil
 }

@@ -201,6 +201,9 @@ func cmpInt[T int64 | uint64](a, b T) int {
 func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))
 	f.settle(key, now, true)
+	if it.Index == RefundIndex {
+		return f.refund(now, key, f.policies[it.Policy], it.Units, nil)
+	}
 	gs := f.grants[key]
 	j := slices.IndexFunc(gs, func(g grant) bool { return g.holder == holder && g.index == it.Index })
 	if j < 0 {
@@ -209,8 +212,18 @@ func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	g := gs[j]
 	f.dropGrants(key, slices.Delete(gs, j, j+1))
 	p := f.policies[it.Policy]
-	units := min(it.Units, g.units)
 	if p == nil || g.epoch != p.epoch || len(g.starts) != len(p.limits) {
+		return 0
+	}
+	return f.refund(now, key, p, min(it.Units, g.units), g.starts)
+}
+
+// refund takes units off every limit of a live key of p, each limit i in
+// the window starts[i] when starts is given (a grant's), else in the
+// current one (a refund, window.RefundCurrent); it reports units, or 0
+// when nothing changed.
+func (f *FSM) refund(now int64, key string, p *tablePolicy, units int64, starts []int64) int64 {
+	if p == nil || units <= 0 {
 		return 0
 	}
 	idx, found := f.index[key]
@@ -224,7 +237,10 @@ func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	changed, exp := false, int64(0)
 	for i, l := range p.limits {
 		st := w.stateFor(i, l.WindowMs)
-		ns := window.Refund(p.alg, l, st, now, g.starts[i], units)
+		ns := window.RefundCurrent(p.alg, l, st, now, units)
+		if starts != nil {
+			ns = window.Refund(p.alg, l, st, now, starts[i], units)
+		}
 		changed = changed || ns != st
 		if i < int(w.n) && w.state(i).windowMs == l.WindowMs {
 			w.state(i).s = ns

@@ -11,6 +11,12 @@ const (
 	EntryReturn byte = 8
 )
 
+// RefundIndex in a ReturnItem names no grant: the item is a refund of the
+// key's current window (fsm/DESIGN.md, "Refunds"). A release before this
+// one halts on such an item (its decoder refused index 0) rather than
+// applying it differently.
+const RefundIndex uint64 = 0
+
 // Bounds the lease decoders enforce.
 const (
 	// MaxHolderLen is the longest holder id: a node id, or an external
@@ -35,7 +41,9 @@ type GrantItem struct {
 
 // ReturnItem gives back Units of the grant made by the entry at Index;
 // Units 0 releases a grant whose units were all spent (a token bucket's
-// cap on what holders hold lifts at once instead of at expiry).
+// cap on what holders hold lifts at once instead of at expiry). Index
+// RefundIndex (0, no grant) is a refund: Units (>= 1) come off the key's
+// current window, never below zero, whoever holds grants on it.
 type ReturnItem struct {
 	Policy, Client string
 	Index          uint64
@@ -61,8 +69,8 @@ func (r ReturnItem) Validate() error {
 	if err := (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate(); err != nil {
 		return err
 	}
-	if r.Index == 0 {
-		return fmt.Errorf("grant index 0 names no grant")
+	if r.Index == RefundIndex && r.Units == 0 {
+		return fmt.Errorf("a refund (grant index 0) of 0 units")
 	}
 	if r.Units < 0 || r.Units > MaxLimit {
 		return fmt.Errorf("units %d out of range [0, %d]", r.Units, int64(MaxLimit))
@@ -150,7 +158,7 @@ func decodeReturn(buf []byte) (returnEntry, error) {
 		it := ReturnItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}
 		it.Index = d.uvarint("grant index")
 		it.Units = int64(d.uvarint("units"))
-		if d.err == nil && (it.Index == 0 || it.Units > MaxLimit) {
+		if d.err == nil && (it.Index == RefundIndex && it.Units == 0 || it.Units > MaxLimit) {
 			d.fail("grant index %d, units %d", it.Index, it.Units)
 		}
 		e.items = append(e.items, it)

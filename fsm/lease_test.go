@@ -301,6 +301,43 @@ func TestRestoreVersion2Snapshot(t *testing.T) {
 	}
 }
 
+// TestRefundTakesOffTheCurrentWindow: a return item naming no grant (an
+// Envoy descriptor's is_negative_hits) takes units off the key's current
+// window, never below zero, and gives nothing to a window that lapsed.
+func TestRefundTakesOffTheCurrentWindow(t *testing.T) {
+	for _, alg := range []string{"fixed_window", "fixed_window+epoch", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			tf := newTestFSM(t)
+			p := leasedVariant("p", alg, lim(10, time.Second))
+			p.Consistency = "" // refunds need no lease
+			tf.set(p)
+			refund := func(now, units int64) int64 {
+				return tf.giveBack(now, "rls", ReturnItem{"p", "c", RefundIndex, units}).Returned[0]
+			}
+			if got := refund(t0, 3); got != 0 {
+				t.Fatalf("a refund of a key never hit gave back %d", got)
+			}
+			tf.check(t0+100, nil, h2("p", "c", 10))
+			if got := refund(t0+200, 4); got != 4 {
+				t.Fatalf("refund gave back %d, want 4", got)
+			}
+			if r := tf.check(t0+300, nil, h2("p", "c", 4)).Hits[0]; !r.Counted {
+				t.Fatal("refunded units are not back in the window")
+			}
+			refund(t0+400, 50) // more than counted: the count stops at zero
+			if r := tf.check(t0+500, nil, h2("p", "c", 10)).Hits[0]; !r.Counted || r.Parts[r.Main].Remaining != 0 {
+				t.Fatalf("after a refund past zero the window holds not exactly 10: %+v", r)
+			}
+			if r := tf.check(t0+600, nil, h2("p", "c", 1)).Hits[0]; r.Counted {
+				t.Fatal("a refund below zero left room for an 11th hit")
+			}
+			if got := refund(t0+2500, 5); got != 0 {
+				t.Fatalf("a refund after the window lapsed gave back %d", got)
+			}
+		})
+	}
+}
+
 func TestLeaseEntriesRoundTripAndHaltWhenCorrupt(t *testing.T) {
 	g := EncodeGrant(t0, "n1", 2000, []GrantItem{{"p", "c", 5}})
 	if e, err := decodeGrant(g); err != nil || e.holder != "n1" || e.leaseMs != 2000 || e.items[0] != (GrantItem{"p", "c", 5}) {
@@ -313,7 +350,7 @@ func TestLeaseEntriesRoundTripAndHaltWhenCorrupt(t *testing.T) {
 	for _, bad := range [][]byte{
 		EncodeGrant(t0, "n1", MaxLeaseMs+1, []GrantItem{{"p", "c", 5}}),
 		EncodeGrant(t0, "", 100, []GrantItem{{"p", "c", 5}}),
-		EncodeReturn(t0, "n1", []ReturnItem{{"p", "c", 0, 3}}),
+		EncodeReturn(t0, "n1", []ReturnItem{{"p", "c", RefundIndex, 0}}), // a refund of nothing
 		g[:len(g)-1],
 	} {
 		if CheckEntry(bad) == nil {

@@ -27,7 +27,10 @@ type planned struct {
 	shadow, quota bool
 	// check: hits_addend 0, a look at the counter that counts nothing;
 	// peek is what it saw.
-	check          bool
+	check bool
+	// refund: is_negative_hits, hit.Cost units taken off hit's key
+	// (answered OK, decided apart from the others).
+	refund         bool
 	peek           cluster.PeekResult
 	entries        []entry
 	domain, metric string // metric labels (metric.go)
@@ -68,6 +71,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			p.at = len(enforce)
 			enforce = append(enforce, p.hit)
 		}
+	}
+	if err := s.refund(ctx, plan); err != nil {
+		return nil, err
 	}
 	enforced, alone, err := s.decide(ctx, plan, enforce, solo)
 	if err != nil {
@@ -116,9 +122,13 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		p.pol, p.metric = m.pol, m.metricKey
 		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
 		if d.GetIsNegativeHits() {
-			// A refund: rlnode cannot give hits back yet, and counting it
-			// as a hit would be the opposite of what was asked. It is
-			// answered OK and changes nothing.
+			// A refund of hits_addend units off the key's current window
+			// (never below zero), answered OK as envoyproxy/ratelimit
+			// answers it; an unlimited or unmatched one has nothing to
+			// give back.
+			if m.pol != nil && (m.pol.Envoy == nil || !m.pol.Envoy.Unlimited) && !p.check {
+				p.refund, p.hit.Policy = true, m.pol.Name
+			}
 			p.pol = nil
 		}
 		if p.pol == nil {
@@ -139,6 +149,20 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		}
 	}
 	return plan, nil
+}
+
+// refund gives back the refunds of a request, each one log entry through
+// the leader, before its hits are decided.
+func (s *Server) refund(ctx context.Context, plan []planned) error {
+	for _, p := range plan {
+		if !p.refund {
+			continue
+		}
+		if _, err := s.cfg.Limiter.Refund(ctx, p.hit.Policy, p.hit.Client, min(p.hit.Cost, policy.MaxLimit)); err != nil {
+			return status.Errorf(codes.Unavailable, "refund %d of %s: %v", p.hit.Cost, p.hit.Policy, err)
+		}
+	}
+	return nil
 }
 
 // overridePolicy returns the policy a per-descriptor limit override counts

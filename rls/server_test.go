@@ -103,15 +103,25 @@ func TestQuotaModeAndRefunds(t *testing.T) {
 			t.Fatalf("request %d: %s, want %s", i, got, c.want)
 		}
 	}
+	// A refund takes its hits off the key's window, never below zero: a
+	// spent 1-per-day key refunded three times has room for one hit, not
+	// three.
 	refund := entries("a", "2")
 	refund.IsNegativeHits = true
+	for i, want := range []string{"OK OK", "OVER_LIMIT OVER_LIMIT"} {
+		if got := verdict(t, s, entries("a", "2")); got != want {
+			t.Fatalf("hit %d before refunds: %s, want %s", i, got, want)
+		}
+	}
 	for i := 0; i < 3; i++ {
 		if got := verdict(t, s, refund); got != "OK OK" {
 			t.Fatalf("refund %d: %s", i, got)
 		}
 	}
-	if got := verdict(t, s, entries("a", "2")); got != "OK OK" {
-		t.Fatalf("after refunds: %s; want them to have changed nothing", got)
+	for i, want := range []string{"OK OK", "OVER_LIMIT OVER_LIMIT"} {
+		if got := verdict(t, s, entries("a", "2")); got != want {
+			t.Fatalf("hit %d after refunds: %s, want %s", i, got, want)
+		}
 	}
 	if st := rec.limits["s/q"]; st.TotalHits != 4 || st.OverLimit != 3 || st.WithinLimit != 1 || st.NearLimit != 1 {
 		t.Fatalf("q's counters %+v", st)

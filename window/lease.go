@@ -140,3 +140,13 @@ func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
 	}
 	return s
 }
+
+// RefundCurrent gives back units to the window a hit at now would count in
+// (a negative hit, envoyproxy/ratelimit's is_negative_hits): Refund with
+// that window's start, never below zero, nothing once the window lapsed.
+func RefundCurrent(alg Algorithm, l Limit, s State, now, units int64) State {
+	if l.WindowMs < 1 {
+		return s
+	}
+	return Refund(alg, l, s, now, WindowEnd(alg, l, s, now)-min(l.WindowMs, MaxTime), units)
+}

@@ -190,6 +190,20 @@ func TestEnvoyDropIn(t *testing.T) {
 		}
 	})
 
+	t.Run("is_negative_hits refunds, never below zero", func(t *testing.T) {
+		refund := desc("file", "fr")
+		refund.IsNegativeHits = true
+		got := ""
+		for _, d := range []*commonv3.RateLimitDescriptor{desc("file", "fr"), desc("file", "fr"), refund, refund, desc("file", "fr"), desc("file", "fr")} {
+			got += verdictsOf(askIn(t, c, "dropin", d)) + "; "
+		}
+		// 1 per week: spent, refused, two refunds (the second finds the
+		// count at zero already), one hit has room again, the next not.
+		if want := "OK OK; OVER_LIMIT OVER_LIMIT; OK OK; OK OK; OK OK; OVER_LIMIT OVER_LIMIT; "; got != want {
+			t.Fatalf("file fr: %s; want %s", got, want)
+		}
+	})
+
 	t.Run("per-descriptor metrics", func(t *testing.T) {
 		askIn(t, c, "dropin", desc("user", "bob", "op", "read"))
 		askIn(t, c, "dropin", desc("extra", "e"))
