@@ -202,6 +202,11 @@ func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))
 	f.settle(key, now, true)
 	if it.Index == RefundIndex {
+		if len(f.grants[key]) > 0 {
+			// Granted units must stay counted while held, and the count
+			// does not say which of them were spent: the safe side.
+			return 0
+		}
 		return f.refund(now, key, f.policies[it.Policy], it.Units, nil)
 	}
 	gs := f.grants[key]

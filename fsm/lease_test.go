@@ -338,6 +338,23 @@ func TestRefundTakesOffTheCurrentWindow(t *testing.T) {
 	}
 }
 
+// TestRefundLeavesGrantedUnitsCounted: a refund on a key with outstanding
+// grants gives nothing back, or the holder's units and strict hits
+// together could pass the limit.
+func TestRefundLeavesGrantedUnitsCounted(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(leasedVariant("p", "fixed_window+epoch", lim(10, time.Second)))
+	if g := tf.grant(t0, "n1", 900, GrantItem{"p", "c", 10}).Grants[0]; g.Units != 10 {
+		t.Fatalf("granted %d of 10", g.Units)
+	}
+	if got := tf.giveBack(t0+1, "rls", ReturnItem{"p", "c", RefundIndex, 5}).Returned[0]; got != 0 {
+		t.Fatalf("a refund took %d granted units off the count", got)
+	}
+	if r := tf.check(t0+2, nil, h2("p", "c", 1)).Hits[0]; r.Counted {
+		t.Fatal("a strict hit got in beside 10 granted units")
+	}
+}
+
 func TestLeaseEntriesRoundTripAndHaltWhenCorrupt(t *testing.T) {
 	g := EncodeGrant(t0, "n1", 2000, []GrantItem{{"p", "c", 5}})
 	if e, err := decodeGrant(g); err != nil || e.holder != "n1" || e.leaseMs != 2000 || e.items[0] != (GrantItem{"p", "c", 5}) {
