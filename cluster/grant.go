@@ -247,17 +247,17 @@ func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 // names no grant, so no holder's grant is touched.
 const RefundHolder = "refund"
 
-// Refund takes units off the current window of (policy, client), never
-// below zero, through the log: a return entry item naming no grant
-// (fsm.RefundIndex), what an Envoy descriptor's is_negative_hits asks. It
-// reports the units taken off (0: the key holds no count in a live
-// window).
-func (n *Node) Refund(ctx context.Context, policy, client string, units int64) (int64, error) {
-	got, err := n.Returns(ctx, RefundHolder, []fsm.ReturnItem{{Policy: policy, Client: client, Index: fsm.RefundIndex, Units: units}})
-	if err != nil {
-		return 0, err
+// Refund takes each hit's Cost off the current window of its key, never
+// below zero, in one log entry through the leader: return items naming no
+// grant (fsm.RefundIndex), what an Envoy descriptor's is_negative_hits
+// asks. It reports per hit the units taken off (0: the key holds no count
+// in a live window, or holders hold units of it).
+func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
+	items := make([]fsm.ReturnItem, len(hits))
+	for i, h := range hits {
+		items[i] = fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: h.Cost}
 	}
-	return got[0], nil
+	return n.Returns(ctx, RefundHolder, items)
 }
 
 // Returns gives back unspent units of several grants of one holder in one

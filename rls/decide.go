@@ -123,9 +123,8 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
 		if d.GetIsNegativeHits() {
 			// A refund of hits_addend units off the key's current window
-			// (never below zero), answered OK as envoyproxy/ratelimit
-			// answers it; an unlimited or unmatched one has nothing to
-			// give back.
+			// (never below zero), answered OK; an unlimited or unmatched
+			// one has nothing to give back.
 			if m.pol != nil && (m.pol.Envoy == nil || !m.pol.Envoy.Unlimited) && !p.check {
 				p.refund, p.hit.Policy = true, m.pol.Name
 			}
@@ -151,16 +150,22 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 	return plan, nil
 }
 
-// refund gives back the refunds of a request, each one log entry through
-// the leader, before its hits are decided.
+// refund gives back the refunds of a request in one log entry, before
+// its hits are decided.
 func (s *Server) refund(ctx context.Context, plan []planned) error {
+	var hits []cluster.Hit
 	for _, p := range plan {
-		if !p.refund {
-			continue
+		if p.refund {
+			h := p.hit
+			h.Cost = min(h.Cost, policy.MaxLimit)
+			hits = append(hits, h)
 		}
-		if _, err := s.cfg.Limiter.Refund(ctx, p.hit.Policy, p.hit.Client, min(p.hit.Cost, policy.MaxLimit)); err != nil {
-			return status.Errorf(codes.Unavailable, "refund %d of %s: %v", p.hit.Cost, p.hit.Policy, err)
-		}
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	if _, err := s.cfg.Limiter.Refund(ctx, hits); err != nil {
+		return status.Errorf(codes.Unavailable, "refund: %v", err)
 	}
 	return nil
 }

@@ -47,8 +47,8 @@ func (f *fakeLimiter) Ready(time.Duration) error { return nil }
 func (f *fakeLimiter) Peek(context.Context, string, string, bool) (cluster.PeekResult, error) {
 	return cluster.PeekResult{}, errors.New("not in this test")
 }
-func (f *fakeLimiter) Refund(context.Context, string, string, int64) (int64, error) {
-	return 0, errors.New("not in this test")
+func (f *fakeLimiter) Refund(context.Context, []cluster.Hit) ([]int64, error) {
+	return nil, errors.New("not in this test")
 }
 
 // envoyPolicies is the policy table an import of an envoyproxy/ratelimit

@@ -39,9 +39,9 @@ type Limiter interface {
 	Ready(wait time.Duration) error
 	// Peek reads a key without counting (a descriptor's hits_addend 0).
 	Peek(ctx context.Context, policyName, client string, stale bool) (cluster.PeekResult, error)
-	// Refund takes units off a key's current window, never below zero
-	// (a descriptor's is_negative_hits).
-	Refund(ctx context.Context, policyName, client string, units int64) (int64, error)
+	// Refund takes each hit's cost off its key's current window, never
+	// below zero (a descriptor's is_negative_hits).
+	Refund(ctx context.Context, hits []cluster.Hit) ([]int64, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)
