@@ -48,6 +48,52 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (
 	return res.(*fsm.SetResult).Changes[0], nil
 }
 
+// TableChange is what replacing the whole table did, by policy name.
+type TableChange struct {
+	Added     []string `json:"added"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+	Removed   []string `json:"removed"`
+}
+
+// ReplacePolicies makes the table exactly ps in one log entry: listed
+// policies are added or changed (open windows kept), every other policy is
+// deleted with its windows. On a follower it goes to the leader.
+func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy, forwarded bool) (TableChange, error) {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return TableChange{}, err
+		}
+		if seen[p.Name] {
+			return TableChange{}, fmt.Errorf("policy %q given twice", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	var out TableChange
+	if !n.IsLeader() {
+		err := n.fwd.adminMethod(ctx, forwarded, http.MethodPut, PoliciesPath, map[string]any{"policies": ps}, &out)
+		return out, err
+	}
+	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, ps))
+	if err != nil {
+		return out, fmt.Errorf("replace the policy table: %w", err)
+	}
+	r := res.(*fsm.SetResult)
+	out = TableChange{Added: []string{}, Changed: []string{}, Unchanged: []string{}, Removed: append([]string{}, r.Removed...)}
+	for i, p := range ps {
+		switch r.Changes[i] {
+		case "added":
+			out.Added = append(out.Added, p.Name)
+		case "changed":
+			out.Changed = append(out.Changed, p.Name)
+		default:
+			out.Unchanged = append(out.Unchanged, p.Name)
+		}
+	}
+	return out, nil
+}
+
 // DeletePolicy deletes a policy and its windows through the log; it fails
 // with ErrUnknownPolicy when there is no such policy.
 func (n *Node) DeletePolicy(ctx context.Context, name string, forwarded bool) error {

@@ -9,10 +9,12 @@ import (
 
 // SetResult is what Apply returns for a set-policies entry: per policy,
 // "added", "changed" or "unchanged"; Skipped when a seed met a table that
-// was already seeded.
+// was already seeded. Removed names the policies a SetReplace deleted,
+// sorted.
 type SetResult struct {
 	Skipped bool
 	Changes []string
+	Removed []string
 }
 
 // DeleteResult is what Apply returns for a delete-policy entry.
@@ -47,7 +49,31 @@ func (f *FSM) applySetPolicies(data []byte) (any, error) {
 			f.policies[p.Name] = newTablePolicy(p, old.epoch)
 		}
 	}
+	if mode == SetReplace {
+		res.Removed = f.deleteUnlisted(ps)
+	}
 	return res, nil
+}
+
+// deleteUnlisted deletes every policy not in keep, as applyDeletePolicy
+// does one, and returns their names sorted. It deletes in name order:
+// nextEpoch depends on the order, and every replica must reach the same.
+func (f *FSM) deleteUnlisted(keep []policy.Policy) []string {
+	var removed []string
+	for name := range f.policies {
+		if !slices.ContainsFunc(keep, func(k policy.Policy) bool { return k.Name == name }) {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	for _, name := range removed {
+		f.nextEpoch = max(f.nextEpoch, f.policies[name].epoch) + 1
+		delete(f.policies, name)
+	}
+	if len(removed) > 0 {
+		f.sweepLeft = f.slab.Len()
+	}
+	return removed
 }
 
 func newTablePolicy(p policy.Policy, epoch uint32) *tablePolicy {

@@ -42,6 +42,7 @@ type Reader interface {
 // PolicyAdmin changes the policy table and resets keys.
 type PolicyAdmin interface {
 	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
+	ReplacePolicies(ctx context.Context, ps []policy.Policy, forwarded bool) (cluster.TableChange, error)
 	DeletePolicy(ctx context.Context, name string, forwarded bool) error
 	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)
 }
@@ -167,6 +168,7 @@ func New(cfg Config) *API {
 	guarded.POST(cluster.RemovePath, a.remove)
 	guarded.POST(cluster.TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
+	guarded.PUT(cluster.PoliciesPath, a.replacePolicies)
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
