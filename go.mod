@@ -33,6 +33,9 @@ require (
 	// netutil.LimitListener caps the public listeners' open connections
 	// (internal/connlimit); already in the build through gRPC.
 	golang.org/x/net v0.60.0
+	// rlnode top reads q without Enter (raw mode); its only dependency,
+	// x/sys, is already in the build.
+	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

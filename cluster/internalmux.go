@@ -33,6 +33,10 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("GET "+ProgressPath, n.guardInternal(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, Progress{ID: n.cfg.ID, LastLogIndex: n.raft.LastIndex()})
 	}))
+	mux.HandleFunc("GET "+TopPath, n.guardInternal(n.serveTop))
+	mux.HandleFunc("GET "+MemberStatusPath, n.guardInternal(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, n.LocalMemberStatus())
+	}))
 	mux.HandleFunc("GET "+BootstrapInfoPath, n.guardInternal(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, n.BootstrapInfo())
 	}))

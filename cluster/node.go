@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/topkeys"
 )
 
 // Node is one member of an rlnode cluster.
@@ -42,6 +43,8 @@ type Node struct {
 	claimMu     sync.Mutex
 	clockCheck  clockCheck
 	fwdBatch    *groupCommit
+	// top counts the hits clients sent this node, for ClusterTop.
+	top *topkeys.Recorder
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -87,6 +90,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
+	n.top = topkeys.New(topkeys.Config{})
 	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runPromoter()
@@ -267,6 +271,7 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 	}
 	n.wg.Wait()
+	n.top.Close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))

@@ -79,6 +79,7 @@ type Node interface {
 	ClusterAdmin
 	Health
 	Debug
+	TopView
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -172,6 +173,8 @@ func New(cfg Config) *API {
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
+	guarded.GET("/v1/top", a.top)
+	guarded.GET("/v1/cluster/members", a.members)
 	guarded.GET(cluster.BackupPath, a.backup)
 	guarded.POST(cluster.RestorePath, a.restore)
 	if cfg.DebugEndpoints {
