@@ -164,6 +164,7 @@ func New(cfg Config) *API {
 		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
 	}
 
+	a.mountUI(e)
 	guarded := e.Group("/", a.requireToken)
 	guarded.POST(cluster.JoinPath, a.join)
 	guarded.POST(cluster.RemovePath, a.remove)
