@@ -45,6 +45,8 @@ type Node struct {
 	fwdBatch    *groupCommit
 	// top counts the hits clients sent this node, for ClusterTop.
 	top *topkeys.Recorder
+	// snapFailures counts snapshots that failed to be written.
+	snapFailures atomic.Uint64
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -213,9 +215,16 @@ func (n *Node) logPath() string {
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
-func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
-func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
-func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
+func (f *raftFSM) Apply(l *raft.Log) any { return f.fsm.Apply(l) }
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.fsm.Snapshot()
+	if err != nil {
+		f.snapFailures.Add(1)
+		return nil, err
+	}
+	return countingSnapshot{FSMSnapshot: s, failures: &f.snapFailures}, nil
+}
+func (f *raftFSM) Restore(rc io.ReadCloser) error { return f.fsm.Restore(rc) }
 
 // watchLeadership reacts to gaining leadership: it waits until everything
 // committed by earlier leaders is applied (so reads and the clock start from
@@ -452,6 +461,7 @@ func (n *Node) Peers() ([]Peer, error) {
 
 // Snapshot takes a snapshot now and returns its id.
 func (n *Node) Snapshot() (string, error) {
+	failuresBefore := n.snapFailures.Load()
 	f := n.raft.Snapshot()
 	if err := f.Error(); err != nil && strings.Contains(err.Error(), "wait until the configuration entry") {
 		// A configuration change (a promotion) is the newest entry and
@@ -464,6 +474,8 @@ func (n *Node) Snapshot() (string, error) {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return "", fmt.Errorf("nothing new to snapshot since the last one: %w", err)
 		}
+		// Counted once: a failed Persist has counted itself.
+		n.snapFailures.CompareAndSwap(failuresBefore, failuresBefore+1)
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
 	meta, rc, err := f.Open()

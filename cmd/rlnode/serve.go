@@ -304,6 +304,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	obs.WatchNode(node)
+	obs.WatchDisk(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
