@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/storage"
 )
 
 // DiskUse is what the node's data dir holds and what its file system has
@@ -19,7 +21,7 @@ type DiskUse struct {
 
 // Disk measures the data dir now.
 func (n *Node) Disk() DiskUse {
-	d := DiskUse{LogBytes: dirBytes(n.logPath()), SnapshotBytes: dirBytes(filepath.Join(snapshotBase(n.cfg.DataDir), snapshotDir))}
+	d := DiskUse{LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)), SnapshotBytes: dirBytes(filepath.Join(n.cfg.DataDir, storage.SnapshotDir))}
 	var st syscall.Statfs_t
 	if syscall.Statfs(n.cfg.DataDir, &st) == nil {
 		d.FSFree, d.FSSize = st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize)

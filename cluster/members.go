@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster/storage"
 )
 
 // MemberStatusPath serves this node's status and disk use to the node a
@@ -35,8 +37,8 @@ type MemberStatus struct {
 // LocalMemberStatus is this node's status and the sizes of its Raft log
 // store and snapshots.
 func (n *Node) LocalMemberStatus() MemberStatus {
-	return MemberStatus{Status: n.Status(), LogBytes: dirBytes(n.logPath()),
-		SnapshotBytes: dirBytes(filepath.Join(snapshotBase(n.cfg.DataDir), snapshotDir))}
+	return MemberStatus{Status: n.Status(), LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)),
+		SnapshotBytes: dirBytes(filepath.Join(n.cfg.DataDir, storage.SnapshotDir))}
 }
 
 // dirBytes sums the sizes of the files under path (a file or a
