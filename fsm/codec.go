@@ -19,8 +19,10 @@ const (
 	EntrySetPolicies  byte = 4
 	EntryDeletePolicy byte = 5
 	EntryResetKey     byte = 6
-	// Reserved for round 3: 7 and 8 for lease grants and returns, 9 for
-	// admin counter writes (set a key's used count, count without a check).
+	// Reserved for round 3: 7 and 8 for lease grants and returns.
+	// EntryCounter is an admin counter write: set a key's used count, or
+	// count without a limit check (sub-kinds CounterSet, CounterInc).
+	EntryCounter byte = 9
 
 	IgnoreUnknown byte = 0x80
 )
@@ -131,6 +133,8 @@ func CheckEntry(data []byte) error {
 		_, err = decodeDeletePolicy(data)
 	case EntryResetKey:
 		_, _, err = decodeResetKey(data)
+	case EntryCounter:
+		_, err = decodeCounter(data)
 	}
 	return err
 }

@@ -187,6 +187,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		res, err = f.applyDeletePolicy(l.Data)
 	case EntryResetKey:
 		res, err = f.applyResetKey(l.Data)
+	case EntryCounter:
+		res, err = f.applyCounter(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil

@@ -105,17 +105,7 @@ func (f *FSM) applyResetKey(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.key = appendKey(f.key[:0], pol, client)
-	idx, ok := f.index[string(f.key)]
-	if !ok {
-		return &ResetResult{}, nil
-	}
-	s := f.slab.Mut(idx)
-	found := f.alive(s, f.lastNow)
-	// Dead from now on; the expiry heap still holds the slot and frees it.
-	s.exp = min(s.exp, f.lastNow)
-	s.epoch = ^uint32(0)
-	return &ResetResult{Found: found}, nil
+	return &ResetResult{Found: f.forget(pol, client)}, nil
 }
 
 // Policy returns a policy of the replicated table.
