@@ -155,4 +155,3 @@ func (st step) apply(alg window.Algorithm, l window.Limit, s window.State, now, 
 	}
 	return window.Apply(alg, l, s, now, cost)
 }
-
