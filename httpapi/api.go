@@ -80,6 +80,7 @@ type Node interface {
 	Health
 	Debug
 	TopView
+	CounterAdmin
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -174,6 +175,7 @@ func New(cfg Config) *API {
 	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
+	guarded.POST(cluster.WindowsPath+"/:policy/:client", a.writeCounter)
 	guarded.GET("/v1/top", a.top)
 	guarded.GET("/v1/cluster/members", a.members)
 	guarded.GET(cluster.BackupPath, a.backup)
