@@ -154,7 +154,11 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 		if s != nil {
 			ls = s.stateFor(i, l.WindowMs)
 		}
-		r.Parts[i], f.next[i] = st.apply(alg, l, ls, now, h.cost)
+		if st == stepHit {
+			r.Parts[i], f.next[i] = window.Apply(alg, l, ls, now, h.cost)
+		} else {
+			r.Parts[i], f.next[i] = st.apply(alg, l, ls, now, h.cost)
+		}
 		switch o := r.Parts[i].Outcome; {
 		case o == window.CostExceedsLimit:
 			r.Outcome = o
