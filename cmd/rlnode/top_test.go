@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,6 +103,33 @@ func TestTopKeysAcrossThreeProcesses(t *testing.T) {
 	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "top", "--once", "--addr", asked.URL()); code != 1 || !strings.Contains(stderr, "401") {
 		t.Fatalf("rlnode top without the token: exit %d %s", code, stderr)
 	}
+	// Live: it redraws until q is typed.
+	live := exec.Command(rlnodeBin, "top", "--interval", "200ms", "--addr", asked.URL())
+	live.Env = append(os.Environ(), polEnv...)
+	stdin, _ := live.StdinPipe()
+	screen := &lockedBuffer{}
+	live.Stdout = screen
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.Poll(t, 20*time.Second, func() error {
+		if n := strings.Count(screen.String(), "cluster: leader"); n < 2 {
+			return fmt.Errorf("%d frames drawn", n)
+		}
+		return nil
+	})
+	stdin.Write([]byte("q"))
+	done := make(chan error, 1)
+	go func() { done <- live.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("rlnode top after q: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		live.Process.Kill()
+		t.Fatal("rlnode top did not quit on q")
+	}
 
 	// A dead member is named; the others' counts still merge.
 	var dead *proctest.Node
@@ -123,4 +154,22 @@ func topCLI(t *testing.T, n *proctest.Node, args ...string) string {
 		t.Fatalf("rlnode top %v: exit %d\n%s%s", args, code, out, stderr)
 	}
 	return out
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
