@@ -15,6 +15,9 @@ go 1.26.8
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	// The status page's browser test drives Debian's chromium over the
+	// DevTools protocol (TestStatusPageInChromium); tests only.
+	github.com/chromedp/chromedp v0.23.0
 	// Envoy's rate limit service (rls/): the protos from go-control-plane's
 	// envoy module, v1.40.0 (its newest tag on the module proxy; builds here
 	// as is), and the gRPC server they are generated for.
@@ -40,8 +43,6 @@ require (
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
-
-require github.com/chromedp/chromedp v0.23.0
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
