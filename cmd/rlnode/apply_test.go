@@ -28,13 +28,13 @@ func TestPolicyApplyAddsUnlessPruned(t *testing.T) {
 	}
 	mustStatus(t, proctest.MustGet(t, f.URL()+"/check/u1"), 200, "default after apply without --prune")
 
-	before := lastLogIndex(t, f)
+	table := policyCLI(t, f, "list")
 	out = policyCLI(t, f, "apply", "-f", file, "--prune", "--dry-run")
 	if !strings.Contains(out, "would be removed default") || !strings.Contains(out, "answer 404 unknown_policy") {
 		t.Fatalf("dry run with --prune printed:\n%s", out)
 	}
-	if after := lastLogIndex(t, f); after != before {
-		t.Fatalf("a dry run wrote to the log: index %d -> %d", before, after)
+	if after := policyCLI(t, f, "list"); after != table {
+		t.Fatalf("a dry run changed the table:\n%s\nnow\n%s", table, after)
 	}
 
 	os.WriteFile(file, []byte("policies:\n  - name: login\n    algorithm: fixed_window\n    limits: [{limit: 5, window: 1h}]\n  - name: api\n    algorithm: token_bucket\n    limits: [{limit: 5, window: 1s}]\n"), 0o644)
@@ -44,10 +44,8 @@ func TestPolicyApplyAddsUnlessPruned(t *testing.T) {
 			t.Fatalf("apply --prune printed:\n%s\nwant %q", out, want)
 		}
 	}
-	// One change: one log entry for add, change and delete together.
-	if after := lastLogIndex(t, f); after != before+1 {
-		t.Fatalf("apply --prune took log index %d -> %d; want one entry", before, after)
-	}
+	// (That it is one log entry is TestReplaceTableInOneEntry's, in fsm:
+	// other entries, a promotion or a node's address, may land meanwhile.)
 	mustStatus(t, proctest.MustGet(t, f.URL()+"/check/u1"), 404, "default after apply --prune")
 	mustStatus(t, proctest.MustGet(t, f.URL()+"/check/api/u1"), 200, "api after apply --prune")
 
