@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // Backup and restore. A backup is the state machine's own snapshot format
@@ -17,11 +19,7 @@ import (
 // in a CRC), taken on the leader after a read barrier, so it holds every
 // hit committed before the request. Restore hands such a file to raft's
 // user restore on the leader of a new, empty cluster, which installs it
-// as a snapshot on every member.
-const (
-	BackupPath  = "/v1/cluster/backup"
-	RestorePath = "/v1/cluster/restore"
-)
+// as a snapshot on every member. Followers forward both (leaderops.go).
 
 // ErrNotEmpty is returned when a restore would overwrite live windows.
 var ErrNotEmpty = errors.New("the cluster is not empty")
@@ -37,12 +35,8 @@ func (writerSink) ID() string    { return "backup" }
 func (writerSink) Cancel() error { return nil }
 func (writerSink) Close() error  { return nil }
 
-// Backup writes a consistent snapshot of the state to w. Leader only: the
-// HTTP layer sends followers' callers to the leader.
-func (n *Node) Backup(ctx context.Context, w io.Writer) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
-	}
+// backup writes a consistent snapshot of the state to w, on the leader.
+func (n *Node) backup(ctx context.Context, w io.Writer) error {
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -81,19 +75,30 @@ func checkBackup(r io.Reader) (windows int, err error) {
 	return scratch.Stats().StoredWindows, nil
 }
 
-// RestoreBackup replaces the cluster's state with a backup of size bytes
-// read from r. Leader only. Unless force is set the cluster must hold no
-// windows: restore is for a new cluster, not for rolling one back. The
-// cluster's own node metadata (HTTP addresses) is kept, not the backup's.
-func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
+// Restored says what a restore installed, as the leader saw it.
+type Restored struct {
+	LiveWindows int    `json:"liveWindows"`
+	Digest      string `json:"digest"`
+	ServedBy    string `json:"servedBy"`
+}
+
+// restore is RestoreBackup on the leader.
+func (n *Node) restore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	if err := n.restoreOnLeader(ctx, r, size, force); err != nil {
+		return Restored{}, err
 	}
+	digest, _ := n.fsm.Digest()
+	return Restored{LiveWindows: n.fsm.Stats().StoredWindows, Digest: fmt.Sprintf("%016x", digest), ServedBy: n.cfg.ID}, nil
+}
+
+func (n *Node) restoreOnLeader(ctx context.Context, r io.Reader, size int64, force bool) error {
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if w := n.fsm.Stats().StoredWindows; w > 0 && !force {
-		return fmt.Errorf("restore: %w: it holds %d windows; restore into a new, empty cluster, or overwrite them with rlnode restore --force (?force=true)", ErrNotEmpty, w)
+	if !force {
+		if err := n.notNew(); err != nil {
+			return fmt.Errorf("restore: %w; restore into a new, empty cluster, or overwrite it with rlnode restore --force (?force=true)", err)
+		}
 	}
 	// Check the whole file before raft sees it: a damaged backup must not
 	// become the cluster's state.
@@ -124,6 +129,34 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 	}
 	n.log.Warn("restored the cluster's state from a backup", "bytes", size)
 	return n.keepNodeMetadata(before)
+}
+
+// notNew says what a restore would replace that a new cluster does not
+// hold: windows, or policies other than the seed this node writes into a
+// new cluster (a table changed by hand is as much the cluster's state as
+// its windows).
+func (n *Node) notNew() error {
+	if w := n.fsm.Stats().StoredWindows; w > 0 {
+		return fmt.Errorf("%w: it holds %d windows", ErrNotEmpty, w)
+	}
+	seed := make(map[string]policy.Policy, len(n.cfg.Seed))
+	for _, p := range n.cfg.Seed {
+		seed[p.Name] = p
+	}
+	var custom []string
+	for _, p := range n.fsm.Policies() {
+		if s, ok := seed[p.Name]; !ok || !s.Equal(p) {
+			custom = append(custom, p.Name)
+		}
+	}
+	if len(custom) == 0 {
+		return nil
+	}
+	named := strings.Join(custom[:min(3, len(custom))], ", ")
+	if len(custom) > 3 {
+		named += ", ..."
+	}
+	return fmt.Errorf("%w: it holds %d policies a new cluster would not (%s)", ErrNotEmpty, len(custom), named)
 }
 
 // keepNodeMetadata puts back the metadata the cluster had before a

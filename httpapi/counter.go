@@ -15,7 +15,14 @@ import (
 
 // CounterAdmin writes a key's count through the log.
 type CounterAdmin interface {
-	WriteCounter(ctx context.Context, c cluster.Counter, forwarded bool) (cluster.CheckResult, error)
+	WriteCounter(ctx context.Context, c cluster.Counter) (cluster.CheckResult, error)
+}
+
+// CounterRequest is the body of POST /v1/windows/:policy/:client: exactly
+// one of Set (0 or more, within the policy's limit) and Inc (1 or more).
+type CounterRequest struct {
+	Set *int64 `json:"set,omitempty"`
+	Inc *int64 `json:"inc,omitempty"`
 }
 
 // CodeOverLimit answers a set above the policy's limit.
@@ -35,7 +42,7 @@ func (a *API) writeCounter(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
 		return
 	}
-	var req cluster.CounterRequest
+	var req CounterRequest
 	if !bindJSON(c, &req, false) {
 		return
 	}
@@ -57,20 +64,16 @@ func (a *API) writeCounter(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.WriteCounter(ctx, w, forwarded(c))
+	res, err := a.cfg.Node.WriteCounter(ctx, w)
 	switch {
 	case errors.Is(err, cluster.ErrUnknownPolicy):
 		unknownPolicy(c, pol)
 		return
 	case errors.Is(err, cluster.ErrOverLimit):
-		writeProblem(c, http.StatusUnprocessableEntity, CodeOverLimit, fmt.Sprintf("set %d: policy %q allows at most %d in a window; nothing changed", w.N, pol, res.Hits[0].MainPart().Limit))
+		writeProblem(c, http.StatusUnprocessableEntity, CodeOverLimit, firstLine(err))
 		return
 	case err != nil:
 		a.adminError(c, fmt.Sprintf("write %s/%s", pol, client), err)
-		return
-	}
-	if forwarded(c) {
-		c.JSON(http.StatusOK, res)
 		return
 	}
 	c.Header(cluster.HeaderServedBy, res.ServedBy)

@@ -57,7 +57,7 @@ func Open(opts Options) (*DataDir, error) {
 	}
 	d, err := openChecked(opts, log)
 	var corrupt *CorruptError
-	if errors.As(err, &corrupt) && opts.RejoinEmpty && !rejoined {
+	if errors.As(err, &corrupt) && opts.RejoinEmpty && !rejoined && !IsDiskFull(err) {
 		aside, merr := moveAside(opts.Dir)
 		if merr != nil {
 			return nil, errors.Join(err, merr)
@@ -85,7 +85,7 @@ func openChecked(opts Options, log hclog.Logger) (*DataDir, error) {
 	stores, err := OpenStores(opts.Dir, opts.Kind, log)
 	if err != nil {
 		var mismatch *MismatchError
-		if errors.As(err, &mismatch) || isLocked(err) {
+		if errors.As(err, &mismatch) || errors.Is(err, ErrLocked) {
 			return nil, err
 		}
 		return nil, &CorruptError{File: LogPath(opts.Dir), Err: err}
@@ -97,6 +97,7 @@ func openChecked(opts Options, log hclog.Logger) (*DataDir, error) {
 		return nil, err
 	}
 	base := snapshotBase(opts.Dir)
+	removeFailedSnapshots(filepath.Join(base, SnapshotDir), log)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, log.Named("snapshots"))
 	if err != nil {
 		d.Close()

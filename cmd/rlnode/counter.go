@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
 )
 
 const counterUsage = `usage:
@@ -40,16 +40,16 @@ func runCounter(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil || n < 0 || (kind == "inc" && n < 1) {
 		return usageErr("N %q: want a whole number (set: 0 or more; inc: 1 or more)", pos[2])
 	}
-	req := cluster.CounterRequest{Set: &n}
+	req := httpapi.CounterRequest{Set: &n}
 	if kind == "inc" {
-		req = cluster.CounterRequest{Inc: &n}
+		req = httpapi.CounterRequest{Inc: &n}
 	}
 	var res struct {
 		Remaining int64 `json:"remaining"`
 		Limit     int64 `json:"limit"`
 		ResetAt   int64 `json:"resetAt"`
 	}
-	if err := a.call(ctx, http.MethodPost, cluster.WindowsPath+"/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), req, &res); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.WindowsPath+"/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), req, &res); err != nil {
 		return err
 	}
 	if a.json {

@@ -14,8 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -69,7 +69,7 @@ type policyTable struct {
 
 func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) {
 	var l policyTable
-	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath, nil, &l); err != nil {
+	if err := a.call(ctx, http.MethodGet, httpapi.PoliciesPath, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Policies, nil
@@ -129,7 +129,7 @@ func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("rlnode policy get NAME")
 	}
 	var p policy.Policy
-	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
+	if err := a.call(ctx, http.MethodGet, httpapi.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
 		return err
 	}
 	if a.json {
@@ -172,7 +172,7 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var res struct {
 		Result string `json:"result"`
 	}
-	if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, &res); err != nil {
+	if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath+"/"+url.PathEscape(p.Name), p, &res); err != nil {
 		return err
 	}
 	if a.json {
@@ -219,7 +219,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(pos) != 1 {
 		return usageErr("rlnode policy delete NAME")
 	}
-	if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+	if err := a.call(ctx, http.MethodDelete, httpapi.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -263,9 +263,13 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// Policies with an Envoy match belong to import-envoy (and to the
 	// gRPC service's limit overrides): apply leaves them alone unless the
 	// file names them, even with --prune.
+	wanted := make(map[string]bool, len(want))
+	for _, p := range want {
+		wanted[p.Name] = true
+	}
 	var have, envoyKept []policy.Policy
 	for _, p := range all {
-		if p.Envoy == nil || isIn(p, want) {
+		if p.Envoy == nil || wanted[p.Name] {
 			have = append(have, p)
 		} else {
 			envoyKept = append(envoyKept, p)
@@ -296,14 +300,9 @@ func (d applyDiff) write(ctx context.Context, a *adminFlags, want, envoyKept []p
 			return nil
 		}
 		table := policyTable{Policies: append(slices.Clone(want), envoyKept...)}
-		return a.call(ctx, http.MethodPut, cluster.PoliciesPath, table, nil)
+		return a.call(ctx, http.MethodPut, httpapi.PoliciesPath, table, nil)
 	}
-	for _, p := range append(slices.Clone(d.added), d.changed...) {
-		if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeChanges(ctx, a, false, d.added, d.changed, nil, func(string, string, *policy.Policy, string) {})
 }
 
 func (d applyDiff) print(w io.Writer, asJSON, dry, prune bool) error {
@@ -340,13 +339,45 @@ func (d applyDiff) print(w io.Writer, asJSON, dry, prune bool) error {
 	return nil
 }
 
-func isIn(p policy.Policy, ps []policy.Policy) bool {
-	for _, q := range ps {
-		if q.Name == p.Name {
-			return true
+// writeChanges puts the added and changed policies and deletes the removed
+// ones, in that order (nothing when dry), and reports each with its verb
+// ("" or "would be ") and what happened (p is nil for a removal). It
+// stops when ctx ends.
+func writeChanges(ctx context.Context, a *adminFlags, dry bool, added, changed []policy.Policy, removed []string,
+	report func(verb, what string, p *policy.Policy, name string)) error {
+	verb := ""
+	if dry {
+		verb = "would be "
+	}
+	for _, group := range []struct {
+		what string
+		ps   []policy.Policy
+	}{{"added", added}, {"changed", changed}} {
+		for i := range group.ps {
+			p := &group.ps[i]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !dry {
+				if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
+					return err
+				}
+			}
+			report(verb, group.what, p, p.Name)
 		}
 	}
-	return false
+	for _, name := range removed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !dry {
+			if err := a.call(ctx, http.MethodDelete, httpapi.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
+				return err
+			}
+		}
+		report(verb, "removed", nil, name)
+	}
+	return nil
 }
 
 func names(ps []policy.Policy) []string {
