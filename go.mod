@@ -15,6 +15,9 @@ go 1.26.8
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	// The status page's browser test drives Debian's chromium over the
+	// DevTools protocol (TestStatusPageInChromium); tests only.
+	github.com/chromedp/chromedp v0.23.0
 	// Envoy's rate limit service (rls/): the protos from go-control-plane's
 	// envoy module, v1.40.0 (its newest tag on the module proxy; builds here
 	// as is), and the gRPC server they are generated for.
@@ -33,6 +36,9 @@ require (
 	// netutil.LimitListener caps the public listeners' open connections
 	// (internal/connlimit); already in the build through gRPC.
 	golang.org/x/net v0.60.0
+	// rlnode top reads q without Enter (raw mode); its only dependency,
+	// x/sys, is already in the build.
+	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -52,6 +58,7 @@ require (
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/cloudwego/base64x v0.1.6 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/coreos/etcd v3.3.27+incompatible // indirect
@@ -61,6 +68,7 @@ require (
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
 	github.com/go-playground/universal-translator v0.18.1 // indirect
 	github.com/go-playground/validator/v10 v10.30.1 // indirect

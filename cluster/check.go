@@ -81,22 +81,30 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 	}
 	if n.holder != nil {
 		if res, ok := n.holder.decide(hits); ok {
+			n.recordTop(res)
 			return res, nil
 		}
 	}
-	req := group(hits)
-	var o outcome
+	o := n.decide(ctx, group(hits))
+	if o.err == nil {
+		n.recordTop(o.res)
+	}
+	return o.res, o.err
+}
+
+// decide runs a group through the leader's batcher here, or forwards it.
+func (n *Node) decide(ctx context.Context, req group) outcome {
 	if n.IsLeader() {
-		o = n.leaderBatch.submit(ctx, req)[0]
+		o := n.leaderBatch.submit(ctx, req)[0]
 		if o.err == nil || !errors.Is(o.err, ErrNotLeader) {
-			return o.res, o.err
+			return o
 		}
 		// Lost leadership before the entry was queued: not counted, so
 		// it is safe to send it to whoever leads now.
 	}
-	o = n.fwdBatch.submit(ctx, req)[0]
+	o := n.fwdBatch.submit(ctx, req)[0]
 	o.res.Decided = DecidedLog
-	return o.res, o.err
+	return o
 }
 
 // applyBatch is the leader's flush: one log entry for the whole batch,

@@ -94,6 +94,10 @@ func (n *Node) internalMux() http.Handler {
 		}
 		writeJSON(w, map[string]string{"accepted": c.By})
 	})
+	mux.HandleFunc("GET "+TopPath, n.serveTop)
+	mux.HandleFunc("GET "+MemberStatusPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, n.LocalMemberStatus())
+	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)

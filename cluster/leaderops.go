@@ -147,6 +147,12 @@ var (
 		run: (*Node).remove}
 	opTransfer = leaderOp[TransferRequest, TransferResult]{name: "transfer-leadership", wait: true,
 		run: (*Node).transferLeadership}
+	opReplacePolicies = leaderOp[policiesResult, TableChange]{name: "replace-policies", wait: true,
+		check: func(r policiesResult) error { return checkTable(r.Policies) },
+		run:   (*Node).replacePolicies}
+	opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
+		check: checkCounter,
+		run:   (*Node).writeCounter}
 )
 
 // Paths of the streamed leader operations.
@@ -158,15 +164,17 @@ const (
 // mountLeaderOps serves every leader operation.
 func (n *Node) mountLeaderOps(mux *http.ServeMux) {
 	for path, h := range map[string]http.HandlerFunc{
-		opSetPolicy.path():    opSetPolicy.handler(n),
-		opDeletePolicy.path(): opDeletePolicy.handler(n),
-		opResetKey.path():     opResetKey.handler(n),
-		opPeek.path():         opPeek.handler(n),
-		opReadPolicies.path(): opReadPolicies.handler(n),
-		opJoin.path():         opJoin.handler(n),
-		opRemove.path():       opRemove.handler(n),
-		opTransfer.path():     opTransfer.handler(n),
-		restorePath:           n.serveRestore,
+		opSetPolicy.path():       opSetPolicy.handler(n),
+		opDeletePolicy.path():    opDeletePolicy.handler(n),
+		opResetKey.path():        opResetKey.handler(n),
+		opPeek.path():            opPeek.handler(n),
+		opReadPolicies.path():    opReadPolicies.handler(n),
+		opJoin.path():            opJoin.handler(n),
+		opRemove.path():          opRemove.handler(n),
+		opTransfer.path():        opTransfer.handler(n),
+		opReplacePolicies.path(): opReplacePolicies.handler(n),
+		opWriteCounter.path():    opWriteCounter.handler(n),
+		restorePath:              n.serveRestore,
 	} {
 		mux.HandleFunc("POST "+path, h)
 	}
@@ -216,6 +224,7 @@ var errorCodes = []struct {
 	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},
 	{errMalformed, "invalid_request", http.StatusBadRequest},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
+	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

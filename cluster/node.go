@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/topkeys"
 )
 
 // Node is one member of an rlnode cluster.
@@ -49,6 +50,10 @@ type Node struct {
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
+	// top counts the hits clients sent this node, for ClusterTop.
+	top *topkeys.Recorder
+	// snapFailures counts snapshots that failed to be written.
+	snapFailures atomic.Uint64
 
 	// leaderRoutines run while this node leads (the promoter).
 	leaderRoutines routines
@@ -99,6 +104,7 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
 	n.holder = newHolder(n)
+	n.top = topkeys.New(topkeys.Config{})
 	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runClockCheck()
@@ -173,7 +179,16 @@ func (n *Node) open() error {
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
-func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
+// Snapshot counts a snapshot that fails (raft only logs it) for the
+// snapshot-failure alert.
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.fsm.Snapshot()
+	if err != nil {
+		f.snapFailures.Add(1)
+		return nil, err
+	}
+	return countingSnapshot{FSMSnapshot: s, failures: &f.snapFailures}, nil
+}
 
 // Apply and Restore also keep the cache of the members' HTTP addresses
 // (peeraddrs.go) up to date.
@@ -255,6 +270,7 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.holder.close()
+	n.top.Close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))
@@ -443,6 +459,7 @@ func (n *Node) Peers() ([]Peer, error) {
 
 // Snapshot takes a snapshot now and returns its id.
 func (n *Node) Snapshot() (string, error) {
+	failuresBefore := n.snapFailures.Load()
 	f := n.raft.Snapshot()
 	if err := f.Error(); err != nil && configNotApplied(err) {
 		// A configuration change (a promotion) is the newest entry and
@@ -455,6 +472,8 @@ func (n *Node) Snapshot() (string, error) {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return "", fmt.Errorf("nothing new to snapshot since the last one: %w", err)
 		}
+		// Counted once: a failed Persist has counted itself.
+		n.snapFailures.CompareAndSwap(failuresBefore, failuresBefore+1)
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
 	meta, rc, err := f.Open()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/rlnode/rlnode/fsm"
@@ -43,6 +44,65 @@ func (n *Node) setPolicy(_ context.Context, p policy.Policy) (setPolicyResult, e
 		return setPolicyResult{}, fmt.Errorf("set policy %s: %w", p.Name, err)
 	}
 	return setPolicyResult{res.(*fsm.SetResult).Changes[0]}, nil
+}
+
+// TableChange is what replacing the whole table did, by policy name.
+type TableChange struct {
+	Added     []string `json:"added"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+	Removed   []string `json:"removed"`
+}
+
+// ReplacePolicies makes the table exactly ps in one log entry: listed
+// policies are added or changed (open windows kept), every other policy is
+// deleted with its windows. On a follower it goes to the leader.
+func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy) (TableChange, error) {
+	return opReplacePolicies.do(ctx, n, policiesResult{Policies: ps})
+}
+
+// checkTable refuses a table no replace may write: invalid or repeated
+// policies, none at all, or more than the cap.
+func checkTable(ps []policy.Policy) error {
+	if len(ps) == 0 {
+		return errors.New("replace the policy table: no policies (that would delete every one)")
+	}
+	if len(ps) > policy.MaxPolicies {
+		return fmt.Errorf("replace the policy table: %d policies: %w", len(ps), policy.ErrTooManyPolicies)
+	}
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("policy %q given twice", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	return nil
+}
+
+func (n *Node) replacePolicies(_ context.Context, r policiesResult) (TableChange, error) {
+	n.policyMu.Lock()
+	defer n.policyMu.Unlock()
+	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, r.Policies))
+	if err != nil {
+		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
+	}
+	sr := res.(*fsm.SetResult)
+	out := TableChange{Added: []string{}, Changed: []string{}, Unchanged: []string{}, Removed: append([]string{}, sr.Removed...)}
+	for i, p := range r.Policies {
+		switch sr.Changes[i] {
+		case "added":
+			out.Added = append(out.Added, p.Name)
+		case "changed":
+			out.Changed = append(out.Changed, p.Name)
+		default:
+			out.Unchanged = append(out.Unchanged, p.Name)
+		}
+	}
+	return out, nil
 }
 
 // DeletePolicy deletes a policy and its windows through the log; it fails

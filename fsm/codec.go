@@ -19,9 +19,10 @@ const (
 	EntrySetPolicies  byte = 4
 	EntryDeletePolicy byte = 5
 	EntryResetKey     byte = 6
-	// 7 and 8 are lease grants and returns (lease_codec.go); 9 is
-	// reserved for admin counter writes (set a key's used count, count
-	// without a check).
+	// 7 and 8 are lease grants and returns (lease_codec.go).
+	// EntryCounter is an admin counter write: set a key's used count, or
+	// count without a limit check (sub-kinds CounterSet, CounterInc).
+	EntryCounter byte = 9
 
 	IgnoreUnknown byte = 0x80
 )
@@ -136,6 +137,8 @@ func CheckEntry(data []byte) error {
 		_, err = decodeGrant(data)
 	case EntryReturn:
 		_, err = decodeReturn(data)
+	case EntryCounter:
+		_, err = decodeCounter(data)
 	}
 	return err
 }

@@ -132,6 +132,10 @@ const (
 	// first leader of a new cluster (or of one upgraded from the release
 	// before policies) seeds it from its flags; later seeds are no-ops.
 	SetSeed SetMode = 2
+	// SetReplace makes the table exactly the entry's policies: each is
+	// added or replaced as by SetUpsert, and every policy it does not
+	// list is deleted as by a delete-policy entry, in one change.
+	SetReplace SetMode = 3
 )
 
 // EncodeSetPolicies encodes an entry that adds or replaces policies.
@@ -211,7 +215,7 @@ func decodeSetPolicies(buf []byte) (SetMode, []policy.Policy, error) {
 		return 0, nil, err
 	}
 	mode := SetMode(d.byte("mode"))
-	if d.err == nil && mode != SetUpsert && mode != SetSeed {
+	if d.err == nil && mode != SetUpsert && mode != SetSeed && mode != SetReplace {
 		d.fail("mode %d unknown", mode)
 	}
 	n := d.uvarint("policy count")

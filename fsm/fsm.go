@@ -196,6 +196,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return f.applyGrant(l)
 	case EntryReturn:
 		return f.applyReturn(l)
+	case EntryCounter:
+		res, err = f.applyCounter(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil

@@ -103,7 +103,7 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		}
 		r := &out[i]
 		r.Parts, parts = parts[:len(limits):len(limits)], parts[len(limits):]
-		if f.decide(now, h, alg, limits, epoch, r, track) {
+		if f.decide(now, h, alg, limits, epoch, r, track, stepHit) {
 			continue
 		}
 		ok = false
@@ -136,8 +136,9 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 
 // decide runs one hit against every limit and, when all allow it, writes
 // the key's new state (recording how to undo it). It reports whether the
-// hit was allowed.
-func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []window.Limit, epoch uint32, r *HitResult, track bool) bool {
+// hit was allowed. st is stepHit on the hit path; counter writes use the
+// same update with their own step.
+func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []window.Limit, epoch uint32, r *HitResult, track bool, st step) bool {
 	f.key = appendKey(f.key[:0], h.policy, h.client)
 	if alg == window.TokenBucket && len(f.grants) > 0 {
 		if _, held := f.grants[string(f.key)]; held {
@@ -156,11 +157,15 @@ func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []windo
 	}
 	r.Outcome = window.Allowed
 	for i, l := range limits {
-		var st window.State
+		var ls window.State
 		if s != nil {
-			st = s.stateFor(i, l.WindowMs)
+			ls = s.stateFor(i, l.WindowMs)
 		}
-		r.Parts[i], f.next[i] = window.Apply(alg, l, st, now, h.cost)
+		if st == stepHit {
+			r.Parts[i], f.next[i] = window.Apply(alg, l, ls, now, h.cost)
+		} else {
+			r.Parts[i], f.next[i] = st.apply(alg, l, ls, now, h.cost)
+		}
 		switch o := r.Parts[i].Outcome; {
 		case o == window.CostExceedsLimit:
 			r.Outcome = o

@@ -134,7 +134,7 @@ func (f *FSM) grantOne(now int64, index uint64, holder string, leaseMs int64, it
 	}
 	hv := hitView{policy: []byte(it.Policy), client: []byte(it.Client), cost: k}
 	hr := HitResult{Parts: r.Parts}
-	if !f.decide(now, &hv, p.alg, p.limits, p.epoch, &hr, false) {
+	if !f.decide(now, &hv, p.alg, p.limits, p.epoch, &hr, false, stepHit) {
 		// Room said k fits; a refusal here is a bug in Room, and the safe
 		// answer is nothing granted (decide changed nothing).
 		r.Main = hr.Main

@@ -9,10 +9,12 @@ import (
 
 // SetResult is what Apply returns for a set-policies entry: per policy,
 // "added", "changed" or "unchanged"; Skipped when a seed met a table that
-// was already seeded.
+// was already seeded. Removed names the policies a SetReplace deleted,
+// sorted.
 type SetResult struct {
 	Skipped bool
 	Changes []string
+	Removed []string
 }
 
 // DeleteResult is what Apply returns for a delete-policy entry.
@@ -47,7 +49,31 @@ func (f *FSM) applySetPolicies(data []byte) (any, error) {
 			f.policies[p.Name] = newTablePolicy(p, old.epoch)
 		}
 	}
+	if mode == SetReplace {
+		res.Removed = f.deleteUnlisted(ps)
+	}
 	return res, nil
+}
+
+// deleteUnlisted deletes every policy not in keep, as applyDeletePolicy
+// does one, and returns their names sorted. It deletes in name order:
+// nextEpoch depends on the order, and every replica must reach the same.
+func (f *FSM) deleteUnlisted(keep []policy.Policy) []string {
+	var removed []string
+	for name := range f.policies {
+		if !slices.ContainsFunc(keep, func(k policy.Policy) bool { return k.Name == name }) {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	for _, name := range removed {
+		f.nextEpoch = max(f.nextEpoch, f.policies[name].epoch) + 1
+		delete(f.policies, name)
+	}
+	if len(removed) > 0 {
+		f.sweepLeft = f.slab.Len()
+	}
+	return removed
 }
 
 func newTablePolicy(p policy.Policy, epoch uint32) *tablePolicy {
@@ -79,20 +105,7 @@ func (f *FSM) applyResetKey(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.key = appendKey(f.key[:0], pol, client)
-	// Its grants go too: units already held may still be spent until
-	// their expiry (a reset is an explicit override).
-	delete(f.grants, string(f.key))
-	idx, ok := f.index[string(f.key)]
-	if !ok {
-		return &ResetResult{}, nil
-	}
-	s := f.slab.Mut(idx)
-	found := f.alive(s, f.lastNow)
-	// Dead from now on; the expiry heap still holds the slot and frees it.
-	s.exp = min(s.exp, f.lastNow)
-	s.epoch = ^uint32(0)
-	return &ResetResult{Found: found}, nil
+	return &ResetResult{Found: f.forget(pol, client)}, nil
 }
 
 // Policy returns a policy of the replicated table.

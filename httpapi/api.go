@@ -42,6 +42,7 @@ type Reader interface {
 // PolicyAdmin changes the policy table and resets keys.
 type PolicyAdmin interface {
 	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
+	ReplacePolicies(ctx context.Context, ps []policy.Policy) (cluster.TableChange, error)
 	DeletePolicy(ctx context.Context, name string) error
 	ResetKey(ctx context.Context, policy, client string) (bool, error)
 }
@@ -81,6 +82,8 @@ type Node interface {
 	ClusterAdmin
 	Health
 	Debug
+	TopView
+	CounterAdmin
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -165,14 +168,19 @@ func New(cfg Config) *API {
 		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
 	}
 
+	a.mountUI(e)
 	guarded := e.Group("/", a.requireToken)
 	guarded.POST(JoinPath, a.join)
 	guarded.POST(RemovePath, a.remove)
 	guarded.POST(TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
+	guarded.PUT(PoliciesPath, a.replacePolicies)
 	guarded.PUT(PoliciesPath+"/:name", a.putPolicy)
 	guarded.DELETE(PoliciesPath+"/:name", a.deletePolicy)
 	guarded.DELETE(WindowsPath+"/:policy/:client", a.resetKey)
+	guarded.POST(WindowsPath+"/:policy/:client", a.writeCounter)
+	guarded.GET("/v1/top", a.top)
+	guarded.GET("/v1/cluster/members", a.members)
 	guarded.GET(BackupPath, a.backup)
 	guarded.POST(RestorePath, a.restore)
 	if cfg.DebugEndpoints {

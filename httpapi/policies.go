@@ -118,6 +118,40 @@ func (a *API) putPolicy(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"result": res, "policy": p})
 }
 
+// replacePolicies is PUT /v1/policies: the whole table in one log entry.
+// The body is a policy file's ({"policies": [...]}, JSON or YAML); every
+// policy it does not list is deleted with its windows. An empty list is
+// refused: it would leave no policy for any check to use.
+func (a *API) replacePolicies(c *gin.Context) {
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 4<<20)
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
+		return
+	}
+	if err := checkJSONText(body); err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+		return
+	}
+	ps, err := policy.Parse(body)
+	if err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+		return
+	}
+	if len(ps) == 0 {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "policies: the list is empty; replacing the table with it would delete every policy (DELETE /v1/policies/NAME deletes one)")
+		return
+	}
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	res, err := a.cfg.Node.ReplacePolicies(ctx, ps)
+	if err != nil {
+		a.adminError(c, "replace the policy table", err)
+		return
+	}
+	c.JSON(http.StatusOK, res)
+}
+
 func (a *API) deletePolicy(c *gin.Context) {
 	name := c.Param("name")
 	ctx, cancel := a.requestContext(c)

@@ -95,6 +95,29 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 	)
 }
 
+// DiskSource is the node's data dir and snapshot record, read at scrape
+// time.
+type DiskSource interface {
+	Disk() cluster.DiskUse
+	SnapshotFailures() uint64
+}
+
+// WatchDisk exports the data dir's sizes, its file system's free space and
+// the snapshot failures, for the disk and snapshot alerts.
+func (m *Metrics) WatchDisk(src DiskSource) {
+	gauge := func(name, help string, f func(cluster.DiskUse) float64) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(src.Disk()) })
+	}
+	m.reg.MustRegister(
+		gauge("rlnode_raft_log_bytes", "Bytes of the Raft log store on disk (WAL segments are preallocated).", func(d cluster.DiskUse) float64 { return float64(d.LogBytes) }),
+		gauge("rlnode_snapshot_bytes", "Bytes of the Raft snapshots kept on disk.", func(d cluster.DiskUse) float64 { return float64(d.SnapshotBytes) }),
+		gauge("rlnode_data_dir_free_bytes", "Bytes available to rlnode on the data dir's file system.", func(d cluster.DiskUse) float64 { return float64(d.FSFree) }),
+		gauge("rlnode_data_dir_size_bytes", "Size in bytes of the data dir's file system.", func(d cluster.DiskUse) float64 { return float64(d.FSSize) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rlnode_snapshot_failures_total", Help: "Snapshots this node failed to take or write since it started."},
+			func() float64 { return float64(src.SnapshotFailures()) }),
+	)
+}
+
 // Handler serves the registry.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})

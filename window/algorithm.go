@@ -187,3 +187,31 @@ func neverAfter(t int64) int64 {
 }
 
 func clampTime(t int64) int64 { return min(max(t, 0), MaxTime) }
+
+// forceLimit stands in for a limit that always has room (Force).
+const forceLimit = int64(1) << 62
+
+// Force returns the state a hit of cost leaves at now whatever the limit:
+// an admin charging work done elsewhere. The count may pass the limit, and
+// later hits are refused until it drains as the algorithm drains any count
+// (a fixed window's next window, a sliding window's weight, a bucket's
+// refill, at most MaxRefillMs). ok is false, and s returned, only for an
+// invalid limit or algorithm or a count already beyond any use.
+func Force(alg Algorithm, l Limit, s State, now, cost int64) (ns State, ok bool) {
+	if l.Limit < 1 || l.WindowMs < 1 {
+		return s, false
+	}
+	switch alg {
+	case FixedWindow, SlidingWindow:
+		// The count is kept as is: a higher limit only lets it grow.
+		l.Limit = max(l.Limit, forceLimit)
+	case TokenBucket:
+		// The refill rate (Limit per WindowMs) and the fraction's unit
+		// stay; only the bucket's depth grows, up to MaxRefillMs.
+		l.Burst = maxInt64
+	default:
+		return s, false
+	}
+	r, ns := Apply(alg, l, s, now, cost)
+	return ns, r.Outcome == Allowed
+}

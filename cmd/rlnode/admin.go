@@ -363,9 +363,21 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("transfer-leadership", "[ID]", stdout)
+	var fromSelf bool
+	fs.BoolVar(&fromSelf, "from-self", false, "only if the node at --addr leads now; otherwise do nothing (a preStop hook)")
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
+	}
+	if fromSelf {
+		var st cluster.Status
+		if err := a.call(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		if st.State != "Leader" {
+			fmt.Fprintf(stdout, "%s is not the leader (%s leads): nothing to hand over\n", st.ID, orDash(st.LeaderID))
+			return nil
+		}
 	}
 	if len(pos) > 1 {
 		return usageErr("transfer-leadership takes at most one argument, the target ID: rlnode transfer-leadership [--addr URL] [ID]")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -23,7 +24,7 @@ const policyUsage = `usage:
   rlnode policy get NAME
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...] [--consistency leased]
   rlnode policy delete NAME
-  rlnode policy apply -f FILE [--dry-run]
+  rlnode policy apply -f FILE [--prune] [--dry-run]   (--prune: also delete what FILE lacks)
   rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...   (envoyproxy/ratelimit YAML)
   rlnode policy sync-envoy --dir DIR [--watch] [--merge-domains] [--anchored]
 (and --addr, --cluster-token, --json as for every admin command)`
@@ -235,20 +236,23 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
-// policyApply makes the cluster's table equal to a file: it sets what is
-// new or changed and deletes what the file does not list.
+// policyApply sets the policies a file lists (adds and changes only).
+// With --prune it makes the table equal to the file in one log entry,
+// deleting what the file does not list; without it, those policies stay and
+// are named. --dry-run prints the same diff and changes nothing.
 func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("policy apply", "", stdout)
 	var file string
-	var dry bool
+	var dry, prune bool
 	fs.StringVar(&file, "f", "", "YAML or JSON file of policies (required)")
 	fs.BoolVar(&dry, "dry-run", false, "print what would change and change nothing")
+	fs.BoolVar(&prune, "prune", false, "also delete the policies the file does not list (default included), in one change")
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 || file == "" {
-		return usageErr("rlnode policy apply -f FILE [--dry-run]")
+		return usageErr("rlnode policy apply -f FILE [--prune] [--dry-run]")
 	}
 	want, err := policy.ReadFile(file)
 	if err != nil {
@@ -265,31 +269,79 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// Policies with an Envoy match belong to import-envoy (and to the
 	// gRPC service's limit overrides): apply leaves them alone unless the
-	// file names them.
+	// file names them, even with --prune.
 	wanted := make(map[string]bool, len(want))
 	for _, p := range want {
 		wanted[p.Name] = true
 	}
-	var have []policy.Policy
+	var have, envoyKept []policy.Policy
 	for _, p := range all {
 		if p.Envoy == nil || wanted[p.Name] {
 			have = append(have, p)
+		} else {
+			envoyKept = append(envoyKept, p)
 		}
 	}
-	added, changed, removed := policy.Diff(have, want)
-	err = writeChanges(ctx, a, dry, added, changed, removed, func(verb, what string, p *policy.Policy, name string) {
-		if !a.json {
-			fmt.Fprintf(stdout, "%s%s %s\n", verb, what, name)
+	d := applyDiff{}
+	d.added, d.changed, d.removed = policy.Diff(have, want)
+	if !dry {
+		if err := d.write(ctx, a, want, envoyKept, prune); err != nil {
+			return err
 		}
-	})
-	if err != nil {
-		return err
 	}
-	if a.json {
-		return printJSON(stdout, map[string]any{"added": names(added), "changed": names(changed), "removed": orEmpty(removed), "dryRun": dry})
+	return d.print(stdout, a.json, dry, prune)
+}
+
+// applyDiff is what apply changes: added and changed policies, and the
+// names of policies the file does not list.
+type applyDiff struct {
+	added, changed []policy.Policy
+	removed        []string
+}
+
+// write sets the added and changed policies one by one, or with prune the
+// whole table (the file's policies and the Envoy ones kept) in one entry.
+func (d applyDiff) write(ctx context.Context, a *adminFlags, want, envoyKept []policy.Policy, prune bool) error {
+	if prune {
+		if len(d.added)+len(d.changed)+len(d.removed) == 0 {
+			return nil
+		}
+		table := policyTable{Policies: append(slices.Clone(want), envoyKept...)}
+		return a.call(ctx, http.MethodPut, httpapi.PoliciesPath, table, nil)
 	}
-	if len(added)+len(changed)+len(removed) == 0 {
-		fmt.Fprintln(stdout, "no changes")
+	return writeChanges(ctx, a, false, d.added, d.changed, nil, func(string, string, *policy.Policy, string) {})
+}
+
+func (d applyDiff) print(w io.Writer, asJSON, dry, prune bool) error {
+	removed, kept := d.removed, []string{}
+	if !prune {
+		removed, kept = []string{}, orEmpty(d.removed)
+	}
+	if asJSON {
+		return printJSON(w, map[string]any{"added": names(d.added), "changed": names(d.changed),
+			"removed": orEmpty(removed), "notInFile": kept, "dryRun": dry, "prune": prune})
+	}
+	verb := ""
+	if dry {
+		verb = "would be "
+	}
+	for _, p := range d.added {
+		fmt.Fprintf(w, "%sadded %s\n", verb, p.Name)
+	}
+	for _, p := range d.changed {
+		fmt.Fprintf(w, "%schanged %s\n", verb, p.Name)
+	}
+	for _, name := range removed {
+		fmt.Fprintf(w, "%sremoved %s\n", verb, name)
+		if name == policy.Default {
+			fmt.Fprintf(w, "  (%s is the policy GET /check/CLIENT uses: such checks answer 404 unknown_policy until it is set again)\n", name)
+		}
+	}
+	for _, name := range kept {
+		fmt.Fprintf(w, "kept %s (not in the file; --prune removes it)\n", name)
+	}
+	if len(d.added)+len(d.changed)+len(removed) == 0 {
+		fmt.Fprintln(w, "no changes")
 	}
 	return nil
 }

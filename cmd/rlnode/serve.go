@@ -319,6 +319,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	obs.WatchNode(node)
+	obs.WatchDisk(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)

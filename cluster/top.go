@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/rlnode/rlnode/topkeys"
+	"github.com/rlnode/rlnode/window"
+)
+
+// TopPath serves this node's own top keys to the node a user asked.
+const TopPath = "/internal/v1/top"
+
+// recordTop hands a decided check's hits to the top-keys recorder. Only
+// the node a client asked records (forwarded hits reach the leader's
+// batcher, not CheckAll), so the nodes' counts are disjoint and add up.
+// Every hit of a refused check counts as refused: none of them counted.
+func (n *Node) recordTop(res CheckResult) {
+	for _, h := range res.Hits {
+		if h.UnknownPolicy {
+			continue
+		}
+		n.top.Record(h.Policy, h.Client, !res.Allowed || h.Outcome != window.Allowed)
+	}
+}
+
+// LocalTop is this node's own view: the hits clients sent to it.
+func (n *Node) LocalTop(policyName string) topkeys.Report { return n.top.Top(policyName, 0) }
+
+// TopNode says whether a member's counts are in a cluster top list.
+type TopNode struct {
+	ID    string `json:"id"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// ClusterTop is the top keys of the whole cluster: every reachable
+// member's summaries merged.
+type ClusterTop struct {
+	topkeys.Report
+	Nodes []TopNode `json:"nodes"`
+}
+
+// ClusterTop collects every member's top keys of policyName ("" for all)
+// over the internal path and merges them, keeping n keys per list. A
+// member that does not answer within a second is named, not waited for.
+func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) ClusterTop {
+	var servers []string
+	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
+		for _, s := range cf.Configuration().Servers {
+			servers = append(servers, string(s.ID))
+		}
+	}
+	if len(servers) == 0 {
+		servers = []string{n.cfg.ID}
+	}
+	reports := make([]topkeys.Report, len(servers))
+	nodes := make([]TopNode, len(servers))
+	var wg sync.WaitGroup
+	for i, id := range servers {
+		nodes[i].ID = id
+		if id == n.cfg.ID {
+			reports[i], nodes[i].OK = n.LocalTop(policyName), true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reports[i], nodes[i] = n.peerTop(ctx, id, policyName)
+		}()
+	}
+	wg.Wait()
+	var got []topkeys.Report
+	for i := range nodes {
+		if nodes[i].OK {
+			got = append(got, reports[i])
+		}
+	}
+	return ClusterTop{Report: topkeys.MergeReports(keep, got...), Nodes: nodes}
+}
+
+func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Report, TopNode) {
+	tn := TopNode{ID: id}
+	meta, ok := n.fsm.Node(id)
+	if !ok || meta.HTTPAddr == "" {
+		tn.Error = "address unknown"
+		return topkeys.Report{}, tn
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var rep topkeys.Report
+	if err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+TopPath+"?policy="+url.QueryEscape(policyName), &rep); err != nil {
+		tn.Error = err.Error()
+		return rep, tn
+	}
+	tn.OK = true
+	return rep, tn
+}
+
+// serveTop is TopPath: this node's summaries, every key they hold.
+func (n *Node) serveTop(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, n.LocalTop(r.URL.Query().Get("policy")))
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+)
+
+// chromium finds Debian's chromium (or Chrome); the browser tests skip
+// without one. CI installs it (.ci/run).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium on PATH: apt-get install chromium (CI does) to run the status page's browser test")
+	return ""
+}
+
+// artefactDir is $RLNODE_ARTIFACTS when set (CI keeps it), else the
+// test's temp dir.
+func artefactDir(t *testing.T) string {
+	if d := os.Getenv("RLNODE_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err == nil {
+			return d
+		}
+	}
+	return t.TempDir()
+}
+
+// loadCluster sends hits to every node until the test ends: a client over
+// the login limit (refused) and a spread of allowed ones.
+func loadCluster(t *testing.T, nodes []*proctest.Node) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				proctest.Get(n.URL() + "/check/login/mallory")
+				proctest.Get(n.URL() + fmt.Sprintf("/check/user-%d-%d", i, j%50))
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// TestStatusPageInChromium loads /ui in headless chromium against a
+// three-node cluster under load: nothing shows without the token; with it
+// the page names the leader, lists the refused client, and shows a killed
+// node as unreachable. A screenshot is kept.
+func TestStatusPageInChromium(t *testing.T) {
+	browser := chromium(t)
+	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--cluster-token", polToken)
+	leader, _ := followerOf(t, nodes)
+	mustStatus(t, mustDo(t, "PUT", leader.URL()+"/v1/policies/login", polToken, `{"algorithm": "fixed_window", "limits": [{"limit": 3, "window": "1h"}]}`), 200, "set login")
+	loadCluster(t, nodes)
+	asked, dead := nodes[0], nodes[1]
+	if asked == leader {
+		asked, dead = nodes[1], nodes[2]
+	} else if dead == leader {
+		dead = nodes[2]
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	// The first Run starts the browser for the context's whole life, so
+	// it gets no timeout; each step below has one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	poll := func(what, expr string) {
+		t.Helper()
+		run(what, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
+	}
+	eval := func(expr string) int {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	run("open /ui without the token", chromedp.Navigate(asked.URL()+"/ui"))
+	poll("the page asks for the token", `document.getElementById("error").textContent.includes("needs the cluster token")`)
+	if shown, rows := eval(`document.getElementById("data").hidden ? 0 : 1`), eval(`document.querySelectorAll("#members tbody tr, #top tbody tr").length`); shown != 0 || rows != 0 {
+		t.Fatalf("without the token the page shows data (visible %d, %d rows)", shown, rows)
+	}
+	run("type the token", chromedp.SendKeys(chromedp.ID("token"), polToken), chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
+	poll("the page names the leader", fmt.Sprintf(`document.getElementById("summary").dataset.leader === %q && document.querySelector('#members tr[data-role="Leader"]').dataset.member === %q`, leader.ID, leader.ID))
+	poll("the refused client is in the top list", `document.querySelector('#top tr[data-policy="login"][data-key="mallory"]') !== null`)
+	dead.Kill()
+	poll("the killed node shows as unreachable", fmt.Sprintf(`document.querySelector('#members tr[data-member=%q]').dataset.reachable === "false"`, dead.ID))
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artefactDir(t), "status-page.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("status page screenshot: %s", path)
+}

@@ -1,0 +1,110 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/topkeys"
+)
+
+// TopView is the cluster-wide view of the most-hit clients
+// and of every member's status, each collected over the internal path.
+type TopView interface {
+	ClusterTop(ctx context.Context, policy string, n int) cluster.ClusterTop
+	Members(ctx context.Context) ([]cluster.Member, error)
+}
+
+// members is GET /v1/cluster/members: every server's own status (role,
+// term, indexes, lag, last contact, clock skew, disk use), or why it did
+// not answer.
+func (a *API) members(c *gin.Context) {
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	ms, err := a.cfg.Node.Members(ctx)
+	if err != nil {
+		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, firstLine(err))
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, gin.H{"members": ms, "asked": a.cfg.Node.ID()})
+}
+
+// MaxTopKeys is the most keys /v1/top lists per policy.
+const MaxTopKeys = 100
+
+// topPolicy is one policy of a /v1/top answer.
+type topPolicy struct {
+	Policy string `json:"policy"`
+	// Allowed and Refused are the hits in the window; the rates are
+	// per second over it.
+	Allowed       uint64  `json:"allowed"`
+	Refused       uint64  `json:"refused"`
+	AllowedPerSec float64 `json:"allowedPerSec"`
+	RefusedPerSec float64 `json:"refusedPerSec"`
+	// Keys are the top clients by the asked outcome; each one's true
+	// count lies in [min, count]. Unlisted is the most any other client
+	// may have; Exact says every count is exact.
+	Keys     []topkeys.Key `json:"keys"`
+	Unlisted uint64        `json:"unlisted"`
+	Exact    bool          `json:"exact"`
+}
+
+type topBody struct {
+	By       string `json:"by"`
+	WindowMs int64  `json:"windowMs"`
+	// Accuracy words the error bound for people.
+	Accuracy string            `json:"accuracy"`
+	Dropped  uint64            `json:"dropped"`
+	Nodes    []cluster.TopNode `json:"nodes"`
+	Policies []topPolicy       `json:"policies"`
+}
+
+// top is GET /v1/top?policy=&by=refused|allowed&n=: the clients hit most in
+// the last minute, merged from every node's summaries. Client ids are
+// personal data: the endpoint is behind the admin guard.
+func (a *API) top(c *gin.Context) {
+	by := c.DefaultQuery("by", "refused")
+	if by != "refused" && by != "allowed" {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("by %q: want refused or allowed", by))
+		return
+	}
+	n := 10
+	if s, ok := c.GetQuery("n"); ok {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > MaxTopKeys {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("n %q: want a whole number from 1 to %d", s, MaxTopKeys))
+			return
+		}
+		n = v
+	}
+	pol := c.Query("policy")
+	if pol != "" {
+		if err := policy.ValidateName(pol); err != nil {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "policy "+err.Error())
+			return
+		}
+	}
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	ct := a.cfg.Node.ClusterTop(ctx, pol, n)
+	body := topBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []topPolicy{},
+		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
+	secs := float64(max(ct.WindowMs, 1000)) / 1000
+	for _, p := range ct.Policies {
+		l := p.Refused
+		if by == "allowed" {
+			l = p.Allowed
+		}
+		body.Policies = append(body.Policies, topPolicy{Policy: p.Policy, Allowed: p.Allowed.Total, Refused: p.Refused.Total,
+			AllowedPerSec: float64(p.Allowed.Total) / secs, RefusedPerSec: float64(p.Refused.Total) / secs,
+			Keys: l.Keys, Unlisted: l.Unlisted, Exact: l.Exact() && ct.Dropped == 0})
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, body)
+}
