@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -59,20 +61,26 @@ type envoyChanges struct {
 func (c envoyChanges) none() bool { return len(c.added)+len(c.changed)+len(c.removed) == 0 }
 
 // applyEnvoy makes the cluster's envoy policies of the given domains
-// exactly want: added and changed first, then removed, each line printed
-// unless --json. A domain in domains with no policy in want loses all its
-// policies.
+// exactly want in one change: the new table (every other policy as it is,
+// plus want) replaces the old one in one log entry (PUT /v1/policies), so
+// no node ever holds half a sync. Each line is printed unless --json. A
+// domain in domains with no policy in want loses all its policies. The
+// write does not compare table versions: a policy another writer adds
+// between the read and the write (a limit override's, which the RLS adds
+// again on its next use, or an operator's) is deleted by it.
 func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []policy.Policy, dry bool, stdout io.Writer) (envoyChanges, error) {
 	all, err := fetchPolicies(ctx, a)
 	if err != nil {
 		return envoyChanges{}, err
 	}
-	var have []policy.Policy
+	var have, table []policy.Policy
 	byName := make(map[string]policy.Policy, len(all))
 	for _, p := range all {
 		byName[p.Name] = p
 		if p.Envoy != nil && slices.Contains(domains, p.Envoy.Domain) {
 			have = append(have, p)
+		} else {
+			table = append(table, p)
 		}
 	}
 	for _, p := range want {
@@ -82,17 +90,33 @@ func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []pol
 	}
 	var ch envoyChanges
 	ch.added, ch.changed, ch.removed = policy.Diff(have, want)
-	err = writeChanges(ctx, a, dry, ch.added, ch.changed, ch.removed, func(verb, what string, p *policy.Policy, name string) {
-		switch {
-		case a.json:
-		case p != nil:
-			fmt.Fprintf(stdout, "%s%s %s\t%s\n", verb, what, name, limitsText(*p))
-		default:
-			fmt.Fprintf(stdout, "%s%s %s\n", verb, what, name)
+	if !dry && !ch.none() {
+		table = append(table, want...)
+		if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath, policyTable{Policies: table}, nil); err != nil {
+			return envoyChanges{}, err
 		}
-	})
-	if err != nil {
-		return ch, err
+	}
+	if !a.json {
+		ch.print(stdout, dry)
 	}
 	return ch, nil
+}
+
+// print writes one line per change, as writeChanges reports them.
+func (c envoyChanges) print(w io.Writer, dry bool) {
+	verb := ""
+	if dry {
+		verb = "would be "
+	}
+	for _, g := range []struct {
+		what string
+		ps   []policy.Policy
+	}{{"added", c.added}, {"changed", c.changed}} {
+		for _, p := range g.ps {
+			fmt.Fprintf(w, "%s%s %s\t%s\n", verb, g.what, p.Name, limitsText(p))
+		}
+	}
+	for _, name := range c.removed {
+		fmt.Fprintf(w, "%sremoved %s\n", verb, name)
+	}
 }

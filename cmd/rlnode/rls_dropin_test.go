@@ -247,9 +247,16 @@ func TestEnvoyDropIn(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "dropin.yaml"), []byte("domain: moved\ndescriptors:\n  - {key: k, rate_limit: {unit: day, requests_per_unit: 1}}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// Adds and removals are one change: one log entry, so no node
+		// ever holds the new domain beside the old or neither.
+		leader := leaderOf(t, nodes)
+		before := lastLogIndex(t, leader)
 		out, code = syncEnvoy(t, nodes[0].URL(), "--dir", dir, "--merge-domains")
 		if code != 0 || !strings.Contains(out, "added envoy:moved.k") || !strings.Contains(out, "removed envoy:dropin.client") {
 			t.Fatalf("moved domain: exit %d\n%s", code, out)
+		}
+		if after := lastLogIndex(t, leader); after != before+1 {
+			t.Fatalf("the sync wrote %d log entries, want 1", after-before)
 		}
 	})
 }
