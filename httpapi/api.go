@@ -98,6 +98,13 @@ type Config struct {
 	Metrics Observer
 	// MetricsHandler, when set, serves GET /metrics.
 	MetricsHandler http.Handler
+	// Leaser, when set, serves the lease API (POST /v1/leases).
+	Leaser Leaser
+	// MaxHolderGrants caps the grants one external holder may have
+	// outstanding through this node (default DefaultHolderGrants).
+	MaxHolderGrants int
+	// LeaseMetrics, when set, records external grants per policy.
+	LeaseMetrics LeaseObserver
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
 	// forward-auth believes (key=ip).
 	TrustedProxies []netip.Prefix
@@ -108,6 +115,7 @@ type API struct {
 	cfg      Config
 	engine   *gin.Engine
 	draining atomic.Bool
+	holders  *holderGrants
 }
 
 // New builds the router.
@@ -121,6 +129,9 @@ func New(cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.MaxHolderGrants == 0 {
+		cfg.MaxHolderGrants = DefaultHolderGrants
+	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	// Client ids may contain escaped slashes; match on the raw path and
@@ -131,7 +142,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants)}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", c.Request.Method, c.Request.URL.Path))
@@ -156,6 +167,10 @@ func New(cfg Config) *API {
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
+	if cfg.Leaser != nil {
+		e.POST(LeasesPath, a.lease)
+		e.POST(LeaseReturnPath, a.leaseReturn)
+	}
 	e.Any(AuthPath+":policy", a.auth)
 	e.Any(AuthPath+":policy/*path", a.auth)
 	if cfg.MetricsHandler != nil {

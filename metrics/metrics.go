@@ -33,6 +33,8 @@ type Metrics struct {
 	// rlsDescriptors counts the gRPC rate limit service's descriptors by
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
+	// External holders' grants (the lease API) by policy.
+	leases, leaseUnits, leaseReturned *prometheus.CounterVec
 }
 
 // New registers rlnode's collectors on reg.
@@ -60,7 +62,16 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
 	}, []string{"domain", "result"})
-	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_grants_total", Help: "Lease requests from external holders (applications, Envoy) answered by this node, by policy and result (granted, exhausted, refused, failed).",
+	}, []string{"policy", "result"})
+	m.leaseUnits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_granted_units_total", Help: "Units granted to external holders through this node, by policy.",
+	}, []string{"policy"})
+	m.leaseReturned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_returned_units_total", Help: "Unspent units external holders gave back through this node, by policy.",
+	}, []string{"policy"})
+	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -123,5 +134,23 @@ func (m *Metrics) ForwardServed() {
 func (m *Metrics) RLSDescriptor(domain, result string) {
 	if m != nil {
 		m.rlsDescriptors.WithLabelValues(domain, result).Inc()
+	}
+}
+
+// ObserveLease counts one external lease request and the units it got.
+func (m *Metrics) ObserveLease(policy, result string, units int64) {
+	if m == nil {
+		return
+	}
+	m.leases.WithLabelValues(policy, result).Inc()
+	if units > 0 {
+		m.leaseUnits.WithLabelValues(policy).Add(float64(units))
+	}
+}
+
+// ObserveLeaseReturn counts units an external holder gave back.
+func (m *Metrics) ObserveLeaseReturn(policy string, units int64) {
+	if m != nil {
+		m.leaseReturned.WithLabelValues(policy).Add(float64(units))
 	}
 }
