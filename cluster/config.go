@@ -288,3 +288,28 @@ type nopObserver struct{}
 func (nopObserver) BatchApplied(int) {}
 func (nopObserver) Forwarded(int)    {}
 func (nopObserver) ForwardServed()   {}
+
+// LeaseObserver receives lease events per policy; an Observer that also
+// implements it gets them (metrics). Units are what this node lent as
+// leader (granted, returned) or, as a holder, decided from memory and let
+// expire unspent.
+type LeaseObserver interface {
+	LeaseGranted(policy string, units int64)
+	LeaseReturned(policy string, units int64)
+	LeaseExpired(policy string, units int64)
+	DecidedLocally(policy string, hits int)
+}
+
+type nopLeaseObserver struct{}
+
+func (nopLeaseObserver) LeaseGranted(string, int64)  {}
+func (nopLeaseObserver) LeaseReturned(string, int64) {}
+func (nopLeaseObserver) LeaseExpired(string, int64)  {}
+func (nopLeaseObserver) DecidedLocally(string, int)  {}
+
+func leaseObserver(o Observer) LeaseObserver {
+	if lo, ok := o.(LeaseObserver); ok {
+		return lo
+	}
+	return nopLeaseObserver{}
+}

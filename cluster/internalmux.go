@@ -27,6 +27,8 @@ type Progress struct {
 func (n *Node) internalMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", n.fwd)
+	mux.HandleFunc("POST "+GrantPath, n.guardInternal(n.serveGrant))
+	mux.HandleFunc("POST "+ReturnPath, n.guardInternal(n.serveReturn))
 	mux.HandleFunc("GET "+ClockPath, n.guardInternal(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, n.ClockReading())
 	}))

@@ -42,6 +42,7 @@ type Node struct {
 	claimMu     sync.Mutex
 	clockCheck  clockCheck
 	fwdBatch    *groupCommit
+	leaseObs    LeaseObserver
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -77,6 +78,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.fwd = newForwarder(cfg, n, n.stop)
+	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.internalMux()
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {

@@ -19,8 +19,9 @@ const (
 	EntrySetPolicies  byte = 4
 	EntryDeletePolicy byte = 5
 	EntryResetKey     byte = 6
-	// Reserved for round 3: 7 and 8 for lease grants and returns, 9 for
-	// admin counter writes (set a key's used count, count without a check).
+	// 7 and 8 are lease grants and returns (lease_codec.go); 9 is
+	// reserved for admin counter writes (set a key's used count, count
+	// without a check).
 
 	IgnoreUnknown byte = 0x80
 )
@@ -131,6 +132,10 @@ func CheckEntry(data []byte) error {
 		_, err = decodeDeletePolicy(data)
 	case EntryResetKey:
 		_, _, err = decodeResetKey(data)
+	case EntryGrant:
+		_, err = decodeGrant(data)
+	case EntryReturn:
+		_, err = decodeReturn(data)
 	}
 	return err
 }

@@ -109,6 +109,10 @@ type FSM struct {
 	// that derive something from the table (the gRPC service's descriptor
 	// tree) rebuild when it moves. Local to this node, not state.
 	tableVersion atomic.Uint64
+	// Outstanding lease grants per key (lease.go), sorted by expiry, and
+	// the heap of their expiries.
+	grants    map[string][]grant
+	grantHeap grantHeap
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -143,6 +147,7 @@ func (f *FSM) reset() {
 	f.index = make(map[string]uint32)
 	f.slab, f.free, f.heap = newSlab(), nil, nil
 	f.nodes = make(map[string]Node)
+	f.grants, f.grantHeap = make(map[string][]grant), nil
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
@@ -187,6 +192,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 		res, err = f.applyDeletePolicy(l.Data)
 	case EntryResetKey:
 		res, err = f.applyResetKey(l.Data)
+	case EntryGrant:
+		return f.applyGrant(l)
+	case EntryReturn:
+		return f.applyReturn(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil

@@ -56,6 +56,7 @@ func (f *FSM) applyHits(l *raft.Log) any {
 	now := f.clock(l.Term, stamped)
 	f.expire(now, f.cfg.ExpireBudget+len(views))
 	f.sweep(f.cfg.ExpireBudget)
+	f.expireGrants(now, f.cfg.ExpireBudget)
 	res := &HitsResult{Now: now, Hits: make([]HitResult, len(views))}
 	nparts := 0
 	f.last = nil
@@ -138,6 +139,12 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 // hit was allowed.
 func (f *FSM) decide(now int64, h *hitView, alg window.Algorithm, limits []window.Limit, epoch uint32, r *HitResult, track bool) bool {
 	f.key = appendKey(f.key[:0], h.policy, h.client)
+	if alg == window.TokenBucket && len(f.grants) > 0 {
+		if _, held := f.grants[string(f.key)]; held {
+			// Cap the bucket by the tokens holders still hold (lease.go).
+			f.settle(string(f.key), now, true)
+		}
+	}
 	idx, found := f.index[string(f.key)]
 	var s *slot
 	// Live state of this policy incarnation (f.alive, with the epoch the

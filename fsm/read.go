@@ -43,6 +43,12 @@ func (f *FSM) Lookup(policyName, client string) (v KeyView, ok bool) {
 			}
 		}
 	}
+	if held := f.heldAt(string(key), p, f.lastNow); held > 0 {
+		// The bucket as the next decision sees it: capped by what holders hold.
+		for i, l := range p.limits {
+			v.States[i] = window.Reserve(p.alg, l, v.States[i], f.lastNow, held)
+		}
+	}
 	return v, true
 }
 
@@ -70,6 +76,7 @@ func (f *FSM) Digest() (digest uint64, appliedIndex uint64) {
 	for _, p := range f.sortedPolicies() {
 		h.Write(appendPolicy(nil, p))
 	}
+	h.Write(f.appendGrants(nil))
 	ids := make([]string, 0, len(f.nodes))
 	for id := range f.nodes {
 		ids = append(ids, id)

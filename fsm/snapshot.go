@@ -26,6 +26,7 @@ const (
 	snapshotMagic = "RLNS"
 	snapshotV1    = 1
 	snapshotV2    = 2
+	snapshotV3    = 3 // adds the outstanding lease grants after the keys
 	maxKeyLen     = 1 + MaxPolicyLen + MaxClientLen
 )
 
@@ -45,6 +46,7 @@ type fsmSnapshot struct {
 	policies     []byte            // uvarint n, n × (uvarint epoch, policy body)
 	slots        frozenSlab[slot]  // the slab as of the snapshot (copy on write)
 	epochs       map[string]uint32 // each table policy's epoch, to tell live keys
+	grants       []byte            // the outstanding grants, encoded under the lock
 }
 
 // alive is FSM.alive against the state frozen in the snapshot.
@@ -83,6 +85,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for name, p := range f.policies {
 		s.epochs[name] = p.epoch
 	}
+	s.grants = f.appendGrants(nil)
 	s.slots = f.slab.Freeze()
 	return s, nil
 }
@@ -102,7 +105,7 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 	var buf []byte
 	buf = append(buf, snapshotMagic...)
-	buf = append(buf, snapshotV2)
+	buf = append(buf, snapshotV3)
 	buf = binary.AppendUvarint(buf, s.appliedIndex)
 	buf = binary.AppendVarint(buf, s.lastNow)
 	buf = binary.AppendUvarint(buf, s.term)
@@ -140,6 +143,9 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	if werr != nil {
 		return werr
 	}
+	if _, err := bw.Write(s.grants); err != nil {
+		return err
+	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
@@ -161,6 +167,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
+	f.grants, f.grantHeap = fresh.grants, fresh.grantHeap
 	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
 	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
@@ -244,7 +251,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		return fmt.Errorf("%w: not an rlnode snapshot", ErrBadSnapshot)
 	}
 	version := magic[4]
-	if version != snapshotV1 && version != snapshotV2 {
+	if version != snapshotV1 && version != snapshotV2 && version != snapshotV3 {
 		return fmt.Errorf("%w: version %d is unknown to this node", ErrBadSnapshot, magic[4])
 	}
 	f.appliedIndex = r.uvarint("applied index")
@@ -261,7 +268,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		n.HTTPAddr = string(r.bytes("http address", maxMetaLen))
 		f.nodes[n.ID] = n
 	}
-	if version == snapshotV2 {
+	if version >= snapshotV2 {
 		f.readTable(r)
 	}
 	count := r.uvarint("key count")
@@ -290,6 +297,9 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		*f.slab.Mut(idx) = s
 		f.index[s.key] = idx
 	}
+	if version >= snapshotV3 {
+		f.readGrants(r)
+	}
 	if r.err != nil {
 		return r.err
 	}
@@ -305,6 +315,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		return fmt.Errorf("%w: trailing data after checksum", ErrBadSnapshot)
 	}
 	f.rebuildExpiry()
+	f.rebuildGrantHeap()
 	return nil
 }
 

@@ -80,6 +80,9 @@ func (f *FSM) applyResetKey(data []byte) (any, error) {
 		return nil, err
 	}
 	f.key = appendKey(f.key[:0], pol, client)
+	// Its grants go too: units already held may still be spent until
+	// their expiry (a reset is an explicit override).
+	delete(f.grants, string(f.key))
 	idx, ok := f.index[string(f.key)]
 	if !ok {
 		return &ResetResult{}, nil

@@ -64,16 +64,16 @@ func TestRestoreVersion1Snapshot(t *testing.T) {
 	if !r.Counted || r.Parts[0].Remaining != 3 {
 		t.Fatalf("bob's next hit: %+v; want allowed with 3 left of 5", r)
 	}
-	// A snapshot of the upgraded state is version 2 and restores equal.
+	// A snapshot of the upgraded state is the current version and restores equal.
 	sink := persistSnapshot(t, tf.f)
-	if sink.Bytes()[4] != snapshotV2 {
-		t.Fatalf("snapshot version %d, want %d", sink.Bytes()[4], snapshotV2)
+	if sink.Bytes()[4] != snapshotV3 {
+		t.Fatalf("snapshot version %d, want %d", sink.Bytes()[4], snapshotV3)
 	}
 	other := newTestFSM(t)
 	if err := other.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
 	if digestOf(other.f) != digestOf(tf.f) {
-		t.Fatal("version-2 round trip of upgraded state changed the digest")
+		t.Fatal("version-3 round trip of upgraded state changed the digest")
 	}
 }

@@ -1,0 +1,389 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/window"
+)
+
+// Paths of the lease endpoints followers forward grants and returns on.
+const (
+	GrantPath  = "/internal/v1/grant"
+	ReturnPath = "/internal/v1/return"
+)
+
+// Lease timing. The holder's deadline is Valid minus a margin for clock
+// rate error (NTP slews a monotonic clock by up to 500 ppm; the leader's
+// and the holder's may be slewed in opposite directions, so 1000 ppm) and
+// a fixed part for whole-ms stamping and timer granularity. See
+// cluster/DESIGN.md, "Leases".
+const (
+	DefaultLease       = 2 * time.Second
+	LeaseMarginPPM     = 1000
+	LeaseMarginFixed   = 5 * time.Millisecond
+	MaxLease           = fsm.MaxLeaseMs * time.Millisecond
+	maxGrantItems      = fsm.MaxGrantItems
+	leaseRetryInterval = 20 * time.Millisecond
+)
+
+// ErrNotLeased is returned for a grant of a strict policy: only leased
+// policies lend budget.
+var ErrNotLeased = errors.New("the policy is not leased")
+
+// GrantItem asks for up to Want units of (Policy, Client).
+type GrantItem = fsm.GrantItem
+
+// GrantRequest asks the cluster to lend Holder up to Want units of
+// (Policy, Client) for Lease (0: DefaultLease, at most MaxLease).
+type GrantRequest struct {
+	Policy string `json:"policy"`
+	Client string `json:"client"`
+	// Holder names who spends the units: a node's id, or an external
+	// holder's (an application, an Envoy). Only the holder may return them.
+	Holder string        `json:"holder"`
+	Want   int64         `json:"want"`
+	Lease  time.Duration `json:"lease"`
+}
+
+// Grant is what the cluster lent. Units belong to one window (fixed and
+// sliding windows: the window WindowStart..ResetAt of the most
+// constraining limit; every limit's window is in Parts) or were taken from
+// the bucket (token bucket), and may be spent only before Deadline(sent),
+// where sent is when the holder sent the request, on its own monotonic
+// clock. A Grant with Units 0 lends nothing: the budget has no room now
+// (Parts say when it will).
+type Grant struct {
+	Policy string `json:"policy"`
+	Client string `json:"client"`
+	Holder string `json:"holder"`
+	Units  int64  `json:"units"`
+	// ID names the grant in a Return (the log index of its entry).
+	ID uint64 `json:"id"`
+	// Now and Expiry are the grant entry's time and the grant's end, in
+	// the cluster's (leader) Unix ms; Valid is Expiry - Now, the duration
+	// a holder measures from when it sent the request.
+	Now    int64         `json:"now"`
+	Expiry int64         `json:"expiry"`
+	Valid  time.Duration `json:"valid"`
+	// WindowStart and ResetAt describe the most constraining limit after
+	// the grant (ResetAt: when its window ends; a token bucket: when it is
+	// full again); Remaining is what is left there for everyone else.
+	WindowStart int64           `json:"windowStart"`
+	ResetAt     int64           `json:"resetAt"`
+	Remaining   int64           `json:"remaining"`
+	Parts       []window.Result `json:"parts"`
+}
+
+// Deadline is the last instant the holder may spend the grant's units:
+// sent (read from the monotonic clock, time.Now(), just before the
+// request was sent) plus Valid, less the margin for clock rate error. The
+// holder must compare a fresh time.Now() with it on every decision.
+func (g Grant) Deadline(sent time.Time) time.Time {
+	margin := g.Valid/1_000_000*LeaseMarginPPM + LeaseMarginFixed
+	return sent.Add(g.Valid - margin)
+}
+
+// ReturnRequest gives back Units of grant ID that Holder has not spent and
+// promises never to spend.
+type ReturnRequest struct {
+	Policy string `json:"policy"`
+	Client string `json:"client"`
+	Holder string `json:"holder"`
+	ID     uint64 `json:"id"`
+	Units  int64  `json:"units"`
+}
+
+// Grant lends units of one key to a holder through the log: on the leader
+// one grant entry, on a follower forwarded to the leader. The units count
+// as spent from the moment the entry applies. An error means nothing is
+// lent that the holder may use (if the entry did apply and the answer was
+// lost, the units stay spent until the grant expires: under-admission,
+// never over). Errors: ErrUnknownPolicy, ErrNotLeased, bad input, or a
+// failure wrapping ErrNotCounted or ErrOutcomeUnknown.
+func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
+	gs, err := n.Grants(ctx, req.Holder, req.Lease, []GrantItem{{Policy: req.Policy, Client: req.Client, Want: req.Want}})
+	if err != nil {
+		return Grant{}, err
+	}
+	if gs[0].Units == 0 && gs[0].ID == 0 {
+		return gs[0], gs[0].err()
+	}
+	return gs[0], nil
+}
+
+// Grants lends units of several keys to one holder in one entry (a node
+// prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
+// is unknown or not leased (Units 0).
+func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
+	if err := validateGrants(holder, lease, items); err != nil {
+		return nil, errors.Join(ErrNotCounted, err)
+	}
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	var out []Grant
+	err := n.leaseCall(ctx, func(ctx context.Context) error {
+		var err error
+		if n.IsLeader() {
+			out, err = n.grantLocal(holder, lease, items)
+			return err
+		}
+		var wire grantWire
+		err = n.forwardLease(ctx, GrantPath, grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}, &wire)
+		out = wire.Grants
+		if err == nil && len(out) != len(items) {
+			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d grants for %d items", len(out), len(items)))
+		}
+		return err
+	})
+	return out, err
+}
+
+func validateGrants(holder string, lease time.Duration, items []GrantItem) error {
+	if err := fsm.ValidateHolder(holder); err != nil {
+		return err
+	}
+	if lease < 0 || lease > MaxLease || (lease > 0 && lease < time.Millisecond) {
+		return fmt.Errorf("lease %s out of range (1ms to %s)", lease, MaxLease)
+	}
+	if len(items) == 0 || len(items) > maxGrantItems {
+		return fmt.Errorf("%d grant items: want 1 to %d", len(items), maxGrantItems)
+	}
+	for _, it := range items {
+		if err := it.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// err is the error of a grant that named no lendable policy.
+func (g Grant) err() error {
+	if g.Parts == nil {
+		return fmt.Errorf("%w %q", ErrUnknownPolicy, g.Policy)
+	}
+	return fmt.Errorf("%w: %q", ErrNotLeased, g.Policy)
+}
+
+// grantLocal writes the grant entry on the leader.
+func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
+	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items) })
+	if err != nil {
+		return nil, err
+	}
+	gr, ok := res.(*fsm.GrantsResult)
+	if !ok {
+		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+	}
+	out := make([]Grant, len(items))
+	for i, r := range gr.Grants {
+		g := Grant{Policy: items[i].Policy, Client: items[i].Client, Holder: holder, Now: gr.Now}
+		switch {
+		case r.UnknownPolicy:
+		case r.NotLeased:
+			g.Parts = []window.Result{}
+		default:
+			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
+			if r.Units > 0 {
+				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
+			}
+			if r.Main >= 0 && r.Main < len(r.Parts) {
+				m := r.Parts[r.Main]
+				g.WindowStart, g.ResetAt, g.Remaining = m.WindowStart, m.ResetAt, m.Remaining
+			}
+		}
+		n.leaseObs.LeaseGranted(items[i].Policy, g.Units)
+		out[i] = g
+	}
+	return out, nil
+}
+
+// Return gives back unspent units of a grant; it reports how many went
+// back to the budget (0 when the grant had ended or its window was over:
+// the units stay spent, the safe side).
+func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
+	got, err := n.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
+	if err != nil {
+		return 0, err
+	}
+	return got[0], nil
+}
+
+// Returns gives back unspent units of several grants of one holder in one
+// entry.
+func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
+	if err := fsm.ValidateHolder(holder); err != nil {
+		return nil, errors.Join(ErrNotCounted, err)
+	}
+	if len(items) == 0 || len(items) > maxGrantItems {
+		return nil, errors.Join(ErrNotCounted, fmt.Errorf("%d return items: want 1 to %d", len(items), maxGrantItems))
+	}
+	for _, it := range items {
+		if err := it.Validate(); err != nil {
+			return nil, errors.Join(ErrNotCounted, err)
+		}
+	}
+	var out []int64
+	err := n.leaseCall(ctx, func(ctx context.Context) error {
+		if n.IsLeader() {
+			res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
+			if err != nil {
+				return err
+			}
+			rr, ok := res.(*fsm.ReturnsResult)
+			if !ok {
+				return errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+			}
+			out = rr.Returned
+			for i, u := range out {
+				n.leaseObs.LeaseReturned(items[i].Policy, u)
+			}
+			return nil
+		}
+		var wire returnWire
+		err := n.forwardLease(ctx, ReturnPath, returnWire{Holder: holder, Items: items}, &wire)
+		out = wire.Returned
+		if err == nil && len(out) != len(items) {
+			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d returns for %d items", len(out), len(items)))
+		}
+		return err
+	})
+	return out, err
+}
+
+// leaseCall runs call until it succeeds, fails otherwise than not counted,
+// or ApplyTimeout (or ctx) ends: a not-counted grant or return never
+// reached the log, so asking the next leader is safe.
+func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	for {
+		err := call(ctx)
+		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-n.stop:
+			return errors.Join(ErrNotCounted, ErrClosed)
+		case <-time.After(leaseRetryInterval):
+		}
+	}
+}
+
+// applyLease writes one lease entry stamped by the leader clock, never
+// with a clock that is off.
+func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
+	if n.clockCheck.skewed.Load() {
+		return nil, errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+	}
+	f := n.apply(encode(n.clock.nowMs(n.raft.CurrentTerm())), n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, classifyApply(err)
+	}
+	if err, ok := f.Response().(error); ok {
+		return nil, errors.Join(ErrOutcomeUnknown, err)
+	}
+	return f.Response(), nil
+}
+
+// grantWire and returnWire are the JSON bodies of GrantPath and ReturnPath
+// (requests and answers share them).
+type grantWire struct {
+	Holder  string      `json:"holder"`
+	LeaseMs int64       `json:"leaseMs"`
+	Items   []GrantItem `json:"items,omitempty"`
+	Grants  []Grant     `json:"grants,omitempty"`
+}
+
+type returnWire struct {
+	Holder   string           `json:"holder"`
+	Items    []fsm.ReturnItem `json:"items,omitempty"`
+	Returned []int64          `json:"returned,omitempty"`
+}
+
+// forwardLease posts a lease request to the leader. A refused dial or a
+// not-leader answer was not counted; any other failure may have been.
+func (n *Node) forwardLease(ctx context.Context, path string, in, out any) error {
+	base, err := n.fwd.leaderURL()
+	if err != nil {
+		return errors.Join(ErrNotCounted, err)
+	}
+	err = n.fwd.peers.postJSON(ctx, base+path, in, out)
+	var he *HTTPError
+	switch {
+	case err == nil:
+		return nil
+	case isDialError(err):
+		return errors.Join(ErrNotCounted, err)
+	case errors.As(err, &he) && he.Code == "not_leader":
+		return errors.Join(ErrNotCounted, ErrNotLeader, err)
+	case errors.As(err, &he) && he.Status/100 == 4:
+		return errors.Join(ErrNotCounted, err)
+	}
+	return errors.Join(ErrOutcomeUnknown, err)
+}
+
+// serveGrant and serveReturn are the leader's side of GrantPath and
+// ReturnPath. A node that is not the leader answers not_leader (409), so
+// the follower asks again once it knows the new one.
+func (n *Node) serveGrant(w http.ResponseWriter, r *http.Request) {
+	var in grantWire
+	if !n.decodeLease(w, r, &in) {
+		return
+	}
+	if err := validateGrants(in.Holder, time.Duration(in.LeaseMs)*time.Millisecond, in.Items); err != nil || in.LeaseMs < 1 {
+		writeProblem(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("grant: %v (leaseMs %d)", err, in.LeaseMs))
+		return
+	}
+	gs, err := n.grantLocal(in.Holder, time.Duration(in.LeaseMs)*time.Millisecond, in.Items)
+	if n.leaseFailed(w, err) {
+		return
+	}
+	writeJSON(w, grantWire{Holder: in.Holder, Grants: gs})
+}
+
+func (n *Node) serveReturn(w http.ResponseWriter, r *http.Request) {
+	var in returnWire
+	if !n.decodeLease(w, r, &in) {
+		return
+	}
+	if !n.IsLeader() {
+		n.leaseFailed(w, ErrNotLeader)
+		return
+	}
+	got, err := n.Returns(r.Context(), in.Holder, in.Items)
+	if n.leaseFailed(w, err) {
+		return
+	}
+	writeJSON(w, returnWire{Holder: in.Holder, Returned: got})
+}
+
+func (n *Node) decodeLease(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(v); err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid_request", "lease request: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (n *Node) leaseFailed(w http.ResponseWriter, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrNotLeader):
+		writeProblem(w, http.StatusConflict, "not_leader", err.Error())
+	case errors.Is(err, ErrNotCounted):
+		writeProblem(w, http.StatusServiceUnavailable, "not_counted", err.Error())
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, "outcome_unknown", err.Error())
+	}
+	return true
+}

@@ -1,0 +1,173 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Lease entry types (fsm/DESIGN.md, "Leases").
+const (
+	EntryGrant  byte = 7
+	EntryReturn byte = 8
+)
+
+// Bounds the lease decoders enforce.
+const (
+	// MaxHolderLen is the longest holder id: a node id, or an external
+	// holder's (an application, an Envoy).
+	MaxHolderLen = 256
+	// MaxLeaseMs is the longest lease a grant may ask for. It bounds how
+	// long a lowered limit or deleted policy can still be exceeded by
+	// units granted before the change.
+	MaxLeaseMs = 60_000
+	// MaxGrantItems bounds the keys of one grant or return entry.
+	MaxGrantItems = 1024
+	// maxGrantsPerKey bounds the outstanding grants of one key; past it a
+	// grant gets nothing until some expire or come back.
+	maxGrantsPerKey = 256
+)
+
+// GrantItem asks for up to Want units of (Policy, Client).
+type GrantItem struct {
+	Policy, Client string
+	Want           int64
+}
+
+// ReturnItem gives back Units of the grant made by the entry at Index.
+type ReturnItem struct {
+	Policy, Client string
+	Index          uint64
+	Units          int64
+}
+
+// ValidateHolder checks a holder id (what the decoder enforces).
+func ValidateHolder(h string) error { return validID("holder", h, MaxHolderLen) }
+
+// Validate checks what the decoder enforces.
+func (g GrantItem) Validate() error {
+	if err := (Hit{Policy: g.Policy, Client: g.Client, Cost: 1}).Validate(); err != nil {
+		return err
+	}
+	if g.Want < 1 || g.Want > MaxLimit {
+		return fmt.Errorf("want %d out of range [1, %d]", g.Want, int64(MaxLimit))
+	}
+	return nil
+}
+
+// Validate checks what the decoder enforces.
+func (r ReturnItem) Validate() error {
+	if err := (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate(); err != nil {
+		return err
+	}
+	if r.Index == 0 {
+		return fmt.Errorf("grant index 0 names no grant")
+	}
+	if r.Units < 1 || r.Units > MaxLimit {
+		return fmt.Errorf("units %d out of range [1, %d]", r.Units, int64(MaxLimit))
+	}
+	return nil
+}
+
+// EncodeGrant encodes a grant entry stamped with the leader's now.
+//
+//	type 7, version 1, varint now, holder, uvarint leaseMs,
+//	uvarint n, n × (policy, client, uvarint want)
+func EncodeGrant(now int64, holder string, leaseMs int64, items []GrantItem) []byte {
+	b := []byte{EntryGrant, codecVersion}
+	b = binary.AppendVarint(b, now)
+	b = appendString(b, holder)
+	b = binary.AppendUvarint(b, uint64(leaseMs))
+	b = binary.AppendUvarint(b, uint64(len(items)))
+	for _, it := range items {
+		b = appendString(b, it.Policy)
+		b = appendString(b, it.Client)
+		b = binary.AppendUvarint(b, uint64(it.Want))
+	}
+	return b
+}
+
+type grantEntry struct {
+	now     int64
+	holder  string
+	leaseMs int64
+	items   []GrantItem
+}
+
+func decodeGrant(buf []byte) (grantEntry, error) {
+	d, err := header(buf, EntryGrant)
+	if err != nil {
+		return grantEntry{}, err
+	}
+	var e grantEntry
+	e.now = d.leaseNow()
+	e.holder = string(d.id("holder", MaxHolderLen))
+	e.leaseMs = d.number("lease", MaxLeaseMs)
+	n := d.itemCount()
+	for i := uint64(0); d.err == nil && i < n; i++ {
+		it := GrantItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}
+		it.Want = d.number("want", MaxLimit)
+		e.items = append(e.items, it)
+	}
+	return e, d.end()
+}
+
+// EncodeReturn encodes a return entry stamped with the leader's now.
+//
+//	type 8, version 1, varint now, holder,
+//	uvarint n, n × (policy, client, uvarint grant index, uvarint units)
+func EncodeReturn(now int64, holder string, items []ReturnItem) []byte {
+	b := []byte{EntryReturn, codecVersion}
+	b = binary.AppendVarint(b, now)
+	b = appendString(b, holder)
+	b = binary.AppendUvarint(b, uint64(len(items)))
+	for _, it := range items {
+		b = appendString(b, it.Policy)
+		b = appendString(b, it.Client)
+		b = binary.AppendUvarint(b, it.Index)
+		b = binary.AppendUvarint(b, uint64(it.Units))
+	}
+	return b
+}
+
+type returnEntry struct {
+	now    int64
+	holder string
+	items  []ReturnItem
+}
+
+func decodeReturn(buf []byte) (returnEntry, error) {
+	d, err := header(buf, EntryReturn)
+	if err != nil {
+		return returnEntry{}, err
+	}
+	var e returnEntry
+	e.now = d.leaseNow()
+	e.holder = string(d.id("holder", MaxHolderLen))
+	n := d.itemCount()
+	for i := uint64(0); d.err == nil && i < n; i++ {
+		it := ReturnItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}
+		it.Index = d.uvarint("grant index")
+		it.Units = d.number("units", MaxLimit)
+		if d.err == nil && it.Index == 0 {
+			d.fail("grant index 0")
+		}
+		e.items = append(e.items, it)
+	}
+	return e, d.end()
+}
+
+func (d *decoder) leaseNow() int64 {
+	now := d.varint("now")
+	if d.err == nil && now <= 0 {
+		d.fail("now %d is not a Unix time", now)
+	}
+	return now
+}
+
+func (d *decoder) itemCount() uint64 {
+	n := d.uvarint("item count")
+	if d.err == nil && (n == 0 || n > MaxGrantItems) {
+		d.fail("item count %d out of range", n)
+	}
+	return n
+}
