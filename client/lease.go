@@ -52,8 +52,6 @@ type Grant struct {
 	// clock: the lease clock starts here, before the cluster decided, so
 	// the holder's deadline is never later than the cluster's.
 	Sent time.Time
-	// ServedBy is the id of the node whose log entry made the grant.
-	ServedBy string
 }
 
 // Deadline is when the holder must stop spending the grant: Sent plus
@@ -122,7 +120,7 @@ func (c *Client) Lease(ctx context.Context, policy, key, holder string, want int
 	}
 	return Grant{Policy: policy, Key: key, Holder: holder, ID: w.Grant, Units: w.Units, Limit: w.Limit, Window: ms(w.WindowMs),
 		WindowStart: msTime(w.WindowStart), ResetAt: msTime(w.ResetAt), RetryAfter: ms(w.RetryAfterMs),
-		ValidFor: ms(w.ValidForMs), Sent: sent, ServedBy: a.header.Get("X-Rlnode-Served-By")}, nil
+		ValidFor: ms(w.ValidForMs), Sent: sent}, nil
 }
 
 // ReturnLease gives back units of g the holder has not spent and promises

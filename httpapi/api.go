@@ -73,6 +73,7 @@ type Debug interface {
 // Node is every role; *cluster.Node implements it.
 type Node interface {
 	Limiter
+	Leaser
 	Reader
 	PolicyAdmin
 	ClusterAdmin
@@ -98,8 +99,6 @@ type Config struct {
 	Metrics Observer
 	// MetricsHandler, when set, serves GET /metrics.
 	MetricsHandler http.Handler
-	// Leaser, when set, serves the lease API (POST /v1/leases).
-	Leaser Leaser
 	// MaxHolderGrants caps the grants one external holder may have
 	// outstanding through this node (default DefaultHolderGrants).
 	MaxHolderGrants int
@@ -167,10 +166,8 @@ func New(cfg Config) *API {
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
-	if cfg.Leaser != nil {
-		e.POST(LeasesPath, a.lease)
-		e.POST(LeaseReturnPath, a.leaseReturn)
-	}
+	e.POST(LeasesPath, a.lease)
+	e.POST(LeaseReturnPath, a.leaseReturn)
 	e.Any(AuthPath+":policy", a.auth)
 	e.Any(AuthPath+":policy/*path", a.auth)
 	if cfg.MetricsHandler != nil {

@@ -42,39 +42,12 @@ const (
 	DefaultHolderGrants = 1024
 )
 
-// LeaseRequest asks for a grant for an external holder.
-type LeaseRequest struct {
-	Policy, Client, Holder string
-	Want                   int64
-	Lease                  time.Duration
-}
-
-// LeaseGrant is what a grant gave.
-type LeaseGrant struct {
-	ID    uint64
-	Units int64
-	// Valid is how long the holder may spend the units, measured from
-	// when it sent the request.
-	Valid time.Duration
-	// The policy's most constraining limit, the window the units belong
-	// to (start 0 for a token bucket) and when it resets, and, when
-	// fewer units than wanted were granted, how long until more may be.
-	Limit, WindowMs, WindowStart, ResetAt, RetryAfterMs int64
-	ServedBy                                            string
-}
-
-// LeaseReturn gives back unspent units of one grant.
-type LeaseReturn struct {
-	Policy, Client, Holder string
-	ID                     uint64
-	Units                  int64
-}
-
-// Leaser grants leases to external holders; the node forwards grants and
-// returns to the leader.
+// Leaser lends budget to external holders (a follower forwards grants and
+// returns to the leader).
 type Leaser interface {
-	Lease(ctx context.Context, r LeaseRequest) (LeaseGrant, error)
-	ReturnLease(ctx context.Context, r LeaseReturn) error
+	Policy(name string) (policy.Policy, bool)
+	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
+	Return(ctx context.Context, req cluster.ReturnRequest) (int64, error)
 }
 
 // LeaseObserver records external grants per policy (metrics.Metrics
@@ -215,12 +188,12 @@ func (a *API) lease(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	g, err := a.cfg.Leaser.Lease(ctx, LeaseRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
+	g, err := a.cfg.Node.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
 		Lease: time.Duration(in.LeaseMs) * time.Millisecond})
 	release(g)
 	if err != nil {
 		a.observeLease(in.Policy, "failed", 0)
-		a.hitError(c, err)
+		a.leaseError(c, in.Policy, err)
 		return
 	}
 	result := "granted"
@@ -229,11 +202,20 @@ func (a *API) lease(c *gin.Context) {
 	}
 	a.observeLease(in.Policy, result, g.Units)
 	c.Header("Cache-Control", "no-store")
-	c.Header(cluster.HeaderServedBy, g.ServedBy)
-	c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: grantAnswer{
-		Policy: in.Policy, Client: in.Client, Holder: in.Holder, Grant: g.ID, Units: g.Units, Limit: g.Limit,
-		WindowMs: g.WindowMs, WindowStart: g.WindowStart, ResetAt: g.ResetAt, RetryAfterMs: g.RetryAfterMs,
-		ValidForMs: g.Valid.Milliseconds()}})
+	ans := grantAnswer{Policy: in.Policy, Client: in.Client, Holder: in.Holder, Grant: g.ID, Units: g.Units,
+		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: g.Valid.Milliseconds()}
+	for _, p := range g.Parts {
+		// The most constraining limit is the part the grant's window
+		// came from.
+		if p.ResetAt == g.ResetAt && p.WindowStart == g.WindowStart {
+			ans.Limit, ans.WindowMs = p.Limit, p.WindowMs
+			break
+		}
+	}
+	if g.Units < in.Want {
+		ans.RetryAfterMs = max(1, g.ResetAt-g.Now)
+	}
+	c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: ans})
 }
 
 // leaseReturn is POST /v1/leases/return: give back unspent units of one
@@ -269,16 +251,32 @@ func (a *API) leaseReturn(c *gin.Context) {
 	holder := externalHolder(c.Request, in.Holder)
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	err := a.cfg.Leaser.ReturnLease(ctx, LeaseReturn{Policy: in.Policy, Client: in.Client, Holder: holder, ID: in.Grant, Units: in.Units})
+	got, err := a.cfg.Node.Return(ctx, cluster.ReturnRequest{Policy: in.Policy, Client: in.Client, Holder: holder, ID: in.Grant, Units: in.Units})
 	if err != nil {
-		a.hitError(c, err)
+		a.leaseError(c, in.Policy, err)
 		return
 	}
 	a.holders.forget(holder, in.Grant)
 	if a.cfg.LeaseMetrics != nil {
-		a.cfg.LeaseMetrics.ObserveLeaseReturn(in.Policy, in.Units)
+		a.cfg.LeaseMetrics.ObserveLeaseReturn(in.Policy, got)
 	}
-	c.Status(http.StatusNoContent)
+	// returned may be less than asked: a grant that expired, of a window
+	// that ended, or of a key reset since keeps its units spent.
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, gin.H{"returned": got})
+}
+
+// leaseError answers a grant or return that failed: the policy changed
+// under the request, or no decision was made.
+func (a *API) leaseError(c *gin.Context, name string, err error) {
+	switch {
+	case errors.Is(err, cluster.ErrUnknownPolicy):
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined; nothing was granted or returned", name))
+	case errors.Is(err, cluster.ErrNotLeased):
+		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: it grants no leases", name))
+	default:
+		a.hitError(c, err)
+	}
 }
 
 func (a *API) observeLease(policyName, result string, units int64) {

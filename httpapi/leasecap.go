@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // holderGrants counts the grants each external holder has outstanding
@@ -26,7 +28,7 @@ func newHolderGrants(max int) *holderGrants {
 // reserve makes room for one more grant of holder, or says why not.
 // release records what the request got (a grant with no units holds
 // nothing).
-func (h *holderGrants) reserve(holder string) (release func(g LeaseGrant), err error) {
+func (h *holderGrants) reserve(holder string) (release func(g cluster.Grant), err error) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -42,7 +44,7 @@ func (h *holderGrants) reserve(holder string) (release func(g LeaseGrant), err e
 		return nil, fmt.Errorf("holder has %d grants outstanding, the most one holder may have on this node; return units it does not need (POST %s) or wait for grants to expire", n, LeaseReturnPath)
 	}
 	h.pending[holder]++
-	return func(g LeaseGrant) {
+	return func(g cluster.Grant) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.pending[holder]--; h.pending[holder] <= 0 {

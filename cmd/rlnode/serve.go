@@ -307,7 +307,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
