@@ -30,6 +30,9 @@ func main() {
 	holders := flag.Int("holders", 2, "goroutines, each with its own Local")
 	every := flag.Duration("every", time.Millisecond, "pause between one goroutine's hits")
 	lease := flag.Duration("lease", time.Second, "lease asked for each grant")
+	// Longer than a test's pauses, so the units a paused instance holds
+	// are still in hand when it resumes: only the deadline stops them.
+	cool := flag.Duration("cool", 10*time.Second, "idle time before a key's units go back")
 	flag.Parse()
 
 	c, err := client.New(client.Config{Addrs: strings.Split(*addrs, ","), Timeout: 3 * time.Second})
@@ -42,7 +45,7 @@ func main() {
 	var out sync.Mutex
 	var wg sync.WaitGroup
 	for i := 0; i < *holders; i++ {
-		l, err := client.NewLocal(c, client.LocalConfig{HotAfter: 2, MaxWant: 20, Lease: *lease, CoolAfter: time.Second})
+		l, err := client.NewLocal(c, client.LocalConfig{HotAfter: 2, MaxWant: 20, Lease: *lease, CoolAfter: *cool})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
