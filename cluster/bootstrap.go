@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/storage"
 )
 
 // Symmetric bootstrap (--bootstrap-expect N). Every node starts with the
@@ -37,7 +39,6 @@ import (
 const (
 	BootstrapInfoPath  = "/internal/v1/bootstrap"
 	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
-	claimFile          = "bootstrap-claim.json"
 )
 
 // BootstrapMember is one server of a symmetric bootstrap.
@@ -97,17 +98,17 @@ func (n *Node) claimedVoter() bool {
 }
 
 func (n *Node) readClaim() (*BootstrapClaim, error) {
-	path := filepath.Join(n.cfg.DataDir, claimFile)
+	path := filepath.Join(n.cfg.DataDir, storage.ClaimFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &CorruptError{File: path, Err: err}
+		return nil, &storage.CorruptError{File: path, Err: err}
 	}
 	var c BootstrapClaim
 	if err := json.Unmarshal(b, &c); err != nil || c.By == "" {
-		return nil, &CorruptError{File: path, Err: fmt.Errorf("not a bootstrap claim: %v", err)}
+		return nil, &storage.CorruptError{File: path, Err: fmt.Errorf("not a bootstrap claim: %v", err)}
 	}
 	return &c, nil
 }
@@ -146,7 +147,7 @@ func (n *Node) AcceptClaim(c BootstrapClaim) error {
 		return fmt.Errorf("%w: this node already accepted the claim of %s", ErrClaimRefused, have.By)
 	}
 	b, _ := json.Marshal(c)
-	path := filepath.Join(n.cfg.DataDir, claimFile)
+	path := filepath.Join(n.cfg.DataDir, storage.ClaimFile)
 	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
 		return fmt.Errorf("record claim: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/clustertest"
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/httpapi/apitest"
 )
 
@@ -160,7 +160,7 @@ func TestRemoveAndRejoinWiped(t *testing.T) {
 	// raft-wal drops truncated entries a whole 64 MiB segment at a time and
 	// keeps serving them until then, so on wal the new node may legitimately
 	// catch up from the log.
-	if st := fresh.Status(); st.LastSnapshotIndex == 0 && st.RaftLog != string(raftlog.WAL) {
+	if st := fresh.Status(); st.LastSnapshotIndex == 0 && st.RaftLog != string(storage.WAL) {
 		t.Fatalf("new node caught up without a snapshot (status %+v); the log should have been truncated", st)
 	}
 	clustertest.MustAllow(t, fresh, "k7", 2)
@@ -272,7 +272,7 @@ func TestSnapshotTruncatesLogAndRestartKeepsState(t *testing.T) {
 	})
 	before := n.Status()
 	n.Stop()
-	stores, err := raftlog.Open(n.Dir, "", nil)
+	stores, err := storage.OpenStores(n.Dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

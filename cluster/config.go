@@ -9,7 +9,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/tlsconf"
@@ -73,9 +74,9 @@ type Config struct {
 	HTTPAdvertise string
 	DataDir       string
 	// RaftLog is the Raft log store: "" means what DataDir holds, or
-	// raftlog.Default for a new dir; a kind that disagrees with DataDir is
+	// storage.Default for a new dir; a kind that disagrees with DataDir is
 	// refused.
-	RaftLog raftlog.Kind
+	RaftLog storage.Kind
 	// Bootstrap makes a node with no Raft state form a one-node cluster.
 	Bootstrap bool
 	// BootstrapExpect, when above zero, forms a cluster of that many
@@ -145,7 +146,7 @@ type Config struct {
 	// both ends present certificates signed by it.
 	TLS *tlsconf.Source
 	// RaftLimits bound Raft connections (zero values: defaults).
-	RaftLimits RaftLimits
+	RaftLimits transport.RaftLimits
 	// MaxClockOffset is how far this node's clock may be from the
 	// majority of the cluster's before it refuses to lead.
 	MaxClockOffset time.Duration
@@ -154,7 +155,7 @@ type Config struct {
 
 	Logger hclog.Logger
 	// Stream replaces the TCP stream layer (a test harness wraps it to cut
-	// links). Nil means ListenTCP(RaftBind, RaftAdvertise).
+	// links). Nil means transport.ListenTCP(RaftBind, RaftAdvertise).
 	Stream raft.StreamLayer
 	// PeerTransport replaces the HTTP transport used to reach other nodes
 	// (a test harness wraps it to cut links). Nil means a pooled default.

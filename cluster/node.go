@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -29,9 +28,7 @@ type Node struct {
 	log       hclog.Logger
 	raft      *raft.Raft
 	fsm       *fsm.FSM
-	stores    *raftlog.Stores
-	logKind   raftlog.Kind
-	snaps     *raft.FileSnapshotStore
+	data      *storage.DataDir
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
@@ -51,9 +48,6 @@ type Node struct {
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
-	// rejoined records that the node's old state was moved aside
-	// (RejoinEmpty) and it must rejoin as a new member.
-	rejoined bool
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -61,11 +55,6 @@ type Node struct {
 	closed   bool
 	notifyCh chan bool
 }
-
-const (
-	snapshotDir = "snapshots"
-	identity    = "node.json"
-)
 
 // Open starts a node: it opens (or creates) the data dir, restores from the
 // latest snapshot and log, and bootstraps a one-node cluster when asked and
@@ -98,31 +87,11 @@ func Open(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	rejoined, err := n.prepareDataDir()
+	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log})
 	if err != nil {
 		return err
 	}
-	err = n.openStores()
-	var corrupt *CorruptError
-	if errors.As(err, &corrupt) && cfg.RejoinEmpty && !rejoined {
-		n.closeStores()
-		aside, merr := moveAside(cfg.DataDir)
-		if merr != nil {
-			return errors.Join(err, merr)
-		}
-		n.log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", err, "moved_to", aside)
-		rejoined, err = true, n.openStores()
-	}
-	if err != nil {
-		return err
-	}
-	n.rejoined = rejoined
-	if id, _ := readIdentity(cfg.DataDir); id == "" {
-		if err := writeIdentity(cfg.DataDir, cfg.ID); err != nil {
-			return err
-		}
-	}
-
+	n.data = data
 	if err := n.openTransport(); err != nil {
 		return err
 	}
@@ -141,20 +110,20 @@ func (n *Node) open() error {
 		return err
 	}
 
-	existing, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, n.snaps)
+	existing, err := raft.HasExistingState(data.Log, data.Stable, data.Snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
 	var r *raft.Raft
-	err = guard(n.logPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.stores.Log, n.stores.Stable, n.snaps, voteGate{n.transport, n})
+	err = storage.Guard(data.LogPath(), func() (err error) {
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), data.Log, data.Stable, data.Snaps, voteGate{n.transport, n})
 		return err
 	})
 	if err != nil {
-		var corrupt *CorruptError
+		var corrupt *storage.CorruptError
 		if !errors.As(err, &corrupt) {
-			err = &CorruptError{File: cfg.DataDir, Err: fmt.Errorf("start raft: %w", err)}
+			err = &storage.CorruptError{File: cfg.DataDir, Err: fmt.Errorf("start raft: %w", err)}
 		}
 		return err
 	}
@@ -172,40 +141,6 @@ func (n *Node) open() error {
 		n.log.Info("no raft state and no bootstrap: waiting to be added to a cluster", "id", cfg.ID)
 	}
 	return nil
-}
-
-// openStores opens the Raft log and the snapshot store and reads both
-// through once, so damage shows up now as a CorruptError naming the file.
-func (n *Node) openStores() error {
-	cfg := n.cfg
-	stores, err := raftlog.Open(cfg.DataDir, cfg.RaftLog, n.log)
-	if err != nil {
-		var mismatch *raftlog.MismatchError
-		if errors.As(err, &mismatch) || strings.Contains(err.Error(), "locked by another process") {
-			return err
-		}
-		return &CorruptError{File: n.logPath(), Err: err}
-	}
-	n.stores, n.logKind = stores, stores.Kind
-	n.log.Info("raft log", "kind", stores.Kind)
-	if err := CheckLogStore(n.logPath(), stores.Log, stores.Stable); err != nil {
-		return err
-	}
-	base := snapshotBase(cfg.DataDir)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, n.log.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("open snapshot store: %w", err)
-	}
-	n.snaps = snaps
-	return CheckSnapshots(filepath.Join(base, snapshotDir), snaps)
-}
-
-// logPath names the Raft log for messages: wal/ or raft.db.
-func (n *Node) logPath() string {
-	if kind, found, _ := raftlog.Detect(n.cfg.DataDir); found && kind == raftlog.WAL {
-		return filepath.Join(n.cfg.DataDir, raftlog.WALDir)
-	}
-	return filepath.Join(n.cfg.DataDir, raftlog.BoltFile)
 }
 
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
@@ -279,14 +214,7 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-func (n *Node) closeStores() error {
-	if n.stores == nil {
-		return nil
-	}
-	err := n.stores.Close()
-	n.stores = nil
-	return err
-}
+func (n *Node) closeStores() error { return n.data.Close() }
 
 // HadState reports whether the node found Raft state in its data dir at
 // start (so it must not bootstrap or join again).
@@ -294,7 +222,7 @@ func (n *Node) HadState() bool { return n.hadState }
 
 // Rejoined reports that the node's old state was moved aside at start
 // (RejoinEmpty): it must rejoin the cluster as a new member.
-func (n *Node) Rejoined() bool { return n.rejoined }
+func (n *Node) Rejoined() bool { return n.data.Rejoined }
 
 // ID is this node's server id.
 func (n *Node) ID() string { return n.cfg.ID }
@@ -384,7 +312,7 @@ func (n *Node) Status() Status {
 	fs := n.fsm.Stats()
 	digest, at := n.fsm.Digest()
 	s := Status{
-		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.logKind), Term: n.raft.CurrentTerm(),
+		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.data.Kind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
 		LastLogIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
 		LastSnapshotIndex: num("last_snapshot_index"), LastSnapshotTerm: num("last_snapshot_term"),

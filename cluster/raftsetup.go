@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -16,11 +17,11 @@ func (n *Node) openTransport() error {
 	stream := cfg.Stream
 	if stream == nil {
 		var err error
-		if stream, err = ListenTCP(cfg.RaftBind, cfg.RaftAdvertise); err != nil {
+		if stream, err = transport.ListenTCP(cfg.RaftBind, cfg.RaftAdvertise); err != nil {
 			return err
 		}
 	}
-	stream = GuardStream(stream, RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
+	stream = transport.GuardStream(stream, transport.RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          stream,
 		MaxPool:         8,

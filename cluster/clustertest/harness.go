@@ -23,7 +23,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -45,7 +46,7 @@ type Options struct {
 	Policies []policy.Policy
 	// RaftLog is the nodes' log store; "" means $RLNODE_RAFT_LOG, so CI can
 	// run the same tests on both kinds.
-	RaftLog raftlog.Kind
+	RaftLog storage.Kind
 	// WrapPeer, when set, wraps each node's transport to other nodes' HTTP
 	// APIs (e.g. to tamper with one node's forwarded requests).
 	WrapPeer func(from string, rt http.RoundTripper) http.RoundTripper
@@ -60,7 +61,7 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.RaftLog == "" {
-		o.RaftLog = raftlog.Kind(os.Getenv("RLNODE_RAFT_LOG"))
+		o.RaftLog = storage.Kind(os.Getenv("RLNODE_RAFT_LOG"))
 	}
 	if o.Limit == 0 {
 		o.Limit = 5
@@ -173,7 +174,7 @@ func (n *Node) start(bootstrap bool) {
 	if httpAddr == "" {
 		httpAddr = "127.0.0.1:0"
 	}
-	inner, err := cluster.ListenTCP(raftAddr, raftAddr)
+	inner, err := transport.ListenTCP(raftAddr, raftAddr)
 	if err != nil {
 		c.t.Fatalf("%s: %v", n.ID, err)
 	}

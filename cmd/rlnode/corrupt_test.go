@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
@@ -295,7 +295,7 @@ func TestFlippedPayloadBitIsRefused(t *testing.T) {
 // would damage it, and returns its index.
 func flipLastPayloadBit(t *testing.T, dir string) uint64 {
 	t.Helper()
-	stores, err := raftlog.Open(dir, "", hclog.NewNullLogger())
+	stores, err := storage.OpenStores(dir, "", hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
 )
 
 // runMigrateLog converts a stopped node's Raft log between bolt and wal.
@@ -28,7 +28,7 @@ func runMigrateLog(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() > 0 {
 		return usageErr("unexpected arguments %q", fs.Args())
 	}
-	kind, err := raftlog.ParseKind(*to)
+	kind, err := storage.ParseKind(*to)
 	if err != nil || kind == "" {
 		return usageErr("--to %q: want wal or bolt", *to)
 	}
@@ -36,7 +36,7 @@ func runMigrateLog(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usageErr("--data-dir is required")
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "migrate-log", Level: hclog.Warn, Output: stderr})
-	res, err := raftlog.Migrate(ctx, *dir, kind, logger)
+	res, err := storage.Migrate(ctx, *dir, kind, logger)
 	if err != nil {
 		return fmt.Errorf("convert %s to %s: %w", *dir, kind, err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/storage"
 )
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -27,12 +27,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 || *dir == "" || *peersFile == "" {
 		return usageErr("recover needs --data-dir and --peers: rlnode recover --data-dir D --peers FILE (on every survivor, with the node stopped)")
 	}
-	peers, err := cluster.ReadRecoverPeers(*peersFile)
+	peers, err := storage.ReadRecoverPeers(*peersFile)
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "recover", Level: hclog.Warn, Output: stderr})
-	if err := cluster.Recover(*dir, peers, logger); err != nil {
+	if err := storage.Recover(*dir, peers, logger); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "recovered %s: its configuration is now the %d server(s) in %s.\n", *dir, len(peers), *peersFile)

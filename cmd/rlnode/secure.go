@@ -13,7 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -25,7 +25,7 @@ type securityConfig struct {
 	insecure       bool
 	tls            tlsconf.Files
 	tlsReload      time.Duration
-	raftLimits     cluster.RaftLimits
+	raftLimits     transport.RaftLimits
 }
 
 // tlsFlags registers --tls-cert/--tls-key/--tls-ca, defaulting to the
@@ -42,9 +42,9 @@ func (s *securityConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.insecure, "insecure", false, "allow listening beyond loopback with neither a cluster token nor mutual TLS (anyone who reaches the ports can then change the cluster)")
 	tlsFlags(fs, &s.tls)
 	fs.DurationVar(&s.tlsReload, "tls-reload-interval", 5*time.Second, "how often to check the TLS files for changes (0: only on SIGHUP)")
-	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", cluster.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
-	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", cluster.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
-	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", cluster.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
+	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", transport.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
+	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", transport.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
+	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", transport.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
 }
 
 // validate checks the security flags alone (no I/O).

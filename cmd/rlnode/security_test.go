@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cluster/transport"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/fsm"
 )
@@ -38,7 +38,7 @@ type attacker struct {
 func newAttacker(t *testing.T, stream raft.StreamLayer) *attacker {
 	t.Helper()
 	if stream == nil {
-		s, err := cluster.ListenTCP("127.0.0.1:0", "127.0.0.1:0")
+		s, err := transport.ListenTCP("127.0.0.1:0", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,11 +194,11 @@ func TestRaftPortRejectsForgedRPCs(t *testing.T) {
 // tokenStream is a Raft stream layer that proves token on each dial.
 func tokenStream(t *testing.T, token string) raft.StreamLayer {
 	t.Helper()
-	s, err := cluster.ListenTCP("127.0.0.1:0", "127.0.0.1:0")
+	s, err := transport.ListenTCP("127.0.0.1:0", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cluster.GuardStream(s, cluster.RaftSecurity{Token: token}, nil)
+	return transport.GuardStream(s, transport.RaftSecurity{Token: token}, nil)
 }
 
 // fdCount counts a process's open file descriptors.

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
@@ -75,7 +75,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes use to reach this one (default: --http-addr)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
 	fs.StringVar(&c.dataDir, "data-dir", "rlnode-data", "directory for the Raft log, stable store and snapshots")
-	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(raftlog.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
+	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(storage.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
 	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
 	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
 	fs.StringVar(&c.policiesFile, "policies", "", "YAML or JSON file of policies to seed the replicated table with when this node bootstraps a new cluster (--limit/--window still seed \"default\" unless the file defines it)")
@@ -128,7 +128,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
 	errs = append(errs, c.validateTuning()...)
-	if _, err := raftlog.ParseKind(c.raftLog); err != nil {
+	if _, err := storage.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
 	if c.waitForJoin && c.join != "" {
@@ -449,7 +449,7 @@ func waitForStop(ctx context.Context, logger hclog.Logger, fatal, grpcDone, http
 func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source, logger hclog.Logger, obs cluster.Observer) cluster.Config {
 	return cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
-		DataDir: c.dataDir, RaftLog: raftlog.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
+		DataDir: c.dataDir, RaftLog: storage.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
 		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,

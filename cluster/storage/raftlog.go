@@ -1,21 +1,4 @@
-// Package raftlog opens a node's Raft log and stable store in its data dir,
-// in one of two kinds, and converts a stopped node's log from one kind to
-// the other.
-//
-// Layout of a data dir:
-//
-//	bolt: raft.db holds the log and the stable store (raft-boltdb/v2).
-//	wal:  wal/ holds the log (hashicorp/raft-wal segments and its own
-//	      wal-meta.db); raft.db holds the stable store only.
-//
-// The kind is read from the disk: a wal/ directory means wal, else a raft.db
-// means bolt, else the dir is new. Both layouts keep raft.db, so the stable
-// store (term and vote) never moves and a conversion switches kind with one
-// rename. A wal data dir's raft.db also carries a marker key, so a raft.db
-// whose wal/ went missing reads as a lost log (ErrWALMissing), never as a
-// Bolt data dir with an empty log: such a node would vote without the
-// entries it once acknowledged.
-package raftlog
+package storage
 
 import (
 	"errors"
@@ -140,10 +123,11 @@ type Stores struct {
 	wal    *wal.WAL
 }
 
-// Open opens the stores in dir (which must exist). want "" means the kind
+// OpenStores opens the log and stable stores in dir (which must exist),
+// without the checks Open runs. want "" means the kind
 // on disk, or Default for a new dir; a want that disagrees with the disk is
 // a *MismatchError.
-func Open(dir string, want Kind, logger hclog.Logger) (*Stores, error) {
+func OpenStores(dir string, want Kind, logger hclog.Logger) (*Stores, error) {
 	onDisk, found, err := Detect(dir)
 	if err != nil {
 		return nil, err

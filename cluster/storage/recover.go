@@ -1,16 +1,13 @@
-package cluster
+package storage
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -65,12 +62,12 @@ func Recover(dataDir string, peers []RecoverPeer, logger hclog.Logger) error {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	id, err := readIdentity(dataDir)
+	id, err := ReadIdentity(dataDir)
 	if err != nil {
 		return err
 	}
 	if id == "" {
-		return fmt.Errorf("%s has no %s: not an rlnode data dir (or its identity was lost)", dataDir, identity)
+		return fmt.Errorf("%s has no %s: not an rlnode data dir (or its identity was lost)", dataDir, IdentityFile)
 	}
 	self := false
 	var conf raft.Configuration
@@ -85,36 +82,18 @@ func Recover(dataDir string, peers []RecoverPeer, logger hclog.Logger) error {
 	if !self {
 		return fmt.Errorf("the peers file does not name this node (%s): list every survivor, this one included", id)
 	}
-	logPath := filepath.Join(dataDir, logFile)
-	if _, err := os.Stat(logPath); errors.Is(err, os.ErrNotExist) {
-		return lostStateError(dataDir, id, logFile)
-	}
-	if err := CheckBoltFile(logPath); err != nil {
-		return err
-	}
-	stores, err := raftlog.Open(dataDir, "", logger)
+	d, err := Open(Options{Dir: dataDir, ID: id, Logger: logger})
 	if err != nil {
 		return err
 	}
-	defer stores.Close()
-	if err := CheckLogStore(logPath, stores.Log, stores.Stable); err != nil {
-		return err
-	}
-	base := snapshotBase(dataDir)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, logger.Named("snapshots"))
-	if err != nil {
-		return fmt.Errorf("open snapshot store: %w", err)
-	}
-	if err := CheckSnapshots(filepath.Join(base, snapshotDir), snaps); err != nil {
-		return err
-	}
+	defer d.Close()
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
 	rc.Logger = logger.Named("raft")
 	_, trans := raft.NewInmemTransport("")
 	machine := fsm.New(fsm.Config{})
-	err = guard(logPath, func() error {
-		return raft.RecoverCluster(rc, machine, stores.Log, stores.Stable, snaps, trans, conf)
+	err = Guard(d.LogPath(), func() error {
+		return raft.RecoverCluster(rc, machine, d.Log, d.Stable, d.Snaps, trans, conf)
 	})
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", dataDir, err)

@@ -1,4 +1,4 @@
-package cluster
+package storage
 
 import (
 	"encoding/json"
@@ -8,12 +8,23 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/rlnode/rlnode/cluster/raftlog"
+	"github.com/hashicorp/go-hclog"
+)
+
+// More file names inside a data dir (see BoltFile and WALDir).
+const (
+	// IdentityFile pins the data dir to one node id.
+	IdentityFile = "node.json"
+	// SnapshotDir holds raft's file snapshot store.
+	SnapshotDir = "snapshots"
+	// ClaimFile records the bootstrap claim a node accepted
+	// (--bootstrap-expect) before it answers it.
+	ClaimFile = "bootstrap-claim.json"
 )
 
 // logFile holds the stable store (term and vote) in every layout, and the
 // log too unless the data dir uses the WAL.
-const logFile = raftlog.BoltFile
+const logFile = BoltFile
 
 // ErrLostState means the data dir has an identity (node.json) but its Raft
 // log is gone: the node once was a member, and starting it empty would
@@ -27,12 +38,12 @@ func lostStateError(dir, id, missing string) error {
 		"  without memory, so it refuses. If the other members are running, start it again with\n"+
 		"  --rejoin-empty --join <members>: its old files are moved aside and it joins as a new\n"+
 		"  member, copying the cluster's state. If no member survived, see README, Recovery.",
-		ErrLostState, dir, identity, id, missing)
+		ErrLostState, dir, IdentityFile, id, missing)
 }
 
-// readIdentity returns the id recorded in dir ("" when there is none).
-func readIdentity(dir string) (string, error) {
-	path := filepath.Join(dir, identity)
+// ReadIdentity returns the id recorded in dir ("" when there is none).
+func ReadIdentity(dir string) (string, error) {
+	path := filepath.Join(dir, IdentityFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
@@ -52,7 +63,7 @@ func readIdentity(dir string) (string, error) {
 // writeIdentity pins dir to id: a restart with another --id would otherwise
 // silently run as a stranger to its own log.
 func writeIdentity(dir, id string) error {
-	path := filepath.Join(dir, identity)
+	path := filepath.Join(dir, IdentityFile)
 	b, _ := json.Marshal(struct {
 		ID string `json:"id"`
 	}{id})
@@ -70,8 +81,8 @@ func writeIdentity(dir, id string) error {
 // snapshots in <base>/snapshots. New data dirs use <dataDir>/snapshots;
 // older ones have <dataDir>/snapshots/snapshots and keep it.
 func snapshotBase(dataDir string) string {
-	if st, err := os.Stat(filepath.Join(dataDir, snapshotDir, snapshotDir)); err == nil && st.IsDir() {
-		return filepath.Join(dataDir, snapshotDir)
+	if st, err := os.Stat(filepath.Join(dataDir, SnapshotDir, SnapshotDir)); err == nil && st.IsDir() {
+		return filepath.Join(dataDir, SnapshotDir)
 	}
 	return dataDir
 }
@@ -81,7 +92,7 @@ func snapshotBase(dataDir string) string {
 func moveAside(dir string) (string, error) {
 	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
 	moved := false
-	for _, name := range []string{identity, logFile, snapshotDir, claimFile, raftlog.WALDir} {
+	for _, name := range []string{IdentityFile, logFile, SnapshotDir, ClaimFile, WALDir} {
 		src := filepath.Join(dir, name)
 		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -105,15 +116,14 @@ func moveAside(dir string) (string, error) {
 // prepareDataDir checks the identity and the Raft log file before anything
 // is opened for writing. It returns whether the node must start empty
 // because its old state was moved aside (RejoinEmpty).
-func (n *Node) prepareDataDir() (rejoined bool, err error) {
-	cfg := n.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+func prepareDataDir(cfg Options, log hclog.Logger) (rejoined bool, err error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return false, fmt.Errorf("create data dir: %w", err)
 	}
-	bad := n.checkDataDir()
+	bad := checkDataDir(cfg.Dir, cfg.ID)
 	if bad == nil || errors.Is(bad, ErrLocked) || !cfg.RejoinEmpty {
 		if bad == nil && cfg.RejoinEmpty {
-			n.log.Warn("ignoring --rejoin-empty: the data dir has healthy Raft state", "data_dir", cfg.DataDir)
+			log.Warn("ignoring --rejoin-empty: the data dir has healthy Raft state", "data_dir", cfg.Dir)
 		}
 		return false, bad
 	}
@@ -121,11 +131,11 @@ func (n *Node) prepareDataDir() (rejoined bool, err error) {
 	if errors.As(bad, &wrongID) {
 		return false, bad
 	}
-	aside, err := moveAside(cfg.DataDir)
+	aside, err := moveAside(cfg.Dir)
 	if err != nil {
 		return false, err
 	}
-	n.log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", bad, "moved_to", aside)
+	log.Warn("rejoining empty: old state moved aside; this node joins as a new member", "reason", bad, "moved_to", aside)
 	return true, nil
 }
 
@@ -137,20 +147,19 @@ func (e *wrongIDError) Error() string {
 
 // checkDataDir reports why the data dir must not be opened as it is: a
 // wrong or corrupt identity, a lost Raft log, or a damaged Bolt file.
-func (n *Node) checkDataDir() error {
-	cfg := n.cfg
-	id, err := readIdentity(cfg.DataDir)
+func checkDataDir(dir, wantID string) error {
+	id, err := ReadIdentity(dir)
 	if err != nil {
 		return err
 	}
-	if id != "" && id != cfg.ID {
-		return &wrongIDError{dir: cfg.DataDir, have: id, want: cfg.ID}
+	if id != "" && id != wantID {
+		return &wrongIDError{dir: dir, have: id, want: wantID}
 	}
-	logPath := filepath.Join(cfg.DataDir, logFile)
+	logPath := filepath.Join(dir, logFile)
 	_, statErr := os.Stat(logPath)
 	switch {
 	case errors.Is(statErr, os.ErrNotExist) && id != "":
-		return lostStateError(cfg.DataDir, id, logFile)
+		return lostStateError(dir, id, logFile)
 	case errors.Is(statErr, os.ErrNotExist):
 		return nil
 	case statErr != nil:
@@ -159,16 +168,16 @@ func (n *Node) checkDataDir() error {
 	if err := CheckBoltFile(logPath); err != nil {
 		return err
 	}
-	if lost, err := raftlog.WALMissing(cfg.DataDir); err != nil {
+	if lost, err := WALMissing(dir); err != nil {
 		return &CorruptError{File: logPath, Err: err}
 	} else if lost {
 		if id == "" {
-			return &CorruptError{File: logPath, Err: raftlog.ErrWALMissing}
+			return &CorruptError{File: logPath, Err: ErrWALMissing}
 		}
-		return lostStateError(cfg.DataDir, id, raftlog.WALDir+"/")
+		return lostStateError(dir, id, WALDir+"/")
 	}
 	// A WAL data dir keeps its segment index in a Bolt file too.
-	walMeta := filepath.Join(cfg.DataDir, raftlog.WALDir, "wal-meta.db")
+	walMeta := filepath.Join(dir, WALDir, "wal-meta.db")
 	if _, err := os.Stat(walMeta); err == nil {
 		return CheckBoltFile(walMeta)
 	}

@@ -1,4 +1,9 @@
-package cluster
+// Package transport is a node's Raft stream layer: the TCP listener that
+// keeps its advertise address as configured (ListenTCP) and the guard in
+// front of it that admits a connection only after TLS and/or the cluster
+// token handshake, with per-address and idle limits (GuardStream). Raft's
+// own NetworkTransport runs on top, unchanged.
+package transport
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package raftlog
+package storage
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func fill(t *testing.T, s *Stores, from, to uint64) {
 
 func summary(t *testing.T, dir string, want Kind) Summary {
 	t.Helper()
-	s, err := Open(dir, "", nil)
+	s, err := OpenStores(dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func summary(t *testing.T, dir string, want Kind) Summary {
 // never written, stays unwritten.
 func TestMigrateRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, Bolt, nil)
+	s, err := OpenStores(dir, Bolt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +80,12 @@ func TestMigrateRoundTrip(t *testing.T) {
 
 func TestOpenRefusesMismatchAndDetects(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, WAL, nil)
+	s, err := OpenStores(dir, WAL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	_, err = Open(dir, Bolt, nil)
+	_, err = OpenStores(dir, Bolt, nil)
 	var me *MismatchError
 	if !errors.As(err, &me) || me.OnDisk != WAL || me.Want != Bolt {
 		t.Fatalf("bolt on a wal dir: %v", err)
@@ -93,7 +93,7 @@ func TestOpenRefusesMismatchAndDetects(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, BoltFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(dir, "", nil); err == nil || !strings.Contains(err.Error(), "no raft.db") {
+	if _, err := OpenStores(dir, "", nil); err == nil || !strings.Contains(err.Error(), "no raft.db") {
 		t.Fatalf("wal without raft.db: %v", err)
 	}
 	file := t.TempDir()
@@ -115,7 +115,7 @@ func TestOpenRefusesMismatchAndDetects(t *testing.T) {
 // not flagged.
 func TestWALMissingIsALostLog(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, "", nil)
+	s, err := OpenStores(dir, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestWALMissingIsALostLog(t *testing.T) {
 	if lost, err := WALMissing(dir); !lost || err != nil {
 		t.Fatalf("wal dir without wal/: lost %v, %v; want true", lost, err)
 	}
-	if s, err := Open(dir, "", nil); !errors.Is(err, ErrWALMissing) {
+	if s, err := OpenStores(dir, "", nil); !errors.Is(err, ErrWALMissing) {
 		if s != nil {
 			s.Close()
 		}
@@ -138,7 +138,7 @@ func TestWALMissingIsALostLog(t *testing.T) {
 	}
 
 	bolt := t.TempDir()
-	s, err = Open(bolt, Bolt, nil)
+	s, err = OpenStores(bolt, Bolt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

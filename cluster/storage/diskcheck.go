@@ -1,4 +1,4 @@
-package cluster
+package storage
 
 import (
 	"encoding/binary"
@@ -43,9 +43,9 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// guard runs f and turns a panic or a memory fault inside it (Bolt reads a
+// Guard runs f and turns a panic or a memory fault inside it (Bolt reads a
 // corrupt page through its mmap) into a CorruptError for file.
-func guard(file string, f func() error) (err error) {
+func Guard(file string, f func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer func() {
@@ -127,11 +127,14 @@ func CheckBoltFile(path string) error {
 	if need := int64(hwm) * int64(m0.pageSize); st.Size() < need {
 		return &CorruptError{File: path, Err: fmt.Errorf("file is %d bytes but its meta pages say %d pages of %d bytes are in use (truncated?)", st.Size(), hwm, m0.pageSize)}
 	}
-	return guard(path, func() error { return walkBolt(path) })
+	return Guard(path, func() error { return walkBolt(path) })
 }
 
 // ErrLocked means another process holds the data dir's Raft log open.
 var ErrLocked = errors.New("locked by another process (is another rlnode using this data dir?)")
+
+// isLocked reports whether opening the stores failed on Bolt's file lock.
+func isLocked(err error) bool { return strings.Contains(err.Error(), "locked by another process") }
 
 func walkBolt(path string) error {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
@@ -178,7 +181,7 @@ func walkBolt(path string) error {
 // checks the payload of every entry that carries a checksum, so a damaged
 // entry stops the node now instead of panicking raft or diverging later.
 func CheckLogStore(file string, logs raft.LogStore, stable raft.StableStore) error {
-	return guard(file, func() error {
+	return Guard(file, func() error {
 		for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
 			if _, err := stable.GetUint64([]byte(k)); err != nil && !strings.Contains(err.Error(), "not found") {
 				return &CorruptError{File: file, Err: fmt.Errorf("read %s: %w", k, err)}
@@ -243,7 +246,7 @@ func CheckSnapshots(dir string, snaps *raft.FileSnapshotStore) error {
 	}
 	sort.SliceStable(list, func(i, j int) bool { return list[i].Index > list[j].Index })
 	state := filepath.Join(dir, list[0].ID, "state.bin")
-	return guard(state, func() error {
+	return Guard(state, func() error {
 		_, rc, err := snaps.Open(list[0].ID)
 		if err != nil {
 			return &CorruptError{File: state, Err: err}
