@@ -26,6 +26,7 @@ import (
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rlqs"
 	"github.com/rlnode/rlnode/rls"
 	"github.com/rlnode/rlnode/tlsconf"
 )
@@ -51,6 +52,8 @@ type serveConfig struct {
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
 	grpcAddr                                             string
+	rlqsAddr                                             string
+	rlqsLease, rlqsTransit                               time.Duration
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -106,6 +109,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
 	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
+	fs.StringVar(&c.rlqsAddr, "rlqs-addr", "", "serve Envoy's rate limit quota service (gRPC, envoy.service.rate_limit_quota.v3, leased policies) on this address, with the same TLS and token as --grpc-addr; off by default")
+	fs.DurationVar(&c.rlqsLease, "rlqs-lease", 2*time.Second, "how long each grant behind an RLQS assignment lasts (the server renews before it ends)")
+	fs.DurationVar(&c.rlqsTransit, "rlqs-transit", 100*time.Millisecond, "taken off every RLQS assignment's time to live for its trip to Envoy")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
@@ -128,6 +134,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
 	errs = append(errs, c.validateTuning()...)
+	if c.rlqsLease < time.Millisecond || c.rlqsLease > cluster.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
+		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, cluster.MaxLease))
+	}
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
@@ -360,7 +369,7 @@ const (
 // sideListeners are the listeners beside the HTTP API that flags ask for
 // (nil when off). Like HTTP's, they are bound before any Raft state is
 // touched: a busy port must not leave behind a bootstrapped data dir.
-type sideListeners struct{ pprof, grpc net.Listener }
+type sideListeners struct{ pprof, grpc, rlqs net.Listener }
 
 func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 	var s sideListeners
@@ -377,13 +386,20 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		}
 		s.grpc = connlimit.Wrap(s.grpc, maxGRPCConns, maxGRPCConnsPerIP)
 	}
+	if c.rlqsAddr != "" {
+		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
+			s.close()
+			return sideListeners{}, fmt.Errorf("listen for RLQS on %s: %w", c.rlqsAddr, err)
+		}
+		s.rlqs = connlimit.Wrap(s.rlqs, maxGRPCConns, maxGRPCConnsPerIP)
+	}
 	return s, nil
 }
 
 // close releases listeners no server took over (closing one a server
 // already closed does nothing).
 func (s sideListeners) close() {
-	for _, ln := range []net.Listener{s.pprof, s.grpc} {
+	for _, ln := range []net.Listener{s.pprof, s.grpc, s.rlqs} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -416,6 +432,13 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startGRPC(side.grpc, rc, logger)
+	}
+	if side.rlqs != nil {
+		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit, Logger: logger.Named("rlqs"), Observer: obs}
+		if tlsSrc != nil {
+			qc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		grpcSrv = startRLQS(grpcSrv, side.rlqs, qc, logger)
 	}
 	return stopPprof, grpcSrv
 }
