@@ -3,12 +3,16 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/rlnode/rlnode/client"
+	"github.com/rlnode/rlnode/client/ginrl"
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/httpapi/apitest"
 	"github.com/rlnode/rlnode/policy"
@@ -159,5 +163,52 @@ func TestLocalHoldersShareOneKey(t *testing.T) {
 	t.Logf("%d admissions in %d windows, %d local", total.Load(), len(perWindow), local.Load())
 	if local.Load() == 0 {
 		t.Fatal("no decision was local")
+	}
+}
+
+// Middleware and the Gin adapter decide through Local when given
+// WithLocal: a leased key's requests pass until the limit, then 429, and
+// the hot ones are decided in the process.
+func TestMiddlewareWithLocal(t *testing.T) {
+	cl := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{leased("api", 5, time.Minute)}})
+	cl.Leader(10 * time.Second)
+	c := newClient(t, client.Config{Addrs: []string{cl.Nodes[0].HTTPAddr}})
+	l, err := client.NewLocal(c, client.LocalConfig{HotAfter: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	var calls atomic.Int32
+	srv := httptest.NewServer(client.Middleware(c, "api", client.KeyHeader("X-Api-Key"), client.WithLocal(l))(upstream(&calls)))
+	defer srv.Close()
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.GET("/x", ginrl.Middleware(c, "api", client.KeyHeader("X-Api-Key"), client.WithLocal(l)), func(gc *gin.Context) {
+		calls.Add(1)
+		gc.JSON(200, gin.H{"ok": true})
+	})
+	gsrv := httptest.NewServer(e)
+	defer gsrv.Close()
+
+	ok, refused := 0, 0
+	for i := 0; i < 8; i++ {
+		url := srv.URL
+		if i%2 == 1 {
+			url = gsrv.URL + "/x"
+		}
+		switch r := get(t, url, "X-Api-Key", "k"); r.status {
+		case 200:
+			ok++
+		case 429:
+			refused++
+			if r.header.Get("Retry-After") == "" {
+				t.Fatalf("429 without Retry-After: %v", r.header)
+			}
+		default:
+			t.Fatalf("status %d %v", r.status, r.body)
+		}
+	}
+	if ok != 5 || refused != 3 || calls.Load() != 5 {
+		t.Fatalf("%d passed, %d refused, upstream called %d times: want 5, 3, 5", ok, refused, calls.Load())
 	}
 }
