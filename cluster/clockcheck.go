@@ -18,11 +18,21 @@ import (
 // forward for good and every open window would lapse early. Each node
 // therefore measures its clock against its peers once a second (a small
 // request to each; the offset is known to within half the round trip),
-// and a node whose clock disagrees with a quorum of the voters by more
-// than MaxClockOffset refuses to lead: its vote requests are not sent (it
-// still votes for others), a leader that finds itself off hands
-// leadership to a peer and stamps nothing more, and a transfer to it is
-// refused.
+// and a node may lead only while a majority of the voters, itself
+// included, have recent readings that agree with its clock within
+// MaxClockOffset. A voter whose reading is missing or stale (down,
+// unreachable, or not measured since this node restarted) counts against
+// it: the attack this closes is a node restarted with a bad clock while
+// one voter is down, which had no disagreeing reading yet and led.
+//
+// hashicorp/raft has no hook to veto a candidacy, so a node that cannot
+// establish agreement (i) does not ask for votes or pre-votes (voteGate;
+// it still votes for others), (ii) as leader stamps no hits (applyBatch
+// fails them as not counted) and hands leadership to a peer whose clock
+// agrees, if it has one, and (iii) is refused as a transfer target. The
+// price is availability: with one of three voters down and another
+// skewed, no node can establish a majority and hits fail until a clock
+// is fixed or the voter returns. For a limiter that is the safe side.
 
 // ClockPath serves this node's clock to peers.
 const ClockPath = "/internal/v1/clock"
@@ -34,7 +44,11 @@ type ClockReading struct {
 }
 
 // ErrClockSkew marks refusals caused by a clock too far off.
-var ErrClockSkew = errors.New("this node's clock is off from the cluster's by more than --max-clock-offset")
+var ErrClockSkew = errors.New("this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters down or unread)")
+
+// clockReadingTTL is how long a peer's reading counts (readings are
+// taken each second; a few may fail under load).
+const clockReadingTTL = 10 * time.Second
 
 type peerOffset struct {
 	offsetMs int64 // peer minus this node
@@ -46,7 +60,12 @@ type peerOffset struct {
 type clockCheck struct {
 	mu      sync.Mutex
 	offsets map[string]peerOffset
-	skewed  atomic.Bool
+	// skewed is set while this node is a voter that cannot establish its
+	// clock with a majority of the voters: it must not lead. It starts set
+	// (Open), so a restarted node does not stand before its first
+	// judgment; judged records that one was made (clock goroutine only).
+	skewed atomic.Bool
+	judged bool
 	// estimate is this node's offset from the median peer (ms).
 	estimate atomic.Int64
 	// kick asks for a check now (on gaining leadership) rather than at
@@ -75,15 +94,18 @@ func (n *Node) runClockCheck() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		case <-n.clockCheck.kick:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-n.stop:
+				return
+			case <-t.C:
+			case <-n.clockCheck.kick:
+			}
 		}
 		n.measureClocks()
 		n.judgeClock()
+		n.refreshPeerIPs()
 	}
 }
 
@@ -102,15 +124,15 @@ func (n *Node) measureClocks() {
 // measurePeer takes one reading of a peer's clock and records it; false
 // when the peer could not be read.
 func (n *Node) measurePeer(id string) bool {
-	meta, ok := n.fsm.Node(id)
-	if !ok || meta.HTTPAddr == "" {
+	addr, ok := n.peerHTTPAddr(id)
+	if !ok {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
 	var rd ClockReading
-	err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+ClockPath, &rd)
+	err := n.fwd.peers.getJSON(ctx, BaseURL(addr)+ClockPath, &rd)
 	rtt := time.Since(start)
 	if err != nil || rd.ID != id {
 		return false
@@ -125,74 +147,92 @@ func (n *Node) measurePeer(id string) bool {
 	return true
 }
 
-// judgeClock decides whether this node may lead: not while its clock
-// disagrees (by more than MaxClockOffset plus the measurement's bound) with
-// as many voters as make a quorum. Each peer's latest measurement counts,
-// even when it is down now, so after a leader dies a healthy survivor
-// still trusts its clock and the skewed one still distrusts its own.
-// (With two voters nobody can tell which clock is wrong; neither refuses.)
+// judgeClock decides whether this node may lead: only while a majority of
+// the voters, itself included, have a recent reading (clockReadingTTL)
+// that agrees with its clock within MaxClockOffset (plus the reading's
+// bound). Missing and stale readings count against it. A node that is not
+// a voter cannot lead anyway and is never marked.
 func (n *Node) judgeClock() {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return
 	}
-	maxOff := n.cfg.MaxClockOffset.Milliseconds()
 	voters := map[string]bool{}
 	for _, s := range cf.Configuration().Servers {
 		if s.Suffrage == raft.Voter {
 			voters[string(s.ID)] = true
 		}
 	}
-	n.clockCheck.mu.Lock()
-	var offs []int64
-	disagree := 0
-	for id, o := range n.clockCheck.offsets {
-		if _, member := voters[id]; !member {
-			delete(n.clockCheck.offsets, id)
-			continue
-		}
-		offs = append(offs, o.offsetMs)
-		if abs(o.offsetMs)-o.boundMs > maxOff {
-			disagree++
-		}
-	}
-	n.clockCheck.mu.Unlock()
-	if len(offs) > 0 {
-		slices.Sort(offs)
-		n.clockCheck.estimate.Store(-offs[len(offs)/2])
-	}
+	agree, agreeing := n.countAgreeing(voters)
 	quorum := len(voters)/2 + 1
-	skewed := len(voters) > 2 && disagree >= quorum
-	was := n.clockCheck.skewed.Swap(skewed)
+	skewed := voters[n.cfg.ID] && agree < quorum
+	was := n.clockCheck.skewed.Swap(skewed) && n.clockCheck.judged
+	n.clockCheck.judged = true
+	args := []any{"offset", time.Duration(n.clockCheck.estimate.Load()) * time.Millisecond, "max", n.cfg.MaxClockOffset,
+		"agreeing_voters", agree, "voters", len(voters), "need", quorum, "agreeing", agreeing}
 	switch {
 	case skewed && !was:
-		n.log.Error("CLOCK SKEW: this node's clock is off from a quorum of the cluster by more than --max-clock-offset; it refuses to lead until it is fixed (check NTP)",
-			"offset", time.Duration(n.clockCheck.estimate.Load())*time.Millisecond, "max", n.cfg.MaxClockOffset, "disagreeing_voters", disagree, "voters", len(voters))
+		n.log.Error("CLOCK: this node cannot confirm its clock with a majority of the voters (a clock off by more than --max-clock-offset, "+
+			"or voters down or unreadable: missing readings count against it); it refuses to lead and to stamp hits until it can (check NTP and the other voters)", args...)
 	case !skewed && was:
-		n.log.Warn("clock back within --max-clock-offset of the cluster; this node may lead again", "offset", time.Duration(n.clockCheck.estimate.Load())*time.Millisecond)
+		n.log.Warn("clock confirmed by a majority of the voters; this node may lead again", args...)
 	}
 	if skewed && n.IsLeader() {
 		n.stepDownForClock()
 	}
 }
 
-// stepDownForClock hands leadership to the peer whose clock agrees best.
+// countAgreeing counts the voters (this node included, if a voter) whose
+// recent reading agrees with this node's clock, forgets readings of
+// servers that are no longer voters, and updates the median estimate.
+func (n *Node) countAgreeing(voters map[string]bool) (int, []string) {
+	maxOff := n.cfg.MaxClockOffset.Milliseconds()
+	agreeing := []string{}
+	if voters[n.cfg.ID] {
+		agreeing = append(agreeing, n.cfg.ID)
+	}
+	n.clockCheck.mu.Lock()
+	defer n.clockCheck.mu.Unlock()
+	var offs []int64
+	for id, o := range n.clockCheck.offsets {
+		if !voters[id] {
+			delete(n.clockCheck.offsets, id)
+			continue
+		}
+		if time.Since(o.at) > clockReadingTTL {
+			continue
+		}
+		offs = append(offs, o.offsetMs)
+		if abs(o.offsetMs)-o.boundMs <= maxOff {
+			agreeing = append(agreeing, id)
+		}
+	}
+	if len(offs) > 0 {
+		slices.Sort(offs)
+		n.clockCheck.estimate.Store(-offs[len(offs)/2])
+	}
+	slices.Sort(agreeing)
+	return len(agreeing), agreeing
+}
+
+// stepDownForClock hands leadership to the peer whose clock agrees best
+// with this node's, if one agrees at all; a peer that disagrees could not
+// confirm its own clock either (and refuses to stand). Without one the
+// node stays leader in Raft's eyes but stamps nothing.
 func (n *Node) stepDownForClock() {
 	target, ok := n.bestClockPeer()
-	n.log.Error("CLOCK SKEW: stepping down as leader", "to", target)
-	var f raft.Future
-	if ok {
-		f = n.raft.LeadershipTransferToServer(raft.ServerID(target.ID), target.Address)
-	} else {
-		f = n.raft.LeadershipTransfer()
+	if !ok {
+		n.log.Error("CLOCK: no voter's clock agrees with this leader's; not stamping hits until a majority does")
+		return
 	}
-	if err := f.Error(); err != nil {
+	n.log.Error("CLOCK: stepping down as leader", "to", target.ID)
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(target.ID), target.Address).Error(); err != nil {
 		n.log.Error("CLOCK SKEW: leadership transfer failed; still refusing to stamp hits", "error", err)
 	}
 }
 
-// bestClockPeer is the voter (not this node) whose clock is closest to the
-// median of the peers' clocks.
+// bestClockPeer is the voter (not this node) with a recent reading that
+// agrees with this node's clock, closest to the median of the peers'.
 func (n *Node) bestClockPeer() (raft.Server, bool) {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
@@ -205,7 +245,8 @@ func (n *Node) bestClockPeer() (raft.Server, bool) {
 	bestDist := int64(-1)
 	for _, s := range cf.Configuration().Servers {
 		o, ok := n.clockCheck.offsets[string(s.ID)]
-		if s.ID == raft.ServerID(n.cfg.ID) || s.Suffrage != raft.Voter || !ok {
+		if s.ID == raft.ServerID(n.cfg.ID) || s.Suffrage != raft.Voter || !ok || time.Since(o.at) > clockReadingTTL ||
+			abs(o.offsetMs)-o.boundMs > n.cfg.MaxClockOffset.Milliseconds() {
 			continue
 		}
 		if d := abs(o.offsetMs - median); bestDist < 0 || d < bestDist {

@@ -29,6 +29,12 @@ func (n *Node) Mount(public http.Handler) http.Handler {
 			n.internal.ServeHTTP(w, r)
 			return
 		}
+		if r.URL.Path == JoinPath && r.Method == http.MethodPost {
+			if err := n.checkJoinCaller(r); err != nil {
+				writeProblem(w, http.StatusForbidden, "forbidden", err.Error())
+				return
+			}
+		}
 		public.ServeHTTP(w, r)
 	})
 }

@@ -37,9 +37,14 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
-	clockCheck  clockCheck
-	fwdBatch    *groupCommit
-	leaseObs    LeaseObserver
+	// raftRef is raft for goroutines that start before it exists (the
+	// Raft guard's accept loop); peerIPs are the members' addresses.
+	raftRef    atomic.Pointer[raft.Raft]
+	peerIPs    atomic.Pointer[map[string]bool]
+	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
+	clockCheck clockCheck
+	fwdBatch   *groupCommit
+	leaseObs   LeaseObserver
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -66,9 +71,10 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
+	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.fwd = newForwarder(cfg, n, n.stop)
 	n.leaseObs = leaseObserver(cfg.Observer)
-	n.internal = n.internalMux()
+	n.internal = n.requireNode(n.internalMux())
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -92,6 +98,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.data = data
+	n.peerAddrs = loadPeerAddrs(cfg.DataDir)
 	if err := n.openTransport(); err != nil {
 		return err
 	}
@@ -128,6 +135,7 @@ func (n *Node) open() error {
 		return err
 	}
 	n.raft = r
+	n.raftRef.Store(r)
 	switch {
 	case existing:
 		n.log.Info("found existing raft state; not bootstrapping", "data_dir", cfg.DataDir)
@@ -146,9 +154,25 @@ func (n *Node) open() error {
 // raftFSM keeps Apply/Snapshot/Restore off Node's public API.
 type raftFSM Node
 
-func (f *raftFSM) Apply(l *raft.Log) any               { return f.fsm.Apply(l) }
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) { return f.fsm.Snapshot() }
-func (f *raftFSM) Restore(rc io.ReadCloser) error      { return f.fsm.Restore(rc) }
+
+// Apply and Restore also keep the cache of the members' HTTP addresses
+// (peeraddrs.go) up to date.
+func (f *raftFSM) Apply(l *raft.Log) any {
+	res := f.fsm.Apply(l)
+	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
+		(*Node)(f).rememberPeerAddrs()
+	}
+	return res
+}
+
+func (f *raftFSM) Restore(rc io.ReadCloser) error {
+	if err := f.fsm.Restore(rc); err != nil {
+		return err
+	}
+	(*Node)(f).rememberPeerAddrs()
+	return nil
+}
 
 // watchLeadership reacts to gaining leadership: it waits until everything
 // committed by earlier leaders is applied (so reads and the clock start from

@@ -21,7 +21,8 @@ func (n *Node) openTransport() error {
 			return err
 		}
 	}
-	stream = transport.GuardStream(stream, transport.RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits}, n.log.Named("raft-guard"))
+	stream = transport.GuardStream(stream, transport.RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits,
+		Authorize: n.authorizePeer, Trusted: n.trustedIP}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          stream,
 		MaxPool:         8,

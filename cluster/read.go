@@ -74,7 +74,7 @@ func (n *Node) Peek(ctx context.Context, policyName, client string, stale, forwa
 	now := max(n.clock.wallNowMs(), v.AppliedNow)
 	r := PeekResult{Client: client, Policy: policyName, Algorithm: v.Policy.Algorithm,
 		AppliedNow: v.AppliedNow, AppliedIndex: v.AppliedIndex, ServedBy: n.cfg.ID, Stale: stale}
-	alg := v.Policy.Alg()
+	alg := v.Policy.Decider()
 	parts := make([]window.Result, len(v.States))
 	for i, l := range v.Policy.WindowLimits() {
 		pl := peekLimit(alg, l, v.States[i], now)
@@ -94,8 +94,9 @@ func peekLimit(alg window.Algorithm, l window.Limit, s window.State, now int64) 
 		capacity = l.Burst
 	}
 	p := PeekLimit{Limit: capacity, WindowMs: l.WindowMs, Remaining: capacity}
-	if alg == window.FixedWindow {
-		// Today's fields exactly: the stored window, active until it lapses.
+	if alg == window.FixedWindow || alg == window.FixedWindowEpoch {
+		// Today's fields exactly: the stored window, active until it
+		// lapses (an aligned window's start is its aligned start).
 		if s != (window.State{}) {
 			p.WindowStart, p.Used = s.A, s.B
 			if now-s.A < l.WindowMs {

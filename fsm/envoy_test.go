@@ -14,8 +14,10 @@ import (
 func TestPolicyEnvoyMatchRoundTrip(t *testing.T) {
 	plain := policy.Fixed("plain", 5, time.Minute)
 	matched := policy.Fixed("envoy:edge.tenant.plan", 1, 24*time.Hour)
-	matched.Envoy = &policy.Envoy{Domain: "edge", Descriptors: []policy.EnvoyEntry{{Key: "tenant"}, {Key: "plan", Value: "free"}},
-		Unit: "DAY", RequestsPerUnit: 1, Name: "n", ShadowMode: true}
+	matched.Envoy = &policy.Envoy{Domain: "edge", Descriptors: []policy.EnvoyEntry{{Key: "tenant", Value: "t-*", ShareThreshold: true, Order: 3}, {Key: "plan", Value: "free", ValueToMetric: true, Order: 4}},
+		Unit: "DAY", RequestsPerUnit: 1, Name: "n", Replaces: []string{"m"}, ShadowMode: true, QuotaMode: true,
+		Metadata: map[string]any{"team": "a", "tiers": []any{1, 2}}}
+	matched.Align = policy.AlignEpoch
 
 	if b := appendPolicyBody(nil, plain); b[len("plain")+1] != byte(plain.Alg()) {
 		t.Fatalf("a plain policy's algorithm byte is %#x", b[len("plain")+1])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,10 +203,12 @@ func TestResetKeyAndSeed(t *testing.T) {
 // replay is one hit sequence over every entry kind, applied the same way on
 // any FSM.
 func replay(tf *testFSM, alg string, from, to int) {
+	alg, align, _ := strings.Cut(alg, "+")
 	ps := []policy.Policy{
 		pol("one", alg, lim(3, time.Second)),
 		pol("two", alg, lim(5, 2*time.Second), lim(20, time.Minute)),
 	}
+	ps[0].Align, ps[1].Align = align, align
 	if alg == "token_bucket" {
 		ps[0].Limits[0].Burst = 6
 	}
@@ -230,7 +233,7 @@ func replay(tf *testFSM, alg string, from, to int) {
 // FSMs, and on a third restored mid-way from the first's snapshot, for
 // each algorithm: every digest and every decision must match.
 func TestReplicasAgreeThroughSnapshots(t *testing.T) {
-	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket"} {
+	for _, alg := range []string{"fixed_window", "fixed_window+epoch", "sliding_window", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) {
 			a, b := newTestFSM(t), newTestFSM(t)
 			replay(a, alg, 0, 600)
@@ -307,5 +310,49 @@ func TestPolicyOptionsRoundTripAndOldBodiesUnchanged(t *testing.T) {
 	tf := newTestFSM(t)
 	if r, ok := tf.apply(1, bad).(error); !ok || !errors.Is(r, ErrCorrupt) {
 		t.Fatalf("unknown option bits: %v, want ErrCorrupt", r)
+	}
+}
+
+// TestEpochAlignedWindows: an aligned policy's keys share the window
+// boundaries (multiples of the window since the epoch) whenever each key
+// first hit, counts survive a snapshot, and turning alignment on or off
+// is a change of algorithm: every key starts fresh.
+func TestEpochAlignedWindows(t *testing.T) {
+	tf := newTestFSM(t)
+	p := pol("aligned", "fixed_window", lim(2, time.Minute))
+	p.Align = policy.AlignEpoch
+	tf.set(p)
+	k := t0 / 60_000 * 60_000 // a whole minute
+	for i, c := range []struct {
+		now    int64
+		client string
+		want   window.Outcome
+		reset  int64
+	}{
+		{k + 10_000, "a", window.Allowed, k + 60_000},
+		{k + 59_000, "b", window.Allowed, k + 60_000}, // b's window ends with a's
+		{k + 59_500, "a", window.Allowed, k + 60_000},
+		{k + 59_999, "a", window.Refused, k + 60_000},
+		{k + 60_000, "a", window.Allowed, k + 120_000}, // on the minute, not at 10 s past it
+	} {
+		r := tf.check(c.now, nil, h2("aligned", c.client, 1)).Hits[0]
+		if r.Outcome != c.want || r.Parts[0].ResetAt != c.reset || r.Parts[0].WindowStart != c.reset-60_000 {
+			t.Fatalf("hit %d (%s at +%d ms): %+v; want %v, reset at %d", i, c.client, c.now-k, r, c.want, c.reset)
+		}
+	}
+	sink := persistSnapshot(t, tf.f)
+	c := newTestFSM(t)
+	if err := c.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.check(k+61_000, nil, h2("aligned", "a", 1)).Hits[0]; r.Outcome != window.Allowed || r.Parts[0].Remaining != 0 {
+		t.Fatalf("after restore: %+v; want the restored count (1 of 2) kept", r)
+	}
+	p.Align = ""
+	if ch := tf.set(p).Changes[0]; ch != "changed" {
+		t.Fatalf("dropping align: %q, want changed", ch)
+	}
+	if r := tf.check(k+61_000, nil, h2("aligned", "a", 2)).Hits[0]; r.Outcome != window.Allowed || r.Parts[0].ResetAt != k+121_000 {
+		t.Fatalf("anchored again: %+v; want a fresh window anchored at the hit", r)
 	}
 }

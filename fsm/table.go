@@ -51,7 +51,7 @@ func (f *FSM) applySetPolicies(data []byte) (any, error) {
 }
 
 func newTablePolicy(p policy.Policy, epoch uint32) *tablePolicy {
-	return &tablePolicy{p: p, alg: p.Alg(), limits: p.WindowLimits(), epoch: epoch}
+	return &tablePolicy{p: p, alg: p.Decider(), limits: p.WindowLimits(), epoch: epoch}
 }
 
 // applyDeletePolicy removes a policy. Its keys die at once (their epoch is

@@ -127,7 +127,7 @@ func TestTargetsAndRaise(t *testing.T) {
 	for _, x := range ts {
 		keys = append(keys, x.key)
 	}
-	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed/k3", "jl-sliding/k4", "jl-bucket/k5"}
+	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed-epoch/k3", "jl-fixed/k4", "jl-sliding/k5"}
 	if !slices.Equal(keys, want) || !ts[0].fixed || ts[1].fixed || !ts[3].fixed {
 		t.Errorf("targets = %+v", ts)
 	}

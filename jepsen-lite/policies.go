@@ -18,6 +18,7 @@ import (
 type runPolicy struct {
 	name      string
 	algorithm string
+	align     string // "" or checker.AlignEpoch
 	versions  [][]checker.Limit
 }
 
@@ -33,7 +34,11 @@ func (p *runPolicy) body(limits []checker.Limit) map[string]any {
 		}
 		ls = append(ls, m)
 	}
-	return map[string]any{"algorithm": p.algorithm, "limits": ls}
+	b := map[string]any{"algorithm": p.algorithm, "limits": ls}
+	if p.align != "" {
+		b["align"] = p.align
+	}
+	return b
 }
 
 // raised returns the next version of p's limits: a fixed or sliding
@@ -67,8 +72,9 @@ type policySet struct {
 	pols []*runPolicy
 }
 
-// newPolicySet lays out the default run's policies: a fixed window and a
-// sliding window of limit per window, and a token bucket with two limits
+// newPolicySet lays out the default run's policies: fixed windows (anchored,
+// and aligned to the epoch) and a sliding window of limit per window, and
+// a token bucket with two limits
 // (a short one with a small burst, a long one that bounds the sustained
 // rate), so that both of its limits refuse now and then.
 func newPolicySet(limit int64, window time.Duration) *policySet {
@@ -80,6 +86,7 @@ func newPolicySet(limit int64, window time.Duration) *policySet {
 			{Limit: 4, WindowMs: 1000, Burst: 2},    // a token every 250ms, 2 at once
 			{Limit: 20, WindowMs: 10000, Burst: 10}, // a token every 500ms, 10 at once
 		}}},
+		{name: "jl-fixed-epoch", algorithm: checker.FixedWindow, align: checker.AlignEpoch, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
 	}}
 }
 
@@ -97,7 +104,7 @@ func (ps *policySet) checkerPolicies() map[string]checker.Policy {
 	defer ps.mu.Unlock()
 	out := map[string]checker.Policy{}
 	for _, p := range ps.pols {
-		cp := checker.Policy{Algorithm: p.algorithm}
+		cp := checker.Policy{Algorithm: p.algorithm, Align: p.align}
 		for _, v := range p.versions {
 			cp.Versions = append(cp.Versions, slices.Clone(v))
 		}
@@ -120,7 +127,11 @@ func (ps *policySet) describe() string {
 			}
 			ls = append(ls, s)
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, p.algorithm, strings.Join(ls, " + ")))
+		alg := p.algorithm
+		if p.align != "" {
+			alg += " align " + p.align
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, alg, strings.Join(ls, " + ")))
 	}
 	return strings.Join(parts, "; ")
 }

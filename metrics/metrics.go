@@ -33,7 +33,8 @@ type Metrics struct {
 	// rlsDescriptors counts the gRPC rate limit service's descriptors by
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
-	// External holders' grants (the lease API) by policy.
+	rlsLimits      *rlsLimits
+	// External holders' grants (the lease API, RLQS) by policy.
 	leases, leaseUnits, leaseReturned *prometheus.CounterVec
 }
 
@@ -60,7 +61,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 	}
 	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match).",
+		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match, global_shadow_mode).",
 	}, []string{"domain", "result"})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlnode_external_grants_total", Help: "Lease requests from external holders (applications, Envoy) answered by this node, by policy and result (granted, exhausted, refused, failed).",
@@ -71,6 +72,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.leaseReturned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlnode_external_returned_units_total", Help: "Unspent units external holders gave back through this node, by policy.",
 	}, []string{"policy"})
+	m.rlsLimits = newRLSLimits(reg)
 	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -93,7 +95,7 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 		gauge("rlnode_raft_applied_index", "Last log index applied to the state machine.", func(g cluster.Gauges) float64 { return float64(g.AppliedIndex) }),
 		gauge("rlnode_raft_commit_index", "Last committed log index known to this node.", func(g cluster.Gauges) float64 { return float64(g.CommitIndex) }),
 		gauge("rlnode_clock_offset_seconds", "This node's clock minus the median of its peers' clocks, measured once a second.", func(g cluster.Gauges) float64 { return float64(g.ClockSkewMs) / 1000 }),
-		gauge("rlnode_clock_skewed", "1 while this node's clock is off by more than --max-clock-offset from the majority and it refuses to lead.", func(g cluster.Gauges) float64 {
+		gauge("rlnode_clock_skewed", "1 while this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters unread) and refuses to lead.", func(g cluster.Gauges) float64 {
 			if g.ClockSkewed {
 				return 1
 			}

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -20,26 +19,48 @@ import (
 type Envoy struct {
 	Domain string `json:"domain"`
 	// Descriptors is the path from the domain to this descriptor; an entry
-	// without a value matches any value, one bucket per value.
+	// without a value matches any value, one bucket per value; a value with
+	// '*' matches as envoyproxy/ratelimit's wildcards do.
 	Descriptors []EnvoyEntry `json:"descriptors"`
 	// Unit and RequestsPerUnit are the configuration's own words, reported
 	// back to Envoy as current_limit.
 	Unit            string `json:"unit,omitempty"`
 	RequestsPerUnit uint32 `json:"requestsPerUnit,omitempty"`
-	// Name is rate_limit.name.
-	Name string `json:"name,omitempty"`
+	// Name is rate_limit.name; Replaces are the names of the limits this
+	// one replaces when both match one request (rate_limit.replaces).
+	Name     string   `json:"name,omitempty"`
+	Replaces []string `json:"replaces,omitempty"`
 	// Unlimited: matching requests are never limited (nor counted).
 	Unlimited bool `json:"unlimited,omitempty"`
+	// NoLimit: the descriptor has no rate_limit and no descriptors under
+	// it. It still matches, so it whitelists its value where its key alone
+	// has a limit. The policy only marks the match; it is never counted.
+	NoLimit bool `json:"noLimit,omitempty"`
 	// ShadowMode: counted and reported, never refuses.
 	ShadowMode bool `json:"shadowMode,omitempty"`
+	// QuotaMode: over the limit refuses the request only when every
+	// quota-mode descriptor of it is over (quota_mode).
+	QuotaMode bool `json:"quotaMode,omitempty"`
 	// DetailedMetric: metrics name the descriptor's values.
 	DetailedMetric bool `json:"detailedMetric,omitempty"`
+	// Metadata is the descriptor's metadata, returned in the response's
+	// dynamic metadata when the request passes.
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
-// EnvoyEntry is one level of a descriptor path.
+// EnvoyEntry is one level of a descriptor path, with the flags of the
+// configuration's descriptor at that level.
 type EnvoyEntry struct {
 	Key   string `json:"key"`
 	Value string `json:"value,omitempty"`
+	// ShareThreshold: every value matching this wildcard shares one counter.
+	ShareThreshold bool `json:"shareThreshold,omitempty"`
+	// ValueToMetric: metrics name the request's value at this level.
+	ValueToMetric bool `json:"valueToMetric,omitempty"`
+	// Order is the descriptor's position in its domain's configuration
+	// (files in order, depth first): the first wildcard in it that matches
+	// wins, as in envoyproxy/ratelimit.
+	Order int `json:"order,omitempty"`
 }
 
 // EnvoyUnits maps envoyproxy/ratelimit's units onto windows (a month is 30
@@ -54,8 +75,8 @@ var EnvoyUnits = map[string]time.Duration{
 	"YEAR":   365 * 24 * time.Hour,
 }
 
-// EnvoyRule is one descriptor with a rate_limit, as import-envoy turns it
-// into a policy.
+// EnvoyRule is one descriptor with a rate_limit (or a leaf without one), as
+// import-envoy turns it into a policy.
 type EnvoyRule struct {
 	// Name is the policy name: "envoy:" and envoyproxy/ratelimit's full key
 	// (domain.key_value.key), shortened with a hash when it would not fit.
@@ -63,105 +84,6 @@ type EnvoyRule struct {
 	Window time.Duration
 	Limit  int64
 	Envoy  Envoy
-}
-
-type envoyFile struct {
-	Domain      string            `yaml:"domain"`
-	Descriptors []envoyDescriptor `yaml:"descriptors"`
-}
-
-type envoyDescriptor struct {
-	Key            string            `yaml:"key"`
-	Value          string            `yaml:"value"`
-	RateLimit      *envoyRateLimit   `yaml:"rate_limit"`
-	Descriptors    []envoyDescriptor `yaml:"descriptors"`
-	ShadowMode     bool              `yaml:"shadow_mode"`
-	DetailedMetric bool              `yaml:"detailed_metric"`
-}
-
-type envoyRateLimit struct {
-	Unit            string `yaml:"unit"`
-	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-	Unlimited       bool   `yaml:"unlimited"`
-	Name            string `yaml:"name"`
-	Replaces        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"replaces"`
-}
-
-// ParseEnvoy reads one envoyproxy/ratelimit configuration file (domain,
-// nested descriptors with key, optional value, rate_limit {unit,
-// requests_per_unit, unlimited, name}, shadow_mode, detailed_metric) and
-// returns its domain and one rule per descriptor that has a rate_limit.
-// Unknown fields, duplicate descriptors and bad units are errors naming
-// the descriptor.
-func ParseEnvoy(data []byte) (string, []EnvoyRule, error) {
-	var f envoyFile
-	if err := yaml.NewDecoder(bytes.NewReader(data), yaml.Strict()).Decode(&f); err != nil {
-		return "", nil, fmt.Errorf("not an envoyproxy/ratelimit configuration: %w", err)
-	}
-	if f.Domain == "" {
-		return "", nil, errors.New("domain is empty")
-	}
-	var rules []EnvoyRule
-	if err := walkEnvoy(f.Domain, nil, f.Descriptors, &rules); err != nil {
-		return "", nil, err
-	}
-	return f.Domain, rules, nil
-}
-
-func walkEnvoy(domain string, parent []EnvoyEntry, ds []envoyDescriptor, out *[]EnvoyRule) error {
-	seen := map[EnvoyEntry]bool{}
-	for _, d := range ds {
-		e := EnvoyEntry{Key: d.Key, Value: d.Value}
-		path := append(append([]EnvoyEntry(nil), parent...), e)
-		where := envoyFullKey(domain, path)
-		if d.Key == "" {
-			return fmt.Errorf("%s: descriptor has an empty key", where)
-		}
-		if seen[e] {
-			return fmt.Errorf("%s: duplicate descriptor", where)
-		}
-		seen[e] = true
-		if strings.HasSuffix(d.Value, "*") {
-			return fmt.Errorf("%s: wildcard values are not supported", where)
-		}
-		if rl := d.RateLimit; rl != nil {
-			r, err := envoyRule(domain, path, d, rl)
-			if err != nil {
-				return fmt.Errorf("%s: %w", where, err)
-			}
-			*out = append(*out, r)
-		}
-		if err := walkEnvoy(domain, path, d.Descriptors, out); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func envoyRule(domain string, path []EnvoyEntry, d envoyDescriptor, rl *envoyRateLimit) (EnvoyRule, error) {
-	if len(rl.Replaces) > 0 {
-		return EnvoyRule{}, errors.New("rate_limit.replaces is not supported")
-	}
-	unit := strings.ToUpper(rl.Unit)
-	w, ok := EnvoyUnits[unit]
-	r := EnvoyRule{Name: EnvoyPolicyName(domain, path), Window: w, Limit: int64(rl.RequestsPerUnit),
-		Envoy: Envoy{Domain: domain, Descriptors: path, Unit: unit, RequestsPerUnit: rl.RequestsPerUnit, Name: rl.Name,
-			Unlimited: rl.Unlimited, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}}
-	switch {
-	case rl.Unlimited && rl.Unit != "":
-		return EnvoyRule{}, errors.New("rate_limit: unlimited takes no unit")
-	case rl.Unlimited:
-		// Never counted; the policy only marks the match. Its limit is
-		// the largest there is, should anyone check it by name.
-		r.Window, r.Limit, r.Envoy.Unit = time.Second, MaxLimit, ""
-	case !ok:
-		return EnvoyRule{}, fmt.Errorf("rate_limit.unit %q: want second, minute, hour, day, week, month or year", rl.Unit)
-	case rl.RequestsPerUnit == 0:
-		return EnvoyRule{}, errors.New("rate_limit.requests_per_unit must be at least 1")
-	}
-	return r, nil
 }
 
 // envoyFullKey spells a descriptor path as envoyproxy/ratelimit does:
@@ -221,8 +143,20 @@ func (e *Envoy) Equal(o *Envoy) bool {
 		return e == o
 	}
 	return e.Domain == o.Domain && slices.Equal(e.Descriptors, o.Descriptors) && e.Unit == o.Unit &&
-		e.RequestsPerUnit == o.RequestsPerUnit && e.Name == o.Name && e.Unlimited == o.Unlimited &&
-		e.ShadowMode == o.ShadowMode && e.DetailedMetric == o.DetailedMetric
+		e.RequestsPerUnit == o.RequestsPerUnit && e.Name == o.Name && slices.Equal(e.Replaces, o.Replaces) &&
+		e.Unlimited == o.Unlimited && e.NoLimit == o.NoLimit && e.ShadowMode == o.ShadowMode &&
+		e.QuotaMode == o.QuotaMode && e.DetailedMetric == o.DetailedMetric &&
+		bytes.Equal(metadataJSON(e.Metadata), metadataJSON(o.Metadata))
+}
+
+// metadataJSON is the metadata as the log carries it (sorted keys), nil
+// for none.
+func metadataJSON(m map[string]any) []byte {
+	if len(m) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(m)
+	return b
 }
 
 // Validate bounds a match so its JSON always fits in the log.
@@ -235,55 +169,41 @@ func (e *Envoy) Validate() error {
 		if d.Key == "" {
 			return fmt.Errorf("descriptors[%d].key is empty", i)
 		}
-		n += len(d.Key) + len(d.Value) + 32
+		n += len(d.Key) + len(d.Value) + 80
+	}
+	for _, r := range e.Replaces {
+		n += len(r) + 4
 	}
 	if e.Unit != "" {
 		if _, ok := EnvoyUnits[e.Unit]; !ok {
 			return fmt.Errorf("unit %q unknown", e.Unit)
 		}
 	}
+	if len(e.Metadata) > 0 {
+		b, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return fmt.Errorf("metadata: %w", err)
+		}
+		n += len(b)
+	}
 	if n > MaxEnvoyJSON/2 {
-		return fmt.Errorf("%d bytes of domain, keys and values: at most %d", n, MaxEnvoyJSON/2)
+		return fmt.Errorf("%d bytes of domain, keys, values, names and metadata: at most %d", n, MaxEnvoyJSON/2)
 	}
 	return nil
 }
 
 // Policy is the replicated policy for the rule: a fixed window of the
-// rule's unit, carrying the match.
-func (r EnvoyRule) Policy() Policy {
+// rule's unit, carrying the match. Its windows are aligned to the epoch
+// (a minute limit resets on every whole minute, as envoyproxy/ratelimit
+// counts) unless anchored is set.
+func (r EnvoyRule) Policy(anchored bool) Policy {
 	p := Fixed(r.Name, r.Limit, r.Window)
 	e := r.Envoy
 	p.Envoy = &e
-	return p
-}
-
-// ReadEnvoyFiles reads envoyproxy/ratelimit configuration files into
-// policies; two files may not configure the same domain.
-func ReadEnvoyFiles(paths ...string) (domains []string, ps []Policy, err error) {
-	seen := map[string]string{}
-	for _, path := range paths {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		domain, rules, err := ParseEnvoy(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if other, dup := seen[domain]; dup {
-			return nil, nil, fmt.Errorf("%s: domain %q is already configured by %s", path, domain, other)
-		}
-		seen[domain] = path
-		domains = append(domains, domain)
-		for _, r := range rules {
-			p := r.Policy()
-			if err := p.Validate(); err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", path, err)
-			}
-			ps = append(ps, p)
-		}
+	if !anchored {
+		p.Align = AlignEpoch
 	}
-	return domains, ps, nil
+	return p
 }
 
 // envoyFromNode reads a policy's "envoy" field as a decoded YAML node.

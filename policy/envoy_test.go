@@ -45,7 +45,7 @@ func TestParseEnvoy(t *testing.T) {
 	got := map[string]EnvoyRule{}
 	for _, r := range rules {
 		got[r.Name] = r
-		if p := r.Policy(); p.Validate() != nil {
+		if p := r.Policy(false); p.Validate() != nil {
 			t.Errorf("%s: %v", r.Name, p.Validate())
 		}
 	}
@@ -78,7 +78,7 @@ func TestParseEnvoy(t *testing.T) {
 		t.Errorf("login rule %+v", login)
 	}
 	shadow := got["envoy:edge.tenant.plan"].Envoy
-	if !shadow.ShadowMode || !shadow.DetailedMetric || len(shadow.Descriptors) != 2 || shadow.Descriptors[1] != (EnvoyEntry{Key: "plan"}) {
+	if !shadow.ShadowMode || !shadow.DetailedMetric || len(shadow.Descriptors) != 2 || shadow.Descriptors[1].Key != "plan" || shadow.Descriptors[1].Value != "" {
 		t.Errorf("shadow rule %+v", shadow)
 	}
 	if !got["envoy:edge.tenant.plan_internal"].Envoy.Unlimited {

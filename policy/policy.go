@@ -82,6 +82,16 @@ func (p Policy) Alg() window.Algorithm {
 	return a
 }
 
+// Decider is the algorithm the state machine decides the policy's hits
+// with: Alg, except that an epoch-aligned fixed window is
+// window.FixedWindowEpoch. Call it only on a valid policy.
+func (p Policy) Decider() window.Algorithm {
+	if a := p.Alg(); a != window.FixedWindow || !p.EpochAligned() {
+		return a
+	}
+	return window.FixedWindowEpoch
+}
+
 // WindowLimits converts the limits for the window package.
 func (p Policy) WindowLimits() []window.Limit {
 	out := make([]window.Limit, len(p.Limits))

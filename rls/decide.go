@@ -4,29 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
-	"github.com/rlnode/rlnode/window"
 )
 
 // planned is one descriptor of a request and how it will be decided.
 type planned struct {
-	pol    *policy.Policy // nil: no match, never limited
-	hit    cluster.Hit
-	shadow bool
+	pol *policy.Policy // nil: no match (or replaced), never limited
+	hit cluster.Hit
+	// solo: decided on its own, not in the request's all-or-nothing group
+	// (shadow_mode, quota_mode, the global shadow mode).
+	solo           bool
+	shadow, quota  bool
+	entries        []entry
+	domain, metric string // metric labels (metric.go)
 	// at indexes the hit in its check's result.
 	at int
 }
@@ -34,8 +34,8 @@ type planned struct {
 // ShouldRateLimit decides every descriptor of a request. The descriptors
 // that enforce are decided in one log entry, all or nothing, as POST
 // /v1/check: a request refused by one spends nothing on the others.
-// shadow_mode descriptors are decided each on its own: counted when they
-// have room, reported, never refusing.
+// shadow_mode and quota_mode descriptors (every descriptor in the global
+// shadow mode) are decided each on its own: counted when they have room.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -53,60 +53,83 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, err
 	}
-	var enforce, shadow []cluster.Hit
+	var enforce, solo []cluster.Hit
 	for i := range plan {
 		switch p := &plan[i]; {
 		case p.pol == nil || p.pol.Envoy != nil && p.pol.Envoy.Unlimited:
-		case p.shadow:
-			p.at = len(shadow)
-			shadow = append(shadow, p.hit)
+		case p.solo:
+			p.at = len(solo)
+			solo = append(solo, p.hit)
 		default:
 			p.at = len(enforce)
 			enforce = append(enforce, p.hit)
 		}
 	}
-	enforced, shadowed, err := s.decide(ctx, enforce, shadow)
+	enforced, alone, err := s.decide(ctx, enforce, solo)
 	if err != nil {
 		return nil, err
 	}
-	// Metrics name configured domains only: a caller's made-up domains
-	// must not grow the label set.
-	label := req.GetDomain()
-	if t.domains[label] == nil {
-		label = "(unknown)"
-	}
-	return s.respond(label, plan, enforced, shadowed), nil
+	return s.respond(req, plan, enforced, alone), nil
 }
 
-// plan matches each descriptor to its policy and cost.
+// plan matches each descriptor to its policy and cost, then drops the
+// limits another matched limit replaces.
 func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest) ([]planned, error) {
 	plan := make([]planned, len(req.GetDescriptors()))
+	// Metrics name configured domains only: a caller's made-up domains
+	// must not grow the label set.
+	domain := req.GetDomain()
+	if t.domains[domain] == nil {
+		domain = "(unknown)"
+	}
+	replaced := map[string]bool{}
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
 		}
-		entries := make([]entry, len(d.GetEntries()))
+		p := &plan[i]
+		p.entries = make([]entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			entries[j] = entry{e.GetKey(), e.GetValue()}
+			p.entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
 		cost := int64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
 			cost = int64(min(max(1, h.GetValue()), policy.MaxLimit+1))
 		}
-		p := &plan[i]
-		p.hit = cluster.Hit{Client: bucket(entries), Cost: cost}
+		p.domain = domain
+		var m match
 		if o := d.GetLimit(); o != nil {
 			pol, err := s.overridePolicy(ctx, o)
 			if err != nil {
 				return nil, err
 			}
-			p.pol = pol
+			m = match{pol: pol, metricKey: overrideMetricKey(p.entries)}
 		} else {
-			p.pol = t.match(req.GetDomain(), entries)
+			m = t.match(req.GetDomain(), p.entries)
 		}
-		if p.pol != nil {
-			p.hit.Policy = p.pol.Name
-			p.shadow = p.pol.Envoy != nil && p.pol.Envoy.ShadowMode
+		p.pol, p.metric = m.pol, m.metricKey
+		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
+		if d.GetIsNegativeHits() {
+			// A refund: rlnode cannot give hits back yet, and counting it
+			// as a hit would be the opposite of what was asked. It is
+			// answered OK and changes nothing.
+			p.pol = nil
+		}
+		if p.pol == nil {
+			continue
+		}
+		p.hit.Policy = p.pol.Name
+		if e := p.pol.Envoy; e != nil {
+			p.shadow, p.quota = e.ShadowMode, e.QuotaMode
+			for _, r := range e.Replaces {
+				replaced[r] = true
+			}
+		}
+		p.solo = p.shadow || p.quota || s.cfg.GlobalShadowMode
+	}
+	for i := range plan {
+		if e := plan[i].pol; e != nil && e.Envoy != nil && e.Envoy.Name != "" && replaced[e.Envoy.Name] {
+			plan[i].pol = nil // another matched limit replaces it
 		}
 	}
 	return plan, nil
@@ -136,6 +159,7 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 			o.GetRequestsPerUnit(), unit, n, MaxOverridePolicies)
 	}
 	p := policy.Fixed(name, int64(o.GetRequestsPerUnit()), w)
+	p.Align = policy.AlignEpoch // as envoyproxy/ratelimit counts overrides too
 	p.Envoy = &policy.Envoy{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
 	if _, err := s.cfg.Limiter.SetPolicy(ctx, p, false); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "add policy %s for a limit override: %v", name, err)
@@ -177,15 +201,15 @@ func (s *Server) overrides() int {
 	return n
 }
 
-// decide runs the enforcing group and the shadow hits at once; the batcher
+// decide runs the enforcing group and the solo hits at once; the batcher
 // puts them into the same log entry when it can.
-func (s *Server) decide(ctx context.Context, enforce, shadow []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
-	shadowed := make([]cluster.CheckResult, len(shadow))
-	errs := make(chan error, len(shadow))
-	for i, h := range shadow {
+func (s *Server) decide(ctx context.Context, enforce, solo []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
+	alone := make([]cluster.CheckResult, len(solo))
+	errs := make(chan error, len(solo))
+	for i, h := range solo {
 		go func() {
 			r, err := s.cfg.Limiter.CheckAll(ctx, []cluster.Hit{h})
-			shadowed[i] = r
+			alone[i] = r
 			errs <- err
 		}()
 	}
@@ -194,7 +218,7 @@ func (s *Server) decide(ctx context.Context, enforce, shadow []cluster.Hit) (clu
 	if len(enforce) > 0 {
 		enforced, err = s.cfg.Limiter.CheckAll(ctx, enforce)
 	}
-	for range shadow {
+	for range solo {
 		if e := <-errs; e != nil && err == nil {
 			err = e
 		}
@@ -208,105 +232,5 @@ func (s *Server) decide(ctx context.Context, enforce, shadow []cluster.Hit) (clu
 		}
 		return enforced, nil, status.Error(code, strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
-	return enforced, shadowed, nil
-}
-
-func (s *Server) respond(domain string, plan []planned, enforced cluster.CheckResult, shadowed []cluster.CheckResult) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plan))}
-	var hdr headerItems
-	retryMs := int64(0)
-	for i, p := range plan {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
-		switch {
-		case p.pol == nil:
-			s.observe(domain, "no_match")
-			continue
-		case p.pol.Envoy != nil && p.pol.Envoy.Unlimited:
-			st.LimitRemaining = math.MaxUint32
-			s.observe(domain, "unlimited")
-			continue
-		}
-		res, now := enforced, enforced.Now
-		if p.shadow {
-			res, now = shadowed[p.at], shadowed[p.at].Now
-			p.at = 0
-		}
-		if p.at >= len(res.Hits) || res.Hits[p.at].UnknownPolicy {
-			// Deleted since the tree was built: nothing limits it now.
-			s.observe(domain, "no_match")
-			continue
-		}
-		h := res.Hits[p.at]
-		m := h.MainPart()
-		st.CurrentLimit = currentLimit(p.pol)
-		st.LimitRemaining = uint32(min(max(m.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(time.Duration(max(0, m.ResetAt-now)) * time.Millisecond)
-		hdr.add(p.pol, m, now)
-		if h.Outcome == window.Allowed {
-			s.observe(domain, "ok")
-			continue
-		}
-		st.LimitRemaining = 0
-		if p.shadow {
-			s.observe(domain, "shadow_over_limit")
-			continue
-		}
-		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		s.observe(domain, "over_limit")
-		r := m.RetryAfterMs
-		for _, part := range h.Parts {
-			if part.Outcome == window.Refused {
-				r = max(r, part.RetryAfterMs)
-			}
-		}
-		retryMs = max(retryMs, r, 0)
-	}
-	resp.ResponseHeadersToAdd = hdr.headers()
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(max(1, (retryMs+999)/1000), 10)})
-	}
-	return resp
-}
-
-func (s *Server) observe(domain, result string) {
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.RLSDescriptor(domain, result)
-	}
-}
-
-func currentLimit(p *policy.Policy) *rlsv3.RateLimitResponse_RateLimit {
-	cl := &rlsv3.RateLimitResponse_RateLimit{}
-	if e := p.Envoy; e != nil {
-		cl.Name = e.Name
-		cl.RequestsPerUnit = e.RequestsPerUnit
-		cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[e.Unit])
-	}
-	return cl
-}
-
-// headerItems collects the IETF RateLimit-Policy and RateLimit items, one
-// per limited descriptor.
-type headerItems struct{ pol, rl []string }
-
-func (h *headerItems) add(p *policy.Policy, m window.Result, now int64) {
-	name := p.Name
-	if p.Envoy != nil && p.Envoy.Name != "" {
-		name = p.Envoy.Name
-	}
-	q := strconv.Quote(name)
-	h.pol = append(h.pol, q+";q="+strconv.FormatInt(m.Limit, 10)+";w="+strconv.FormatInt((m.WindowMs+999)/1000, 10))
-	h.rl = append(h.rl, q+";r="+strconv.FormatInt(max(0, m.Remaining), 10)+";t="+strconv.FormatInt(max(0, (m.ResetAt-now+999)/1000), 10))
-}
-
-func (h *headerItems) headers() []*corev3.HeaderValue {
-	if len(h.pol) == 0 {
-		return nil
-	}
-	return []*corev3.HeaderValue{
-		{Key: "ratelimit-policy", Value: strings.Join(h.pol, ", ")},
-		{Key: "ratelimit", Value: strings.Join(h.rl, ", ")},
-	}
+	return enforced, alone, nil
 }

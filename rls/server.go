@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -41,10 +42,24 @@ type Limiter interface {
 var _ Limiter = (*cluster.Node)(nil)
 
 // Observer records what the service decided, per descriptor. result is one
-// of ok, over_limit, shadow_over_limit, unlimited, no_match.
+// of ok, over_limit, shadow_over_limit, unlimited, no_match (and
+// global_shadow_mode once per request the global shadow mode let through).
+// RLSLimit adds a limited descriptor's counters under its domain and
+// descriptor key (key_value.key, values only where the configuration
+// asks for them: detailed_metric, value_to_metric).
 type Observer interface {
 	RLSDescriptor(domain, result string)
+	RLSLimit(domain, descriptor string, st metrics.RLSLimitStats)
 }
+
+// HeaderNames names the three response headers envoyproxy/ratelimit adds
+// when LIMIT_RESPONSE_HEADERS_ENABLED is set: the limit, what remains and
+// the seconds until the window resets, of the descriptor closest to its
+// limit (an over-limit one if any).
+type HeaderNames struct{ Limit, Remaining, Reset string }
+
+// DefaultHeaderNames are envoyproxy/ratelimit's defaults.
+var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 
 // Config configures the service.
 type Config struct {
@@ -58,6 +73,17 @@ type Config struct {
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
 	Observer       Observer
+	// GlobalShadowMode decides every descriptor on its own and never
+	// answers OVER_LIMIT overall (envoyproxy/ratelimit's SHADOW_MODE);
+	// statuses still say which descriptors were over.
+	GlobalShadowMode bool
+	// DynamicMetadata returns the request and the metadata of the
+	// descriptors that passed in the response's dynamic metadata
+	// (RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// ResponseHeaders, when set, adds envoyproxy/ratelimit's three
+	// limit headers under these names.
+	ResponseHeaders *HeaderNames
 }
 
 // HandshakeTimeout bounds how long a new connection may take to finish its

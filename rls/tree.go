@@ -3,6 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	"github.com/rlnode/rlnode/cluster"
@@ -15,15 +16,25 @@ type tree struct {
 	domains map[string]*node
 }
 
+// node is one descriptor of a configuration. Its children are keyed as
+// envoyproxy/ratelimit keys them: "key" for a key alone, "key_value" for a
+// key with a value (wildcards included, '*' and all).
 type node struct {
-	exact map[policy.EnvoyEntry]*node // key and value
-	any   map[string]*node            // key only: any value, one bucket per value
+	kids map[string]*node
+	// wild are the children whose value has a '*', in configuration order:
+	// the first that matches wins.
+	wild  []wildcard
+	entry policy.EnvoyEntry
 	pol   *policy.Policy
 }
 
-func newNode() *node {
-	return &node{exact: map[policy.EnvoyEntry]*node{}, any: map[string]*node{}}
+type wildcard struct {
+	key   string   // the child's key in kids
+	parts []string // key split on '*'
+	order int
 }
+
+func newNode() *node { return &node{kids: map[string]*node{}} }
 
 func buildTree(ps []policy.Policy) *tree {
 	t := &tree{domains: map[string]*node{}}
@@ -38,53 +49,128 @@ func buildTree(ps []policy.Policy) *tree {
 			t.domains[e.Domain] = n
 		}
 		for _, d := range e.Descriptors {
-			var next *node
+			k := d.Key
 			if d.Value != "" {
-				if next = n.exact[d]; next == nil {
-					next = newNode()
-					n.exact[d] = next
-				}
-			} else if next = n.any[d.Key]; next == nil {
+				k += "_" + d.Value
+			}
+			next := n.kids[k]
+			if next == nil {
 				next = newNode()
-				n.any[d.Key] = next
+				next.entry = d
+				n.kids[k] = next
+				if strings.Contains(k, "*") {
+					n.wild = append(n.wild, wildcard{key: k, parts: strings.Split(k, "*"), order: d.Order})
+				}
 			}
 			n = next
 		}
 		n.pol = &ps[i]
 	}
+	for _, n := range t.domains {
+		n.sortWild()
+	}
 	return t
 }
 
-// match finds the policy for a request's descriptor as envoyproxy/ratelimit
-// does: at each level the key with this value wins over the key alone, and
-// a limit applies only where the descriptor ends.
-func (t *tree) match(domain string, entries []entry) *policy.Policy {
+func (n *node) sortWild() {
+	slices.SortStableFunc(n.wild, func(a, b wildcard) int { return a.order - b.order })
+	for _, k := range n.kids {
+		k.sortWild()
+	}
+}
+
+// match is what a request's descriptor matched.
+type match struct {
+	pol *policy.Policy
+	// shared[i] is the wildcard value entry i counts under when its
+	// descriptor has share_threshold ("" otherwise).
+	shared []string
+	// metricKey is the descriptor's key in metrics (metric.go).
+	metricKey string
+}
+
+// match finds the limit for a request's descriptor as envoyproxy/ratelimit
+// does: at each level the key with this value first, then the first
+// wildcard (in configuration order) that matches key_value, then the key
+// alone; a limit applies only where the request's descriptor ends, and a
+// descriptor without one (or matching nothing) is not limited.
+func (t *tree) match(domain string, entries []entry) match {
 	n := t.domains[domain]
 	if n == nil {
-		return nil
+		return match{}
 	}
+	var m match
+	path := make([]*node, 0, len(entries))
 	for i, e := range entries {
-		next := n.exact[policy.EnvoyEntry{Key: e.key, Value: e.value}]
+		kv := e.key + "_" + e.value
+		next, wildKey := n.kids[kv], ""
 		if next == nil {
-			next = n.any[e.key]
+			for _, w := range n.wild {
+				if wildcardMatch(w.parts, kv) {
+					next, wildKey = n.kids[w.key], w.key
+					break
+				}
+			}
 		}
 		if next == nil {
-			return nil
+			next = n.kids[e.key]
 		}
-		if i == len(entries)-1 {
-			return next.pol
+		if next == nil {
+			break
+		}
+		path = append(path, next)
+		if wildKey != "" && next.entry.ShareThreshold {
+			if m.shared == nil {
+				m.shared = make([]string, len(entries))
+			}
+			// As envoyproxy/ratelimit spells it: the pattern less "key_"
+			// (the whole pattern when the wildcard is in the key).
+			m.shared[i] = strings.TrimPrefix(wildKey, e.key+"_")
+		}
+		if i == len(entries)-1 && next.pol != nil {
+			m.pol = next.pol
+		}
+		if len(next.kids) == 0 {
+			break
 		}
 		n = next
 	}
-	return nil
+	if m.pol == nil || m.pol.Envoy == nil || m.pol.Envoy.NoLimit {
+		return match{}
+	}
+	m.metricKey = metricKey(entries, path, m)
+	return m
+}
+
+// wildcardMatch reports whether s matches the pattern split on '*' (each
+// '*' matches any run of bytes, the empty one included).
+func wildcardMatch(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	mid := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(mid, p)
+		if i < 0 {
+			return false
+		}
+		mid = mid[i+len(p):]
+	}
+	return true
 }
 
 type entry struct{ key, value string }
 
 // bucket is the client id a descriptor counts under: its entries as
-// envoyproxy/ratelimit spells its cache key (key_value joined by '.'), or
-// that key's SHA-256 when it is too long or has bytes a client id cannot.
-func bucket(entries []entry) string {
+// envoyproxy/ratelimit spells its cache key (key_value joined by '.', a
+// share_threshold entry spelt with its wildcard so every value matching it
+// shares the counter), or that key's SHA-256 when it is too long or has
+// bytes a client id cannot.
+func bucket(entries []entry, shared []string) string {
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {
@@ -92,7 +178,11 @@ func bucket(entries []entry) string {
 		}
 		b.WriteString(e.key)
 		b.WriteByte('_')
-		b.WriteString(e.value)
+		if i < len(shared) && shared[i] != "" {
+			b.WriteString(shared[i])
+		} else {
+			b.WriteString(e.value)
+		}
 	}
 	s := b.String()
 	if cluster.ValidateClient(s) != nil {
@@ -100,4 +190,36 @@ func bucket(entries []entry) string {
 		return "sha256:" + hex.EncodeToString(sum[:])
 	}
 	return s
+}
+
+// metricKey names a matched descriptor in metrics as envoyproxy/ratelimit
+// names its stats, less the domain: the configuration's path
+// (key_value.key), with the request's value at a level whose descriptor
+// has value_to_metric, and the request's values everywhere when the limit
+// has detailed_metric; a share_threshold level always shows its wildcard.
+func metricKey(entries []entry, path []*node, m match) string {
+	detailed := m.pol.Envoy.DetailedMetric
+	var b strings.Builder
+	for i, e := range entries {
+		if !detailed && i >= len(path) {
+			break
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		v := e.value
+		switch {
+		case i < len(m.shared) && m.shared[i] != "":
+			v = m.shared[i]
+		case detailed:
+		case path[i].entry.ValueToMetric:
+		default:
+			v = path[i].entry.Value
+		}
+		b.WriteString(e.key)
+		if v != "" {
+			b.WriteString("_" + v)
+		}
+	}
+	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,8 +42,9 @@ type InitOptions struct {
 
 // Init writes a CA (or reuses the one already in Dir, so running it again
 // re-issues node certificates under the same CA, e.g. to rotate them), one
-// certificate per node valid as server and client, and a client-only
-// certificate for the admin CLI and applications. It returns the files
+// certificate per node valid as server and client and carrying the node's
+// identity (NodeURI), and a client-only certificate for the admin CLI and
+// applications, which carries none. It returns the files
 // written.
 func Init(o InitOptions) ([]string, error) {
 	if len(o.Nodes) == 0 {
@@ -155,6 +157,9 @@ func issue(o InitOptions, name string, ca *x509.Certificate, caKey *ecdsa.Privat
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if name != ClientName {
+		// Only node certificates carry a node identity: node-to-node
+		// ports refuse client.pem (see identity.go).
+		tmpl.URIs = []*url.URL{NodeURI(name)}
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		for _, h := range append([]string{name, "localhost", "127.0.0.1", "::1"}, o.Hosts...) {
 			if ip := net.ParseIP(h); ip != nil {

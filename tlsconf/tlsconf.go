@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,6 +64,19 @@ type Source struct {
 	pool   *x509.CertPool   // nil: no CA given (system roots for clients, no client auth for servers)
 	server *tls.Config      // built from cert and pool at each load
 	sum    [32]byte         // of the files' contents, to skip reloading unchanged files
+	// check, when set, must accept a reloaded certificate before it
+	// replaces the current one (SetCertCheck).
+	check  func(leaf *x509.Certificate) error
+	legacy atomic.Bool // AcceptLegacyNodeCerts
+}
+
+// SetCertCheck makes every later reload refuse (and keep the previous
+// material) a certificate check rejects, e.g. a node certificate re-issued
+// without its node identity.
+func (s *Source) SetCertCheck(check func(leaf *x509.Certificate) error) {
+	s.mu.Lock()
+	s.check = check
+	s.mu.Unlock()
 }
 
 // Load reads the files once. It fails if they are missing, unparsable or the
@@ -130,6 +144,18 @@ func (s *Source) Reload() (changed bool, err error) {
 			return false, fmt.Errorf("TLS key pair %s, %s: %w", s.files.Cert, s.files.Key, err)
 		}
 		cert = &c
+		s.mu.RLock()
+		check := s.check
+		s.mu.RUnlock()
+		if check != nil {
+			leaf, err := leafOf(cert)
+			if err == nil {
+				err = check(leaf)
+			}
+			if err != nil {
+				return false, fmt.Errorf("TLS certificate %s: %w", s.files.Cert, err)
+			}
+		}
 	}
 	var pool *x509.CertPool
 	if s.files.CA != "" {

@@ -2,11 +2,13 @@ package tlsconf
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -122,5 +124,55 @@ func TestValidateAndBadInput(t *testing.T) {
 		if _, err := Init(InitOptions{Dir: t.TempDir(), Nodes: []string{bad}}); err == nil {
 			t.Errorf("node name %q accepted", bad)
 		}
+	}
+}
+
+// Node certificates from Init name their node; client.pem names none. A
+// reload that would replace a node's certificate with one its check
+// refuses keeps the previous certificate.
+func TestInitNodeIdentity(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Init(InitOptions{Dir: dir, Nodes: []string{"n1", "n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	n1, err := Load(files(dir, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := n1.OwnNode(); err != nil || name != "n1" {
+		t.Fatalf("n1's own node name: %q %v", name, err)
+	}
+	cli, err := Load(Files{Cert: filepath.Join(dir, CertFile(ClientName)), Key: filepath.Join(dir, KeyFile(ClientName)), CA: filepath.Join(dir, CAFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := cli.OwnNode(); err == nil {
+		t.Fatalf("client.pem names node %q", name)
+	}
+	cli.AcceptLegacyNodeCerts()
+	if name, err := cli.OwnNode(); err == nil {
+		t.Fatalf("client.pem passes as legacy node %q", name)
+	}
+
+	n1.SetCertCheck(func(leaf *x509.Certificate) error {
+		if NodeName(leaf) != "n1" {
+			return errors.New("not n1")
+		}
+		return nil
+	})
+	for _, f := range []string{CertFile("n1"), KeyFile("n1")} { // n1's files now hold n2's certificate
+		b, err := os.ReadFile(filepath.Join(dir, strings.Replace(f, "n1", "n2", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n1.Reload(); err == nil || !strings.Contains(err.Error(), "not n1") {
+		t.Fatalf("reload of another node's certificate: %v, want refused", err)
+	}
+	if name, _ := n1.OwnNode(); name != "n1" {
+		t.Fatalf("after a refused reload the node is %q", name)
 	}
 }

@@ -15,6 +15,11 @@ const (
 	SlidingWindow Algorithm = 2
 	// TokenBucket is a bucket refilled continuously, kept as GCRA.
 	TokenBucket Algorithm = 3
+	// FixedWindowEpoch is the fixed window aligned to the epoch: windows at
+	// multiples of the window length since the Unix epoch, the same for
+	// every key. Policies spell it fixed_window with align: epoch, so
+	// ParseAlgorithm does not know this name.
+	FixedWindowEpoch Algorithm = 4
 )
 
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
@@ -29,6 +34,8 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case TokenBucket:
 		return "token_bucket"
+	case FixedWindowEpoch:
+		return "fixed_window(epoch)"
 	default:
 		return fmt.Sprintf("algorithm(%d)", uint8(a))
 	}
@@ -63,6 +70,7 @@ type Limit struct{ Limit, WindowMs, Burst int64 }
 // never-seen key. Its meaning per algorithm:
 //
 //	fixed_window:   A = window start (anchored at the key's first hit), B = count, C = 0
+//	fixed_window (epoch): A = the aligned window start, B = count, C = 0
 //	sliding_window: A = current aligned window start, B = its count, C = the previous window's count
 //	token_bucket:   A = theoretical arrival time (TAT) in whole ms, B = its fraction in units of
 //	                1/C ms (0 <= B < C), C = the Limit the fraction was written with
@@ -108,6 +116,8 @@ func Apply(alg Algorithm, l Limit, s State, now, cost int64) (Result, State) {
 		return applySliding(l, s, now, cost)
 	case TokenBucket:
 		return applyBucket(l, s, now, cost)
+	case FixedWindowEpoch:
+		return applyFixedEpoch(l, s, now, cost)
 	}
 	return never(l, now), s
 }
@@ -142,6 +152,8 @@ func ExpiresAt(alg Algorithm, l Limit, s State) int64 {
 		return expiresSliding(l, s)
 	case TokenBucket:
 		return expiresBucket(l, s)
+	case FixedWindowEpoch:
+		return expiresFixedEpoch(l, s)
 	}
 	return -maxInt64 - 1
 }

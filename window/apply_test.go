@@ -62,7 +62,7 @@ func checkApply(t testing.TB, alg Algorithm, l Limit, s State, now, cost int64, 
 		if r.RetryAfterMs != -1 {
 			fail("never-allowed with retryAfter %d", r.RetryAfterMs)
 		}
-		if valid && (alg == FixedWindow || alg == SlidingWindow || alg == TokenBucket) && max(cost, 1) <= capy {
+		if valid && (alg == FixedWindow || alg == FixedWindowEpoch || alg == SlidingWindow || alg == TokenBucket) && max(cost, 1) <= capy {
 			fail("cost %d within capacity %d was called never allowed", cost, capy)
 		}
 	default:

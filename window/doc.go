@@ -36,6 +36,23 @@
 //	RetryAfterMs = start + W - now (refused; >= 1)
 //	ExpiresAt = A + W
 //
+// # fixed_window aligned to the epoch (FixedWindowEpoch)
+//
+// A policy's fixed_window with align: epoch. State{A: the aligned start of
+// the window B counts, B: count, C: 0}; windows are [k*W, (k+1)*W) in Unix
+// ms, the same for every key, as envoyproxy/ratelimit and most Redis
+// limiters cut them:
+//
+//	cur     = now - now mod W;  a = A - A mod W
+//	start, used = (a, B) if a >= cur, else (cur, 0)
+//	allowed = used + cost <= L; cost > L is CostExceedsLimit
+//	Remaining = max(0, L - count); ResetAt = start + W; WindowStart = start
+//	RetryAfterMs = start + W - now (refused; >= 1)
+//	ExpiresAt = a + W
+//
+// a > cur only for a state written on a clock ahead of now; its window is
+// kept until it ends, as an anchored start after now is.
+//
 // # sliding_window
 //
 // State{A: current aligned window start, B: its count, C: the previous

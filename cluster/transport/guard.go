@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -29,8 +28,18 @@ import (
 // RaftSecurity says how the Raft stream layer admits connections.
 type RaftSecurity struct {
 	// TLS, when set, wraps every Raft connection in TLS; with a CA both
-	// sides present certificates signed by it.
+	// sides present certificates signed by it, and both must be node
+	// certificates (tlsconf.Source.PeerNode): an application's or admin's
+	// client certificate is refused.
 	TLS *tlsconf.Source
+	// Authorize, when set, must accept the node name of a peer's
+	// certificate (e.g. it is a member); nil accepts every node.
+	Authorize func(node string) error
+	// Trusted, when set, reports whether a remote IP is a known peer's:
+	// its handshakes do not count against MaxPending, so a flood of
+	// strangers cannot evict them. It is called on every accept: keep it
+	// cheap (no DNS).
+	Trusted func(ip string) bool
 	// Token, when set, must be proven on every connection by the handshake
 	// below before any Raft RPC is read.
 	Token string
@@ -49,6 +58,10 @@ type RaftLimits struct {
 	// sockets that never finish a handshake cannot keep a peer sharing
 	// their address (same host, NAT) from connecting.
 	MaxConnsPerIP int
+	// MaxPending caps the connections still in their handshake from all
+	// addresses not known as peers; beyond it the oldest of the address
+	// holding the most gives way (see pendingSet).
+	MaxPending int
 }
 
 // Defaults for RaftSecurity. A live peer sends a heartbeat at least every
@@ -59,6 +72,7 @@ const (
 	DefaultRaftHandshakeTimeout = 5 * time.Second
 	DefaultRaftIdleTimeout      = 5 * time.Minute
 	DefaultRaftMaxConnsPerIP    = 64
+	DefaultRaftMaxPending       = 512
 )
 
 func (s *RaftLimits) setDefaults() {
@@ -70,6 +84,9 @@ func (s *RaftLimits) setDefaults() {
 	}
 	if s.MaxConnsPerIP <= 0 {
 		s.MaxConnsPerIP = DefaultRaftMaxConnsPerIP
+	}
+	if s.MaxPending <= 0 {
+		s.MaxPending = DefaultRaftMaxPending
 	}
 }
 
@@ -162,9 +179,9 @@ type guardedStream struct {
 
 	mu       sync.Mutex
 	perIP    *connlimit.PerIP
-	pending  map[string][]*countedConn // per remote IP, oldest first: connections still in their handshake
-	lastWarn map[string]time.Time      // per kind of refusal, so a flood logs once a second
-	dropped  map[string]int            // refusals not logged since the last line
+	pending  *pendingSet          // connections still in their handshake
+	lastWarn map[string]time.Time // per kind of refusal, so a flood logs once a second
+	dropped  map[string]int       // refusals not logged since the last line
 }
 
 // GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
@@ -175,7 +192,7 @@ func GuardStream(inner raft.StreamLayer, sec RaftSecurity, log hclog.Logger) raf
 		log = hclog.NewNullLogger()
 	}
 	g := &guardedStream{inner: inner, sec: sec, token: []byte(sec.Token), log: log,
-		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: connlimit.NewPerIP(sec.MaxConnsPerIP), pending: map[string][]*countedConn{},
+		admitted: make(chan net.Conn), done: make(chan struct{}), perIP: connlimit.NewPerIP(sec.MaxConnsPerIP), pending: newPendingSet(sec.MaxConnsPerIP, sec.MaxPending),
 		lastWarn: map[string]time.Time{}, dropped: map[string]int{}}
 	g.wg.Add(1)
 	go g.acceptLoop()
@@ -203,10 +220,11 @@ func (g *guardedStream) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		c := &countedConn{Conn: conn, ip: connlimit.RemoteIP(conn), idle: g.sec.IdleTimeout}
-		if old := g.addPending(c); old != nil {
-			g.warn("raft connection dropped: too many handshakes in progress from this address, the oldest gives way",
-				"remote", old.RemoteAddr().String(), "max", g.sec.MaxConnsPerIP)
+		c := &countedConn{Conn: conn, ip: connlimit.RemoteIP(conn), idle: g.sec.IdleTimeout, at: time.Now()}
+		c.trusted = g.sec.Trusted != nil && g.sec.Trusted(c.ip)
+		for _, old := range g.addPending(c) {
+			g.warn("raft connection dropped: too many handshakes in progress (from its address, or from addresses that are not members), the oldest gives way",
+				"remote", old.RemoteAddr().String(), "max_per_ip", g.sec.MaxConnsPerIP, "max_pending", g.sec.MaxPending)
 			old.Conn.Close() // its handshake fails and admit cleans up
 		}
 		g.wg.Add(1)
@@ -214,18 +232,12 @@ func (g *guardedStream) acceptLoop() {
 	}
 }
 
-// addPending records c as in its handshake and returns the connection it
-// evicts, if its address already had the maximum pending.
-func (g *guardedStream) addPending(c *countedConn) (evicted *countedConn) {
+// addPending records c as in its handshake and returns the connections it
+// evicts to stay within the budgets.
+func (g *guardedStream) addPending(c *countedConn) (evicted []*countedConn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	list := g.pending[c.ip]
-	if len(list) >= g.sec.MaxConnsPerIP {
-		evicted, list = list[0], list[1:]
-		evicted.evicted = true
-	}
-	g.pending[c.ip] = append(list, c)
-	return evicted
+	return g.pending.add(c)
 }
 
 // donePending ends c's handshake stage and reports whether it is still
@@ -233,15 +245,7 @@ func (g *guardedStream) addPending(c *countedConn) (evicted *countedConn) {
 func (g *guardedStream) donePending(c *countedConn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	list := g.pending[c.ip]
-	if i := slices.Index(list, c); i >= 0 {
-		list = slices.Delete(list, i, i+1)
-	}
-	if len(list) == 0 {
-		delete(g.pending, c.ip)
-	} else {
-		g.pending[c.ip] = list
-	}
+	g.pending.drop(c)
 	return !c.evicted
 }
 
@@ -288,6 +292,9 @@ func (g *guardedStream) handshake(c *countedConn) (net.Conn, error) {
 		if err := tc.Handshake(); err != nil {
 			return nil, fmt.Errorf("TLS handshake: %w", err)
 		}
+		if err := g.checkPeerNode(tc); err != nil {
+			return nil, err
+		}
 		conn = tc
 	}
 	if len(g.token) > 0 {
@@ -296,6 +303,28 @@ func (g *guardedStream) handshake(c *countedConn) (net.Conn, error) {
 		}
 	}
 	return conn, nil
+}
+
+// checkPeerNode requires, under mutual TLS, that the peer's certificate is
+// a node's and that Authorize accepts its name.
+func (g *guardedStream) checkPeerNode(tc *tls.Conn) error {
+	if !g.sec.TLS.Mutual() {
+		return nil
+	}
+	cs := tc.ConnectionState()
+	name, legacy, err := g.sec.TLS.PeerNode(&cs)
+	if err != nil {
+		return err
+	}
+	if legacy {
+		g.warn("raft peer admitted with a legacy node certificate (no node identity; --tls-legacy-node-certs): re-issue it with rlnode tls init", "node", name)
+	}
+	if g.sec.Authorize != nil {
+		if err := g.sec.Authorize(name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (g *guardedStream) reject(c net.Conn, err error) {
@@ -339,10 +368,7 @@ func (g *guardedStream) Close() error {
 		// Handshakes in progress end now rather than at their timeout.
 		// (Closed outside the lock: closing releases the per-IP slot.)
 		g.mu.Lock()
-		var pending []*countedConn
-		for _, list := range g.pending {
-			pending = append(pending, list...)
-		}
+		pending := g.pending.all()
 		g.mu.Unlock()
 		for _, c := range pending {
 			c.Conn.Close()
@@ -367,6 +393,10 @@ func (g *guardedStream) Dial(addr raft.ServerAddress, timeout time.Duration) (ne
 			conn.Close()
 			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 		}
+		if err := g.checkPeerNode(tc); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("raft peer %s: %w", addr, err)
+		}
 		conn = tc
 	}
 	if len(g.token) > 0 {
@@ -384,7 +414,9 @@ func (g *guardedStream) Dial(addr raft.ServerAddress, timeout time.Duration) (ne
 type countedConn struct {
 	net.Conn
 	ip      string
-	release func() // set once admitted: gives back its address's slot
+	at      time.Time // accepted
+	trusted bool      // from a known peer's address: not a stranger to the pending budget
+	release func()    // set once admitted: gives back its address's slot
 	idle    time.Duration
 	live    bool // set once admitted: from then on reads carry the idle deadline
 	evicted bool // guarded by the stream's mu

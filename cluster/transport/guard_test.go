@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -148,4 +149,45 @@ func TestGuardSilentSocketsGiveWayToAPeer(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// The budget of pending handshakes from strangers evicts the oldest
+// connection of the address holding the most, so a flood from many
+// addresses evicts its own sockets and a peer's single handshake stays;
+// a trusted (member) address does not count against the budget at all.
+func TestPendingSetEvictsTheFullestStranger(t *testing.T) {
+	p := newPendingSet(64, 4)
+	at := time.Now()
+	conn := func(ip string, trusted bool) *countedConn {
+		at = at.Add(time.Millisecond)
+		return &countedConn{ip: ip, at: at, trusted: trusted}
+	}
+	peer := conn("10.0.0.1", false)
+	member := conn("10.0.0.2", true)
+	if ev := p.add(peer); len(ev) != 0 {
+		t.Fatalf("evicted %v with room left", ev)
+	}
+	p.add(member)
+	var flood []*countedConn
+	for i := range 20 {
+		c := conn(fmt.Sprintf("10.1.0.%d", i%3), false)
+		flood = append(flood, c)
+		for _, ev := range p.add(c) {
+			if ev == peer || ev == member {
+				t.Fatalf("flood connection %d evicted the peer's or the member's handshake", i)
+			}
+		}
+	}
+	if p.strangers != 4 {
+		t.Fatalf("%d strangers pending, want the budget of 4", p.strangers)
+	}
+	if peer.evicted || member.evicted || !flood[0].evicted {
+		t.Fatalf("evicted: peer %v member %v oldest flood %v", peer.evicted, member.evicted, flood[0].evicted)
+	}
+	for _, c := range p.all() {
+		p.drop(c)
+	}
+	if p.strangers != 0 || len(p.byIP) != 0 {
+		t.Fatalf("after dropping all: %d strangers, %d addresses", p.strangers, len(p.byIP))
+	}
 }

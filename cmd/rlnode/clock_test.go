@@ -69,3 +69,89 @@ func TestSkewedNodeNeverLeads(t *testing.T) {
 		t.Fatalf("stop n3: exit %d", code)
 	}
 }
+
+// The attack of issue 17, item 4: three voters, one down, and a node
+// restarted with its clock 5 s ahead. Right after its restart it has no
+// readings of its peers, and missing readings used to count for nothing,
+// so with fast election timers it stood, won, and stamped hits 5 s ahead:
+// cluster time ran ahead for good and open windows lapsed early. Now a
+// node must have a majority of voters (itself included) agreeing with its
+// clock: the skewed node never leads, the healthy one cannot confirm its
+// clock either (one peer down, one disagreeing), so hits fail until the
+// down voter returns; then the cluster serves with time as it was.
+func TestSkewedRestartWithVoterDownCannotLead(t *testing.T) {
+	const window = 30 * time.Second
+	base := []string{"--limit", "100", "--window", window.String()}
+	n1 := proctest.StartNode(t, rlnodeBin, "n1", base...)
+	proctest.WaitReady(t, n1, 15*time.Second)
+	n2 := proctest.StartNode(t, rlnodeBin, "n2", append([]string{"--join", n1.URL()}, base...)...)
+	n3 := proctest.StartNode(t, rlnodeBin, "n3", append([]string{"--join", n1.URL()}, base...)...)
+	proctest.WaitVoters(t, n1, 3, 30*time.Second)
+	for _, n := range []*proctest.Node{n1, n2, n3} {
+		proctest.WaitReady(t, n, 20*time.Second)
+	}
+	if r := proctest.MustGet(t, n1.URL()+"/check/before"); r.Status != 200 {
+		t.Fatalf("hit before the faults: %d %s", r.Status, r.Raw)
+	}
+
+	n3.Kill() // one voter down
+	// n2 comes back 5 s ahead with election timers far shorter than n1's,
+	// so if anyone stands first, it is n2.
+	n2.Kill()
+	n2Args := n2.Args
+	n2.Args = append(append([]string(nil), n2Args...), "--debug-clock-offset", "5s",
+		"--raft-heartbeat-timeout", "300ms", "--raft-election-timeout", "300ms", "--raft-lease-timeout", "300ms")
+	ledBefore := strings.Count(n2.Output(), "entering leader state")
+	n2.Restart()
+	n1.Kill()
+	n1.Args = append(n1.Args, "--raft-heartbeat-timeout", "3s", "--raft-election-timeout", "3s")
+	n1.Restart()
+
+	// For a while (many of n2's election timeouts), n2 never leads and no
+	// hit is served.
+	proctest.Poll(t, 20*time.Second, func() error {
+		if st, err := proctest.Status(n2); err != nil || st["clockSkewed"] != true {
+			return fmt.Errorf("n2 does not refuse to lead yet: %v %v", st["clockSkewed"], err)
+		}
+		return nil
+	})
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); {
+		if st, err := proctest.Status(n2); err == nil && st["state"] == "Leader" {
+			t.Fatalf("the skewed node leads (term %v) while a voter is down", st["term"])
+		}
+		if r, err := n1.Do("GET", "/check/during", "", nil); err == nil && r.Status == 200 {
+			t.Fatalf("a hit was served by %s while no majority confirms any clock: %s", r.Header.Get("X-Rlnode-Served-By"), r.Raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if led := strings.Count(n2.Output(), "entering leader state"); led != ledBefore {
+		t.Fatalf("the skewed node entered leader state after its restart")
+	}
+	if !strings.Contains(n1.Output(), "cannot confirm its clock with a majority") {
+		t.Errorf("n1 does not say why it will not lead")
+	}
+
+	// The down voter returns: n1 and n3 agree, one of them leads, and
+	// cluster time is real time (a window opened now ends a window from
+	// now, not 5 s later).
+	n3.Restart()
+	var r proctest.Response
+	proctest.Poll(t, 30*time.Second, func() error {
+		var err error
+		start := time.Now()
+		if r, err = n1.Do("GET", "/check/after", "", nil); err != nil || r.Status != 200 {
+			return fmt.Errorf("hit after n3 returned: %v %d %s", err, r.Status, r.Raw)
+		}
+		d := time.UnixMilli(r.Num("resetAt")).Sub(start)
+		if d < window-3*time.Second || d > window+3*time.Second {
+			t.Fatalf("a window opened now resets in %s, want about %s: cluster time is off", d, window)
+		}
+		return nil
+	})
+	if by := r.Header.Get("X-Rlnode-Served-By"); by == "n2" {
+		t.Fatalf("the skewed node served the hit")
+	}
+	if st, err := proctest.Status(n2); err != nil || st["state"] == "Leader" {
+		t.Fatalf("n2: %v %v", st["state"], err)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,12 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
+// envoyFlags are the loader's options, shared by import-envoy and sync-envoy.
+func envoyFlags(fs *flag.FlagSet, opt *policy.EnvoyOptions) {
+	fs.BoolVar(&opt.MergeDomains, "merge-domains", false, "merge files that configure the same domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); otherwise that is an error")
+	fs.BoolVar(&opt.Anchored, "anchored", false, "anchor each key's windows at its first hit instead of aligning them to the epoch as envoyproxy/ratelimit does")
+}
+
 // policyImportEnvoy turns envoyproxy/ratelimit configuration files into
 // replicated policies: for each domain in the files, the cluster's envoy
 // policies of that domain become exactly the file's descriptors (added,
@@ -19,21 +26,49 @@ import (
 func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("policy import-envoy", "FILE...", stderr)
 	var dry bool
+	var opt policy.EnvoyOptions
 	fs.BoolVar(&dry, "dry-run", false, "print what would change and change nothing")
+	envoyFlags(fs, &opt)
 	files, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] FILE...")
+		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...")
 	}
-	domains, want, err := policy.ReadEnvoyFiles(files...)
+	domains, want, err := policy.ReadEnvoyFiles(opt, files...)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	all, err := fetchPolicies(ctx, a)
+	ch, err := applyEnvoy(ctx, a, domains, want, dry, stdout)
 	if err != nil {
 		return err
+	}
+	if a.json {
+		return printJSON(stdout, map[string]any{"domains": domains, "added": names(ch.added), "changed": names(ch.changed), "removed": orEmpty(ch.removed), "dryRun": dry})
+	}
+	if ch.none() {
+		fmt.Fprintln(stdout, "no changes")
+	}
+	return nil
+}
+
+// envoyChanges is what applyEnvoy changed (or would have).
+type envoyChanges struct {
+	added, changed []policy.Policy
+	removed        []string
+}
+
+func (c envoyChanges) none() bool { return len(c.added)+len(c.changed)+len(c.removed) == 0 }
+
+// applyEnvoy makes the cluster's envoy policies of the given domains
+// exactly want: added and changed first, then removed, each line printed
+// unless --json. A domain in domains with no policy in want loses all its
+// policies.
+func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []policy.Policy, dry bool, stdout io.Writer) (envoyChanges, error) {
+	all, err := fetchPolicies(ctx, a)
+	if err != nil {
+		return envoyChanges{}, err
 	}
 	var have []policy.Policy
 	for _, p := range all {
@@ -44,44 +79,39 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 	for _, p := range want {
 		for _, q := range all {
 			if q.Name == p.Name && (q.Envoy == nil || q.Envoy.Domain != p.Envoy.Domain) {
-				return fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
+				return envoyChanges{}, fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
 			}
 		}
 	}
-	added, changed, removed := policy.Diff(have, want)
+	var ch envoyChanges
+	ch.added, ch.changed, ch.removed = policy.Diff(have, want)
 	verb := ""
 	if dry {
 		verb = "would be "
 	}
-	for _, p := range append(added, changed...) {
+	for _, p := range append(ch.added, ch.changed...) {
 		if !dry {
 			if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
-				return err
+				return ch, err
 			}
 		}
 		what := "changed"
-		if isIn(p, added) {
+		if isIn(p, ch.added) {
 			what = "added"
 		}
 		if !a.json {
 			fmt.Fprintf(stdout, "%s%s %s\t%s\n", verb, what, p.Name, limitsText(p))
 		}
 	}
-	for _, name := range removed {
+	for _, name := range ch.removed {
 		if !dry {
 			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
-				return err
+				return ch, err
 			}
 		}
 		if !a.json {
 			fmt.Fprintf(stdout, "%sremoved %s\n", verb, name)
 		}
 	}
-	if a.json {
-		return printJSON(stdout, map[string]any{"domains": domains, "added": names(added), "changed": names(changed), "removed": orEmpty(removed), "dryRun": dry})
-	}
-	if len(added)+len(changed)+len(removed) == 0 {
-		fmt.Fprintln(stdout, "no changes")
-	}
-	return nil
+	return ch, nil
 }

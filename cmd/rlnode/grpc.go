@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -55,4 +59,45 @@ func (g *grpcServer) stop(ctx context.Context) {
 	if g.srv != nil {
 		g.srv.Stop(ctx)
 	}
+}
+
+// rlsFlags are the rate limit service's envoyproxy/ratelimit settings.
+type rlsFlags struct {
+	globalShadow, dynamicMetadata bool
+	headers                       *rls.HeaderNames
+}
+
+func (r *rlsFlags) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&r.globalShadow, "rls-shadow-mode", false, "never answer OVER_LIMIT to Envoy, whatever the descriptors' limits say (envoyproxy/ratelimit's SHADOW_MODE); descriptors are still counted and reported")
+	fs.BoolVar(&r.dynamicMetadata, "rls-dynamic-metadata", false, "return the request and the matched descriptors' metadata in the response's dynamic metadata (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
+	fs.Func("rls-response-headers", "add envoyproxy/ratelimit's limit headers (LIMIT_RESPONSE_HEADERS_ENABLED): \"default\" for RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset, or three names LIMIT,REMAINING,RESET (e.g. X-RateLimit-Limit,X-RateLimit-Remaining,X-RateLimit-Reset)", func(v string) error {
+		if v == "default" {
+			h := rls.DefaultHeaderNames
+			r.headers = &h
+			return nil
+		}
+		names := strings.Split(v, ",")
+		if len(names) != 3 || slices.ContainsFunc(names, func(n string) bool { return !validHeaderName(strings.TrimSpace(n)) }) {
+			return fmt.Errorf("want \"default\" or three header names LIMIT,REMAINING,RESET, got %q", v)
+		}
+		r.headers = &rls.HeaderNames{Limit: strings.TrimSpace(names[0]), Remaining: strings.TrimSpace(names[1]), Reset: strings.TrimSpace(names[2])}
+		return nil
+	})
+}
+
+func (r *rlsFlags) apply(c *rls.Config) {
+	c.GlobalShadowMode, c.DynamicMetadata, c.ResponseHeaders = r.globalShadow, r.dynamicMetadata, r.headers
+}
+
+// validHeaderName: an HTTP token (RFC 9110), as Envoy accepts.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

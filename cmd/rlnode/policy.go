@@ -23,7 +23,8 @@ const policyUsage = `usage:
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...]
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--dry-run]
-  rlnode policy import-envoy [--dry-run] FILE...   (envoyproxy/ratelimit YAML)
+  rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...   (envoyproxy/ratelimit YAML)
+  rlnode policy sync-envoy --dir DIR [--watch] [--merge-domains] [--anchored]
 (and --addr, --cluster-token, --json as for every admin command)`
 
 // runPolicy dispatches `rlnode policy SUBCOMMAND`.
@@ -50,6 +51,8 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return policyApply(ctx, args, stdout, stderr)
 	case "import-envoy":
 		return policyImportEnvoy(ctx, args, stdout, stderr)
+	case "sync-envoy":
+		return policySyncEnvoy(ctx, args, stdout, stderr)
 	}
 	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
 }
@@ -88,14 +91,24 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-// limitsText is e.g. "10/1s burst 20, 1000/24h".
+// limitsText is e.g. "10/1s burst 20, 1000/24h", "100/1m aligned" (windows
+// aligned to the epoch), or what an Envoy descriptor without a limit does.
 func limitsText(p policy.Policy) string {
+	switch e := p.Envoy; {
+	case e != nil && e.NoLimit:
+		return "never limited (a value without rate_limit)"
+	case e != nil && e.Unlimited:
+		return "unlimited"
+	}
 	parts := make([]string, len(p.Limits))
 	for i, l := range p.Limits {
 		parts[i] = fmt.Sprintf("%d/%s", l.Limit, l.Window)
 		if l.Burst > 0 {
 			parts[i] += fmt.Sprintf(" burst %d", l.Burst)
 		}
+	}
+	if p.EpochAligned() {
+		parts[len(parts)-1] += " aligned"
 	}
 	return strings.Join(parts, ", ")
 }

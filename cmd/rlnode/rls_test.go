@@ -42,24 +42,14 @@ type rlsRig struct {
 }
 
 // rlsConnect starts three nodes serving gRPC with a cluster token, imports
-// the test's envoyproxy/ratelimit configuration and connects to a
-// follower's and the leader's gRPC ports.
+// the test's envoyproxy/ratelimit configuration (anchored windows, so a
+// minute boundary cannot land between two hits of a test) and connects to
+// a follower's and the leader's gRPC ports.
 func rlsConnect(t *testing.T) rlsRig {
 	t.Helper()
-	grpcAddr := map[string]string{}
-	var nodes []*proctest.Node
-	for i := 1; i <= 3; i++ {
-		id := fmt.Sprintf("n%d", i)
-		grpcAddr[id] = proctest.FreeAddr(t)
-		args := []string{"--grpc-addr", grpcAddr[id], "--cluster-token", rlsToken}
-		if i > 1 {
-			args = append(args, "--join", nodes[0].URL())
-		}
-		nodes = append(nodes, proctest.StartNode(t, rlnodeBin, id, args...))
-		proctest.WaitReady(t, nodes[i-1], 15*time.Second)
-	}
+	nodes, grpcAddr := rlsNodes(t)
 	out, errOut, code := proctest.Run(t, rlnodeBin, []string{"RLNODE_CLUSTER_TOKEN=" + rlsToken},
-		"policy", "import-envoy", "--addr", nodes[1].URL(), "testdata/envoy-ratelimit.yaml")
+		"policy", "import-envoy", "--anchored", "--addr", nodes[1].URL(), "testdata/envoy-ratelimit.yaml")
 	if code != 0 || !strings.Contains(out, "added envoy:edge.remote_address") {
 		t.Fatalf("import-envoy: exit %d\n%s%s", code, out, errOut)
 	}
@@ -68,13 +58,38 @@ func rlsConnect(t *testing.T) rlsRig {
 	for _, n := range nodes {
 		proctest.Poll(t, 10*time.Second, func() error {
 			out, errOut, code := proctest.Run(t, rlnodeBin, []string{"RLNODE_CLUSTER_TOKEN=" + rlsToken},
-				"policy", "import-envoy", "--dry-run", "--addr", n.URL(), "testdata/envoy-ratelimit.yaml")
+				"policy", "import-envoy", "--anchored", "--dry-run", "--addr", n.URL(), "testdata/envoy-ratelimit.yaml")
 			if code != 0 || !strings.Contains(out, "no changes") {
 				return fmt.Errorf("second import-envoy via %s: exit %d\n%s%s", n.ID, code, out, errOut)
 			}
 			return nil
 		})
 	}
+	return rlsDial(t, nodes, grpcAddr)
+}
+
+// rlsNodes starts three nodes serving gRPC with the cluster token (and
+// extra flags) and returns them with their gRPC addresses by id.
+func rlsNodes(t *testing.T, extra ...string) ([]*proctest.Node, map[string]string) {
+	t.Helper()
+	grpcAddr := map[string]string{}
+	var nodes []*proctest.Node
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("n%d", i)
+		grpcAddr[id] = proctest.FreeAddr(t)
+		args := append([]string{"--grpc-addr", grpcAddr[id], "--cluster-token", rlsToken}, extra...)
+		if i > 1 {
+			args = append(args, "--join", nodes[0].URL())
+		}
+		nodes = append(nodes, proctest.StartNode(t, rlnodeBin, id, args...))
+		proctest.WaitReady(t, nodes[i-1], 15*time.Second)
+	}
+	return nodes, grpcAddr
+}
+
+// rlsDial connects to a follower's and the leader's gRPC ports.
+func rlsDial(t *testing.T, nodes []*proctest.Node, grpcAddr map[string]string) rlsRig {
+	t.Helper()
 	leader := leaderOf(t, nodes)
 	follower := nodes[0]
 	if follower == leader {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ type securityConfig struct {
 	tokenFile      string
 	tokenFlagGiven bool
 	insecure       bool
+	legacyNodeCert bool
 	tls            tlsconf.Files
 	tlsReload      time.Duration
 	raftLimits     transport.RaftLimits
@@ -41,10 +43,12 @@ func (s *securityConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.tokenFile, "cluster-token-file", os.Getenv("RLNODE_CLUSTER_TOKEN_FILE"), "file holding the cluster token (not visible in ps, unlike --cluster-token) (default $RLNODE_CLUSTER_TOKEN_FILE)")
 	fs.BoolVar(&s.insecure, "insecure", false, "allow listening beyond loopback with neither a cluster token nor mutual TLS (anyone who reaches the ports can then change the cluster)")
 	tlsFlags(fs, &s.tls)
+	fs.BoolVar(&s.legacyNodeCert, "tls-legacy-node-certs", false, "UPGRADE ONLY: also accept node certificates without a node identity (written by an older rlnode tls init), named by their common name; any server certificate of the CA then passes as a node. Re-issue the certificates with rlnode tls init instead")
 	fs.DurationVar(&s.tlsReload, "tls-reload-interval", 5*time.Second, "how often to check the TLS files for changes (0: only on SIGHUP)")
 	fs.DurationVar(&s.raftLimits.HandshakeTimeout, "raft-handshake-timeout", transport.DefaultRaftHandshakeTimeout, "how long a new Raft connection has to complete the TLS and token handshakes")
 	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", transport.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
 	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", transport.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
+	fs.IntVar(&s.raftLimits.MaxPending, "raft-max-pending", transport.DefaultRaftMaxPending, "most Raft connections still in their handshake from addresses that are not members (beyond it the oldest of the address holding the most is dropped)")
 }
 
 // validate checks the security flags alone (no I/O).
@@ -60,8 +64,8 @@ func (s *securityConfig) validate(token string) []error {
 		errs = append(errs, fmt.Errorf("--tls-reload-interval %s: must not be negative", s.tlsReload))
 	}
 	l := s.raftLimits
-	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 {
-		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP))
+	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 || l.MaxPending < 1 {
+		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d, --raft-max-pending %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP, l.MaxPending))
 	}
 	return errs
 }
@@ -99,12 +103,52 @@ func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
 	if err := checkExposure(c, src != nil && src.Mutual()); err != nil {
 		return nil, err
 	}
+	if src != nil && src.Mutual() {
+		if err := c.checkNodeCert(src); err != nil {
+			return nil, err
+		}
+	}
 	return src, nil
+}
+
+// checkNodeCert makes sure, under mutual TLS, that this node's own
+// certificate is a node certificate for --id (its peers would refuse it
+// otherwise), and that reloads keep it so.
+func (c *serveConfig) checkNodeCert(src *tlsconf.Source) error {
+	if c.sec.legacyNodeCert {
+		src.AcceptLegacyNodeCerts()
+	}
+	check := func(name string, err error) error {
+		if err != nil {
+			return fmt.Errorf("refusing to start: %w.\n"+
+				"  Node-to-node ports accept only node certificates, which carry a URI SAN spiffe://rlnode/node/<id> (client.pem has none).\n"+
+				"  Fix: re-issue the node certificates under the same CA with `rlnode tls init --out DIR --nodes %s,...` (it keeps ca.pem;\n"+
+				"  running nodes accept the new certificates), or, during a rolling upgrade only, pass --tls-legacy-node-certs", err, c.id)
+		}
+		if name != c.id {
+			return fmt.Errorf("refusing to start: --tls-cert %s is node %q's certificate but --id is %q; peers check the name against the members' ids",
+				src.Files().Cert, name, c.id)
+		}
+		return nil
+	}
+	if err := check(src.OwnNode()); err != nil {
+		return err
+	}
+	src.SetCertCheck(func(leaf *x509.Certificate) error {
+		if name := tlsconf.NodeName(leaf); name != c.id && !c.sec.legacyNodeCert {
+			return fmt.Errorf("not a node certificate for %q (node identity %q)", c.id, name)
+		}
+		return nil
+	})
+	return nil
 }
 
 func (c *serveConfig) warnSecurity(log hclog.Logger, src *tlsconf.Source) {
 	if c.sec.insecure && c.token == "" && (src == nil || !src.Mutual()) {
 		log.Warn("--insecure: no cluster token and no mutual TLS; the admin API, forwarding and Raft are open to anyone who can reach " + c.httpAddr + " and " + c.raftAddr)
+	}
+	if c.sec.legacyNodeCert {
+		log.Warn("--tls-legacy-node-certs: node certificates without a node identity are accepted on the Raft port and /internal/ (any server certificate of the CA passes as a node); re-issue them with `rlnode tls init --out DIR --nodes ...` and drop the flag")
 	}
 	if c.sec.tokenFlagGiven {
 		log.Warn("the token given with --cluster-token is visible to every local user in ps; prefer --cluster-token-file or $RLNODE_CLUSTER_TOKEN")

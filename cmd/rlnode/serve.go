@@ -52,6 +52,7 @@ type serveConfig struct {
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
 	grpcAddr                                             string
+	rlsOpt                                               rlsFlags
 	rlqsAddr                                             string
 	rlqsLease, rlqsTransit                               time.Duration
 	waitForJoin                                          bool
@@ -65,6 +66,7 @@ type serveConfig struct {
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
 	sec                                                  securityConfig
+	fds                                                  fdBudget
 }
 
 func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
@@ -89,7 +91,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
 	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
-	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node whose clock is further than this from the majority of the cluster's refuses to lead (and says so in its log, status and metrics)")
+	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node leads only while a majority of the voters, itself included, have recent clock readings within this of its own; otherwise it refuses (and says so in its log, status and metrics)")
 	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -113,6 +115,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.rlqsLease, "rlqs-lease", 2*time.Second, "how long each grant behind an RLQS assignment lasts (the server renews before it ends)")
 	fs.DurationVar(&c.rlqsTransit, "rlqs-transit", 100*time.Millisecond, "taken off every RLQS assignment's time to live for its trip to Envoy")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
+	c.rlsOpt.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
@@ -281,6 +284,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
 	}).With("node", c.id)
 
+	soft, hard, err := raiseFileLimit()
+	if err != nil {
+		logger.Warn("could not raise the file descriptor limit", "error", err)
+	}
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "")
+	c.fds.log(logger, c.grpcAddr != "")
+
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
 	ln, err := c.bindHTTP(tlsSrc)
@@ -351,10 +361,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return c.shutdown(runErr, node, api, srv, grpcSrv, logger)
 }
 
-// Caps on the public listeners' open connections. Together they stay well
-// below the usual file descriptor limit (Go raises the soft limit to the
-// hard one at start), leaving room for the Raft stores, snapshots and TLS
-// reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
+// Caps on the public listeners' open connections, lowered to fit a small
+// descriptor limit (fdlimit.go), leaving room for the Raft port, stores,
+// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
 // only: many applications may sit behind one proxy's address. Envoy keeps a
 // few connections per worker to the rate limit service, so one address may
 // hold a quarter of the gRPC slots and a flood from one host cannot lock
@@ -384,14 +393,14 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
 		}
-		s.grpc = connlimit.Wrap(s.grpc, maxGRPCConns, maxGRPCConnsPerIP)
+		s.grpc = connlimit.Wrap(s.grpc, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
 	}
 	if c.rlqsAddr != "" {
 		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for RLQS on %s: %w", c.rlqsAddr, err)
 		}
-		s.rlqs = connlimit.Wrap(s.rlqs, maxGRPCConns, maxGRPCConnsPerIP)
+		s.rlqs = connlimit.Wrap(s.rlqs, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
 	}
 	return s, nil
 }
@@ -412,7 +421,7 @@ func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
-	ln = connlimit.Wrap(ln, maxHTTPConns, 0)
+	ln = connlimit.Wrap(ln, c.fds.http, 0)
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
@@ -428,6 +437,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 	}
 	if side.grpc != nil {
 		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}

@@ -186,7 +186,7 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 		// Raft: raft's own transport, plain and over TLS without a
 		// client certificate, cannot move leadership.
 		term0, _, windows0 := status(t, n1)
-		for _, a := range []*attacker{newAttacker(t, nil), newAttacker(t, tlsNoCertStream{cfg: proctest.ClientTLS(t, dir, false)})} {
+		for _, a := range []*attacker{newAttacker(t, nil), newAttacker(t, tlsStream{cfg: proctest.ClientTLS(t, dir, false)})} {
 			if err := a.timeoutNow(n1); err == nil {
 				t.Errorf("forged TimeoutNow accepted by a mutual-TLS Raft port")
 			}
@@ -201,14 +201,14 @@ func TestMutualTLSClusterRotation(t *testing.T) {
 	})
 }
 
-// tlsNoCertStream dials Raft over TLS, trusting the CA but presenting no
-// certificate.
-type tlsNoCertStream struct{ cfg *tls.Config }
+// tlsStream dials Raft over TLS with cfg (trusting the CA, presenting
+// cfg's certificate if any); it accepts nothing.
+type tlsStream struct{ cfg *tls.Config }
 
-func (s tlsNoCertStream) Accept() (net.Conn, error) { select {} }
-func (s tlsNoCertStream) Close() error              { return nil }
-func (s tlsNoCertStream) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
-func (s tlsNoCertStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (s tlsStream) Accept() (net.Conn, error) { select {} }
+func (s tlsStream) Close() error              { return nil }
+func (s tlsStream) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+func (s tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), s.cfg)
 }
 

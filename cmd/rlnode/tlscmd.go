@@ -35,8 +35,10 @@ func runTLSInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: rlnode tls init --out DIR --nodes n1,n2,n3 [--hosts HOST,...] [--valid DURATION]")
 		fmt.Fprintln(stderr, "\nWrites ca.pem and ca-key.pem (kept if DIR already has them, so running it again re-issues")
 		fmt.Fprintln(stderr, "node certificates under the same CA), NAME.pem and NAME-key.pem per node (server and client")
-		fmt.Fprintln(stderr, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts), and client.pem and")
-		fmt.Fprintln(stderr, "client-key.pem for the admin CLI and applications. Takes no positional arguments.")
+		fmt.Fprintln(stderr, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts, and naming node NAME in the")
+		fmt.Fprintln(stderr, "URI SAN spiffe://rlnode/node/NAME that node-to-node ports require), and client.pem and")
+		fmt.Fprintln(stderr, "client-key.pem for the admin CLI and applications (no node name: refused on node-to-node ports).")
+		fmt.Fprintln(stderr, "Takes no positional arguments.")
 		fs.PrintDefaults()
 	}
 	var o tlsconf.InitOptions

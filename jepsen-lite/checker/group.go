@@ -164,7 +164,7 @@ func (m keyModel) hit(st kstate, o obs) []kstate {
 	var out []kstate
 	switch m.p.Algorithm {
 	case FixedWindow:
-		out = fixedHit(limits[0], st, o)
+		out = fixedHit(limits[0], m.p.Align == AlignEpoch, st, o)
 	case SlidingWindow:
 		out = slidingHit(limits[0], st, o)
 	default:
@@ -186,7 +186,7 @@ func (m keyModel) peek(st kstate, op Op) (kstate, bool) {
 		// allows the most.
 		l = m.p.Versions[n-1][0]
 	}
-	s := spec{limit: l.Limit, windowMs: l.WindowMs}
+	s := spec{limit: l.Limit, windowMs: l.WindowMs, aligned: m.p.Align == AlignEpoch}
 	next, ok := s.peek(fixedState(st), op)
 	return fromFixed(st, next), ok
 }

@@ -32,6 +32,10 @@ type state struct {
 type spec struct {
 	limit    int64
 	windowMs int64
+	// aligned: windows start at multiples of windowMs since the epoch
+	// (align: epoch), so an answer's window must too; everything else
+	// (a fresh window at least a window after the last) holds as anchored.
+	aligned bool
 }
 
 // step returns the state after op, or false if op cannot be linearized at
@@ -88,6 +92,9 @@ func (s spec) peek(st state, op Op) (state, bool) {
 func (s spec) observe(st state, start, before, after int64, isHit bool) (state, bool) {
 	if before > s.limit {
 		return st, false // lost hits are refused too once the window is full
+	}
+	if s.aligned && start%s.windowMs != 0 {
+		return st, false // not a window an aligned policy has
 	}
 	switch {
 	case st.start != 0 && start == st.start:
@@ -154,8 +161,8 @@ func fromFixed(k kstate, s state) kstate {
 // refused multi-key check that would have passed reports the window as if
 // it had counted (it was decided like any other hit), but nothing was
 // stored: the model checks it as a hit, then takes the hit back out.
-func fixedHit(l Limit, st kstate, o obs) []kstate {
-	s := spec{limit: l.Limit, windowMs: l.WindowMs}
+func fixedHit(l Limit, aligned bool, st kstate, o obs) []kstate {
+	s := spec{limit: l.Limit, windowMs: l.WindowMs, aligned: aligned}
 	op := Op{Kind: KindHit, Outcome: OutcomeOK, Allowed: o.allowed, Remaining: o.remaining, ResetAt: o.resetAt}
 	if len(o.limits) == 1 {
 		op.Remaining, op.ResetAt = o.limits[0].Remaining, o.limits[0].ResetAt

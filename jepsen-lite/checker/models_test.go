@@ -17,8 +17,11 @@ var (
 	// raised mid-run from 3 to 5 per second
 	fwRaised = fwPolicy.Raised(Limit{Limit: 5, WindowMs: 1000})
 
+	// the fixed window aligned to the epoch (align: epoch)
+	fePolicy = Policy{Algorithm: FixedWindow, Align: AlignEpoch, Versions: [][]Limit{{{Limit: 3, WindowMs: 1000}}}}
+
 	policyCfg = Config{Timeout: 10 * time.Second, Policies: map[string]Policy{
-		"fw": fwPolicy, "sw": swPolicy, "tb": tbPolicy, "fr": fwRaised}}
+		"fw": fwPolicy, "sw": swPolicy, "tb": tbPolicy, "fr": fwRaised, "fe": fePolicy}}
 )
 
 // ph builds a history on the policies above; every op takes [inv, inv+5].
@@ -228,6 +231,14 @@ func TestPolicyModels(t *testing.T) {
 				hit(40, "fr/a", true, 0, lim(5, 0, t0+1000, t0)).
 				hit(50, "fr/a", true, 0, lim(5, 0, t0+1000, t0)),
 			wantChecks: []string{CheckNeverMoreThanN, CheckDistinctRemaining, CheckLinearizability}},
+		{name: "aligned: windows on multiples of the window",
+			history: ph{}.hit(0, "fe/a", true, 0, lim(3, 2, t0+1000, t0)).
+				hit(10, "fe/a", true, 0, lim(3, 1, t0+1000, t0)).
+				hit(20, "fe/a", true, 0, lim(3, 2, t0+2000, t0+1000))},
+		{name: "aligned: a window anchored off the boundary",
+			history: ph{}.hit(0, "fe/a", true, 0, lim(3, 2, t0+1000, t0)).
+				hit(10, "fe/a", true, 0, lim(3, 2, t0+2300, t0+1300)),
+			wantChecks: []string{CheckLinearizability}},
 		{name: "limits no version had",
 			history:    ph{}.hit(0, "fr/a", true, 0, lim(4, 3, t0+1000, t0)),
 			wantChecks: []string{CheckMalformed}},

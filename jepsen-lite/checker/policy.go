@@ -14,6 +14,10 @@ const (
 	TokenBucket   = "token_bucket"
 )
 
+// AlignEpoch is Policy.Align for fixed windows aligned to the epoch
+// (windows at multiples of the window length since the Unix epoch).
+const AlignEpoch = "epoch"
+
 // DefaultPolicy is the policy of ops that name none (GET /check/:client).
 const DefaultPolicy = "default"
 
@@ -45,6 +49,8 @@ func (l Limit) capacity(alg string) int64 {
 type Policy struct {
 	Algorithm string    `json:"algorithm"`
 	Versions  [][]Limit `json:"versions"`
+	// Align is "" (anchored at each key's first hit) or AlignEpoch.
+	Align string `json:"align,omitempty"`
 }
 
 // NewPolicy is a policy that never changes.
@@ -61,6 +67,9 @@ func (p Policy) Raised(limits ...Limit) Policy {
 func (p Policy) validate(name string) error {
 	if p.Algorithm != FixedWindow && p.Algorithm != SlidingWindow && p.Algorithm != TokenBucket {
 		return fmt.Errorf("policy %q: unknown algorithm %q", name, p.Algorithm)
+	}
+	if p.Align != "" && (p.Align != AlignEpoch || p.Algorithm != FixedWindow) {
+		return fmt.Errorf("policy %q: align %q: the checker models epoch-aligned fixed windows only", name, p.Align)
 	}
 	if len(p.Versions) == 0 || len(p.Versions) > 100 {
 		return fmt.Errorf("policy %q: want 1 to 100 versions, got %d", name, len(p.Versions))
