@@ -53,8 +53,12 @@ type CheckResult struct {
 	Hits    []HitResult
 	// Now is the applied time of the entry that decided the check (Unix ms).
 	Now int64
-	// ServedBy is the id of the node whose log entry decided the check.
+	// ServedBy is the id of the node whose log entry decided the check
+	// (or that decided it from a lease it holds).
 	ServedBy string
+	// Decided says how: DecidedLocal (from a lease this node holds, no
+	// log entry) or DecidedLog.
+	Decided string
 }
 
 // Check counts one hit of cost against (policy, client): CheckAll of one hit.
@@ -75,6 +79,11 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 			return CheckResult{}, errors.Join(ErrNotCounted, err)
 		}
 	}
+	if n.holder != nil {
+		if res, ok := n.holder.decide(hits); ok {
+			return res, nil
+		}
+	}
 	req := group(hits)
 	var o outcome
 	if n.IsLeader() {
@@ -86,6 +95,7 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 		// it is safe to send it to whoever leads now.
 	}
 	o = n.fwdBatch.submit(ctx, req)[0]
+	o.res.Decided = DecidedLog
 	return o.res, o.err
 }
 
@@ -130,7 +140,7 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 }
 
 func (n *Node) checkResult(resp *fsm.HitsResult, g group, at int) CheckResult {
-	res := CheckResult{Now: resp.Now, ServedBy: n.cfg.ID, Hits: make([]HitResult, len(g)), Allowed: true}
+	res := CheckResult{Now: resp.Now, ServedBy: n.cfg.ID, Decided: DecidedLog, Hits: make([]HitResult, len(g)), Allowed: true}
 	for j, h := range g {
 		r := resp.Hits[at+j]
 		res.Hits[j] = HitResult{Policy: h.Policy, Client: h.Client, Cost: h.Cost, Outcome: r.Outcome,

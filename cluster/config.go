@@ -131,6 +131,10 @@ type Config struct {
 	// caller's request on a second node is), so a cheaper forwarding
 	// protocol than one HTTP request per batch would gain little.
 	MaxForwardInflight int
+	// LeaseHotHits: a key of a leased policy seen this many times in the
+	// current and previous second on this node is hot and decided from
+	// leases this node holds (0: DefaultLeaseHotHits).
+	LeaseHotHits int
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.
 	Raft RaftTuning
@@ -203,6 +207,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.JoinCatchupTimeout == 0 {
 		c.JoinCatchupTimeout = 2 * time.Minute
+	}
+	if c.LeaseHotHits == 0 {
+		c.LeaseHotHits = DefaultLeaseHotHits
 	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4

@@ -62,7 +62,11 @@ type Grant struct {
 	Policy string `json:"policy"`
 	Client string `json:"client"`
 	Holder string `json:"holder"`
-	Units  int64  `json:"units"`
+	// Algorithm is the policy's: a token bucket's grant is best released
+	// (a Return of 0 units) as soon as it is spent, since the bucket stays
+	// capped by what holders hold until then.
+	Algorithm string `json:"algorithm"`
+	Units     int64  `json:"units"`
 	// ID names the grant in a Return (the log index of its entry).
 	ID uint64 `json:"id"`
 	// Now and Expiry are the grant entry's time and the grant's end, in
@@ -90,7 +94,7 @@ func (g Grant) Deadline(sent time.Time) time.Time {
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and
-// promises never to spend.
+// promises never to spend (0: everything was spent; the grant is released).
 type ReturnRequest struct {
 	Policy string `json:"policy"`
 	Client string `json:"client"`
@@ -189,6 +193,9 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 		case r.NotLeased:
 			g.Parts = []window.Result{}
 		default:
+			if p, ok := n.fsm.Policy(items[i].Policy); ok {
+				g.Algorithm = p.Alg().String()
+			}
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond

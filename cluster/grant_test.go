@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,3 +67,5 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	}
 	c.WaitConverged(5 * time.Second)
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

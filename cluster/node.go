@@ -45,6 +45,7 @@ type Node struct {
 	clockCheck clockCheck
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
+	holder     *holder
 
 	// readyTerm is the term in which this node, as leader, has applied
 	// everything committed before it took over (via a barrier); reads are
@@ -84,6 +85,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
+	n.holder = newHolder(n)
 	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.runPromoter()
@@ -228,6 +230,7 @@ func (n *Node) Close() error {
 		errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 	}
 	n.wg.Wait()
+	n.holder.close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))

@@ -22,6 +22,9 @@ const (
 	HeaderForwarded = "X-Rlnode-Forwarded"
 	// HeaderServedBy names the node that decided a hit.
 	HeaderServedBy = "X-Rlnode-Served-By"
+	// HeaderDecided says how a check was decided: DecidedLocal (from a
+	// lease the node holds) or DecidedLog.
+	HeaderDecided = "X-Rlnode-Decided"
 )
 
 // peerClient talks to other nodes' HTTP APIs over pooled keep-alive

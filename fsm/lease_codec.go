@@ -33,7 +33,9 @@ type GrantItem struct {
 	Want           int64
 }
 
-// ReturnItem gives back Units of the grant made by the entry at Index.
+// ReturnItem gives back Units of the grant made by the entry at Index;
+// Units 0 releases a grant whose units were all spent (a token bucket's
+// cap on what holders hold lifts at once instead of at expiry).
 type ReturnItem struct {
 	Policy, Client string
 	Index          uint64
@@ -62,8 +64,8 @@ func (r ReturnItem) Validate() error {
 	if r.Index == 0 {
 		return fmt.Errorf("grant index 0 names no grant")
 	}
-	if r.Units < 1 || r.Units > MaxLimit {
-		return fmt.Errorf("units %d out of range [1, %d]", r.Units, int64(MaxLimit))
+	if r.Units < 0 || r.Units > MaxLimit {
+		return fmt.Errorf("units %d out of range [0, %d]", r.Units, int64(MaxLimit))
 	}
 	return nil
 }
@@ -147,9 +149,9 @@ func decodeReturn(buf []byte) (returnEntry, error) {
 	for i := uint64(0); d.err == nil && i < n; i++ {
 		it := ReturnItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}
 		it.Index = d.uvarint("grant index")
-		it.Units = d.number("units", MaxLimit)
-		if d.err == nil && it.Index == 0 {
-			d.fail("grant index 0")
+		it.Units = int64(d.uvarint("units"))
+		if d.err == nil && (it.Index == 0 || it.Units > MaxLimit) {
+			d.fail("grant index %d, units %d", it.Index, it.Units)
 		}
 		e.items = append(e.items, it)
 	}

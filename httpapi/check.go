@@ -28,6 +28,8 @@ type checkBody struct {
 	Client       string      `json:"client,omitempty"`
 	Limits       []limitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
 	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
+	// Decided: "local" (from a lease the node holds) or "log".
+	Decided string `json:"decided,omitempty"`
 }
 
 type limitBody struct {
@@ -127,10 +129,12 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 	}
 	a.observeCheck(a.policyLabel(q.policy), h.Outcome.String(), q.start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
+	setDecided(c, res.Decided)
 	if q.header != nil {
 		q.header()
 	}
 	body := bodyOf(h, res.Allowed, false)
+	body.Decided = decidedOf(res.Decided)
 	switch {
 	case res.Allowed:
 		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: body})
@@ -326,6 +330,22 @@ type multiRequest struct {
 type multiBody struct {
 	Allowed bool        `json:"allowed"`
 	Results []checkBody `json:"results"`
+	Decided string      `json:"decided"`
+}
+
+// decidedValues are the X-Rlnode-Decided header's values, made once.
+var decidedValues = map[string][]string{cluster.DecidedLocal: {cluster.DecidedLocal}, cluster.DecidedLog: {cluster.DecidedLog}}
+
+func decidedOf(d string) string {
+	if d == "" {
+		return cluster.DecidedLog
+	}
+	return d
+}
+
+// setDecided says how the check was decided (X-Rlnode-Decided).
+func setDecided(c *gin.Context, d string) {
+	c.Writer.Header()[cluster.HeaderDecided] = decidedValues[decidedOf(d)]
 }
 
 // checkMany is POST /v1/check: several hits in one log entry, all or
@@ -368,7 +388,7 @@ func (a *API) checkMany(c *gin.Context) {
 		a.hitError(c, err)
 		return
 	}
-	body := multiBody{Allowed: res.Allowed, Results: make([]checkBody, len(res.Hits))}
+	body := multiBody{Allowed: res.Allowed, Results: make([]checkBody, len(res.Hits)), Decided: decidedOf(res.Decided)}
 	retry := int64(0)
 	for i, h := range res.Hits {
 		if h.UnknownPolicy {
@@ -388,6 +408,7 @@ func (a *API) checkMany(c *gin.Context) {
 	}
 	c.Header("Cache-Control", "no-store")
 	c.Header(cluster.HeaderServedBy, res.ServedBy)
+	setDecided(c, res.Decided)
 	status := http.StatusOK
 	if !res.Allowed {
 		status = http.StatusTooManyRequests

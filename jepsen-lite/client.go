@@ -220,13 +220,13 @@ func (w *workload) do(abort context.Context, client int, kind checker.Kind, node
 	invoke := time.Since(w.cfg.t0).Nanoseconds()
 	resp, err := w.hc.Do(req)
 	var (
-		status   int
-		body     []byte
-		servedBy string
+		status            int
+		body              []byte
+		servedBy, decided string
 	)
 	if err == nil {
 		status = resp.StatusCode
-		servedBy = resp.Header.Get("X-Rlnode-Served-By")
+		servedBy, decided = resp.Header.Get("X-Rlnode-Served-By"), resp.Header.Get("X-Rlnode-Decided")
 		body, err = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 	}
@@ -235,6 +235,9 @@ func (w *workload) do(abort context.Context, client int, kind checker.Kind, node
 	rec := classify(kind, status, body, err, written.Load() > 0)
 	label(&rec, client, kind, node, ts)
 	rec.Invoke, rec.Return, rec.ServedBy = invoke, ret, servedBy
+	if rec.Outcome == checker.OutcomeOK && kind == checker.KindHit {
+		rec.Decided = decided
+	}
 	out := []opRecord{rec}
 	// A response means the last attempt was written; every earlier
 	// written attempt is a hit that may also have counted.

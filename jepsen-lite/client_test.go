@@ -121,21 +121,22 @@ func TestClassifyPolicyAnswers(t *testing.T) {
 }
 
 func TestTargetsAndRaise(t *testing.T) {
-	ps := newPolicySet(5, 2*time.Second)
-	ts, pairs := targets(6, ps.names(), ps.algorithms())
+	ps := newPolicySet(5, 2*time.Second, true)
+	ts, pairs := targets(6, ps.names(), ps.algorithms(), ps.leasedFlags())
 	var keys []string
 	for _, x := range ts {
 		keys = append(keys, x.key)
 	}
-	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed-epoch/k3", "jl-fixed/k4", "jl-sliding/k5"}
-	if !slices.Equal(keys, want) || !ts[0].fixed || ts[1].fixed || !ts[3].fixed {
+	want := []string{"jl-fixed/k0", "jl-sliding/k1", "jl-bucket/k2", "jl-fixed-epoch/k3", "jl-fixed/k4", "jl-sliding/k5",
+		"jl-lfixed/l0", "jl-lsliding/l1", "jl-lbucket/l2"}
+	if !slices.Equal(keys, want) || !ts[0].fixed || ts[1].fixed || !ts[3].fixed || ts[6].fixed {
 		t.Errorf("targets = %+v", ts)
 	}
 	if !slices.Equal(pairs, [][2]int{{0, 1}, {2, 3}, {4, 5}}) {
 		t.Errorf("pairs = %v", pairs)
 	}
 	// without policies: the default policy, nothing paired
-	ts, pairs = targets(3, nil, nil)
+	ts, pairs = targets(3, nil, nil, nil)
 	if ts[2].key != "k2" || ts[2].policy != "" || !ts[2].fixed || len(pairs) != 0 {
 		t.Errorf("default targets = %+v %v", ts, pairs)
 	}
@@ -154,6 +155,9 @@ func TestTargetsAndRaise(t *testing.T) {
 	b := ps.checkerPolicies()["jl-bucket"]
 	if got := b.Versions[1]; got[0] != (checker.Limit{Limit: 5, WindowMs: 1000, Burst: 3}) || got[1] != (checker.Limit{Limit: 25, WindowMs: 10000, Burst: 11}) {
 		t.Errorf("token bucket raised to %+v", got)
+	}
+	if lb := ps.pols[4].body(ps.pols[4].versions[0]); lb["consistency"] != "leased" {
+		t.Errorf("leased PUT body = %+v", lb)
 	}
 	body := ps.pols[2].body(ps.pols[2].versions[0])
 	if l := body["limits"].([]map[string]any); body["algorithm"] != "token_bucket" || l[1]["window"] != "10s" || l[1]["burst"] != int64(10) {

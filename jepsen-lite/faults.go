@@ -137,7 +137,13 @@ func (nm *nemesis) kill(ctx context.Context, leader bool, rec *faultRecord) (hea
 
 // pause sends SIGSTOP; the heal sends SIGCONT.
 func (nm *nemesis) pause(ctx context.Context, leader bool, rec *faultRecord) (healFunc, error) {
-	i, err := nm.processTarget(ctx, leader, "SIGSTOP", rec)
+	var i int
+	var err error
+	if leader {
+		i, err = nm.processTarget(ctx, true, "SIGSTOP", rec)
+	} else {
+		i, err = nm.holderTarget(ctx, rec)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -232,4 +238,30 @@ func (nm *nemesis) raiseLimit(ctx context.Context, rec *faultRecord) (healFunc, 
 	}
 	nm.log.Printf("policies now: %s", nm.pols.describe())
 	return nil, nil
+}
+
+// holderTarget picks a running follower for the pause: every node holds
+// leases for the hot keys of leased policies it serves, and a follower
+// paused past its lease, while the rest of the cluster goes on, is the
+// classic lease bug the leased checks look for. Without a follower (or a
+// leader) it falls back to any running node.
+func (nm *nemesis) holderTarget(ctx context.Context, rec *faultRecord) (int, error) {
+	l, err := nm.leader(ctx)
+	if err != nil {
+		return nm.processTarget(ctx, false, "SIGSTOP", rec)
+	}
+	var followers []int
+	for _, i := range nm.cl.runningNodes() {
+		if i != l && !nm.cl.isPaused(i) {
+			followers = append(followers, i)
+		}
+	}
+	if len(followers) == 0 {
+		return nm.processTarget(ctx, false, "SIGSTOP", rec)
+	}
+	i := followers[nm.rng.IntN(len(followers))]
+	name := nm.cl.names()[i]
+	rec.Targets = []string{name}
+	rec.Detail = "SIGSTOP lease holder (follower) " + name
+	return i, nil
 }

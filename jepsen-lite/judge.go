@@ -28,7 +28,7 @@ func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, fin
 // finds violations, writes porcupine's visualizations of them.
 func (r *runner) checkHistory(history []opRecord) checker.Result {
 	o := r.o
-	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout}
+	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout, StartUnixMs: r.t0.UnixMilli()}
 	if r.pols != nil {
 		cfg.Policies = r.pols.checkerPolicies()
 		r.sum.Policies = cfg.Policies
@@ -38,7 +38,11 @@ func (r *runner) checkHistory(history []opRecord) checker.Result {
 	t := time.Now()
 	res := checker.Check(cfg, hist)
 	r.log.Printf("checker done in %s: valid=%v, %d violations", time.Since(t).Round(time.Millisecond), res.Valid, len(res.Violations))
-	r.sum.Checker = checkerSummary{Valid: res.Valid, Keys: res.Keys, Counts: res.Counts}
+	r.sum.Checker = checkerSummary{Valid: res.Valid, Keys: res.Keys, Counts: res.Counts, Leased: res.Leased}
+	for _, l := range res.Leased {
+		r.log.Printf("leased %s (%s): %d allowed, %d refused, %d decided locally; under-admission: %d full windows filled %.0f%% on average, %.0f%% at least",
+			l.Key, l.Algorithm, l.Allowed, l.Refused, l.Local, l.FullWindows, l.Fill*100, l.MinFill*100)
+	}
 	r.sum.Violations = res.Violations
 	if res.Valid {
 		return res

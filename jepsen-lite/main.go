@@ -58,6 +58,7 @@ type options struct {
 	peekRatio     float64
 	multiRatio    float64
 	policies      bool
+	leased        bool
 	timeout       time.Duration
 	skew          time.Duration
 	seed          uint64
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks of fixed-window keys (GET /v1/status/...)")
 	fs.Float64Var(&o.multiRatio, "multi-ratio", 0.1, "share of ops that are all-or-nothing multi-key checks across a pair of keys (POST /v1/check; needs --policies)")
 	fs.BoolVar(&o.policies, "policies", true, "create a fixed-window, a sliding-window and a two-limit token-bucket policy through the API and spread the keys over them; --policies=false: every key in the default policy (--limit/--window), no multi-key checks, no raise-limit")
+	fs.BoolVar(&o.leased, "leased", true, "with --policies, also a leased policy of each algorithm, one key each (nodes decide them from leases; checked for never over the limit, with under-admission measured, not for linearizability)")
 	fs.DurationVar(&o.timeout, "timeout", 1500*time.Millisecond, "client per-request timeout")
 	fs.DurationVar(&o.skew, "skew", 5*time.Second, "clock offset the clock-skew nemeses apply")
 	fs.Uint64Var(&o.seed, "seed", 0, "random seed for the schedule, targets and workload (0 = from the clock)")

@@ -19,7 +19,10 @@ type runPolicy struct {
 	name      string
 	algorithm string
 	align     string // "" or checker.AlignEpoch
-	versions  [][]checker.Limit
+	// leased: consistency leased (nodes decide hot keys from grants; the
+	// checker verifies never over the limit, not linearizability).
+	leased   bool
+	versions [][]checker.Limit
 }
 
 func (p *runPolicy) current() []checker.Limit { return p.versions[len(p.versions)-1] }
@@ -34,11 +37,14 @@ func (p *runPolicy) body(limits []checker.Limit) map[string]any {
 		}
 		ls = append(ls, m)
 	}
-	b := map[string]any{"algorithm": p.algorithm, "limits": ls}
+	body := map[string]any{"algorithm": p.algorithm, "limits": ls}
 	if p.align != "" {
-		b["align"] = p.align
+		body["align"] = p.align
 	}
-	return b
+	if p.leased {
+		body["consistency"] = "leased"
+	}
+	return body
 }
 
 // raised returns the next version of p's limits: a fixed or sliding
@@ -76,10 +82,11 @@ type policySet struct {
 // and aligned to the epoch) and a sliding window of limit per window, and
 // a token bucket with two limits
 // (a short one with a small burst, a long one that bounds the sustained
-// rate), so that both of its limits refuse now and then.
-func newPolicySet(limit int64, window time.Duration) *policySet {
+// rate), so that both of its limits refuse now and then; then, with
+// leased, a leased policy of each algorithm beside them.
+func newPolicySet(limit int64, window time.Duration, leased bool) *policySet {
 	w := window.Milliseconds()
-	return &policySet{pols: []*runPolicy{
+	ps := &policySet{pols: []*runPolicy{
 		{name: "jl-fixed", algorithm: checker.FixedWindow, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
 		{name: "jl-sliding", algorithm: checker.SlidingWindow, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
 		{name: "jl-bucket", algorithm: checker.TokenBucket, versions: [][]checker.Limit{{
@@ -88,6 +95,14 @@ func newPolicySet(limit int64, window time.Duration) *policySet {
 		}}},
 		{name: "jl-fixed-epoch", algorithm: checker.FixedWindow, align: checker.AlignEpoch, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
 	}}
+	if leased {
+		ps.pols = append(ps.pols,
+			&runPolicy{name: "jl-lfixed", algorithm: checker.FixedWindow, leased: true, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
+			&runPolicy{name: "jl-lsliding", algorithm: checker.SlidingWindow, leased: true, versions: [][]checker.Limit{{{Limit: limit, WindowMs: w}}}},
+			&runPolicy{name: "jl-lbucket", algorithm: checker.TokenBucket, leased: true, versions: [][]checker.Limit{{{Limit: 4, WindowMs: 1000, Burst: 2}}}},
+		)
+	}
+	return ps
 }
 
 func (ps *policySet) names() []string {
@@ -104,7 +119,7 @@ func (ps *policySet) checkerPolicies() map[string]checker.Policy {
 	defer ps.mu.Unlock()
 	out := map[string]checker.Policy{}
 	for _, p := range ps.pols {
-		cp := checker.Policy{Algorithm: p.algorithm, Align: p.align}
+		cp := checker.Policy{Algorithm: p.algorithm, Align: p.align, Leased: p.leased}
 		for _, v := range p.versions {
 			cp.Versions = append(cp.Versions, slices.Clone(v))
 		}
@@ -127,11 +142,14 @@ func (ps *policySet) describe() string {
 			}
 			ls = append(ls, s)
 		}
-		alg := p.algorithm
+		kind := ""
 		if p.align != "" {
-			alg += " align " + p.align
+			kind += " align " + p.align
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, alg, strings.Join(ls, " + ")))
+		if p.leased {
+			kind += " leased"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s%s %s", p.name, p.algorithm, kind, strings.Join(ls, " + ")))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -201,27 +219,50 @@ type target struct {
 	fixed  bool   // a fixed window: peeks are checked only for these
 }
 
-// targets spreads n keys over the policies, round robin, and pairs them
-// for multi-key checks: keys 0 and 1, 2 and 3, ... (a pair never shares a
-// key with another pair, so the checker's groups stay two keys wide).
-// Without policies every key is in the default policy and nothing is
-// paired.
-func targets(n int, policies []string, algorithms []string) ([]target, [][2]int) {
+// targets spreads n keys over the strict policies, round robin, and pairs
+// them for multi-key checks: keys 0 and 1, 2 and 3, ... (a pair never
+// shares a key with another pair, so the checker's groups stay two keys
+// wide); then one key per leased policy, never paired (the checker models
+// leased keys alone). Without policies every key is in the default policy
+// and nothing is paired.
+func targets(n int, policies []string, algorithms []string, leased []bool) ([]target, [][2]int) {
+	var strict, lease []int
+	for i := range policies {
+		if len(leased) > i && leased[i] {
+			lease = append(lease, i)
+		} else {
+			strict = append(strict, i)
+		}
+	}
 	var ts []target
 	for i := range n {
 		c := fmt.Sprintf("k%d", i)
-		if len(policies) == 0 {
+		if len(strict) == 0 {
 			ts = append(ts, target{client: c, key: c, fixed: true})
 			continue
 		}
-		p := policies[i%len(policies)]
-		ts = append(ts, target{policy: p, client: c, key: p + "/" + c, fixed: algorithms[i%len(policies)] == checker.FixedWindow})
+		j := strict[i%len(strict)]
+		p := policies[j]
+		ts = append(ts, target{policy: p, client: c, key: p + "/" + c, fixed: algorithms[j] == checker.FixedWindow})
 	}
 	var pairs [][2]int
-	for i := 0; len(policies) > 0 && i+1 < n; i += 2 {
+	for i := 0; len(strict) > 0 && i+1 < n; i += 2 {
 		pairs = append(pairs, [2]int{i, i + 1})
 	}
+	for k, j := range lease {
+		c := fmt.Sprintf("l%d", k)
+		// fixed: false keeps peeks off leased keys (they claim nothing).
+		ts = append(ts, target{policy: policies[j], client: c, key: policies[j] + "/" + c})
+	}
 	return ts, pairs
+}
+
+func (ps *policySet) leasedFlags() []bool {
+	var out []bool
+	for _, p := range ps.pols {
+		out = append(out, p.leased)
+	}
+	return out
 }
 
 func (ps *policySet) algorithms() []string {

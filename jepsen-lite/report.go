@@ -192,9 +192,10 @@ type summary struct {
 }
 
 type checkerSummary struct {
-	Valid  bool                `json:"valid"`
-	Keys   []checker.KeyResult `json:"keys"`
-	Counts any                 `json:"counts"`
+	Valid  bool                   `json:"valid"`
+	Keys   []checker.KeyResult    `json:"keys"`
+	Counts any                    `json:"counts"`
+	Leased []checker.LeasedResult `json:"leased,omitempty"`
 }
 
 type runInfo struct {

@@ -159,6 +159,12 @@ func (r *runner) newCluster(ctx context.Context, bin string) (*security, error) 
 	// tested by cmd/rlnode's TestSkewedNodeNeverLeads. --serve-args can
 	// set it back (the last flag wins).
 	common = append(common, "--max-clock-offset", (2*o.skew + time.Second).String())
+	if o.leased && o.policies {
+		// The workload spreads ~--rate ops over every key and node, far
+		// below the default hot threshold: make leased keys hot at a few
+		// hits a second so the run exercises leases.
+		common = append(common, "--lease-hot-hits", "4")
+	}
 	common = append(common, secFlags...)
 	common = append(common, strings.Fields(o.serveArgs)...)
 	r.cl = newCluster(bin, specs, common, r.log, r.t0)
@@ -172,8 +178,9 @@ func (r *runner) startWorkload(ctx context.Context, sec *security) (*workload, e
 	o := r.o
 	specs := r.cl.specs
 	var algorithms, policyNames []string
+	var leased []bool
 	if o.policies {
-		r.pols = newPolicySet(o.limit, o.window)
+		r.pols = newPolicySet(o.limit, o.window, o.leased && o.policies)
 		var urls []string
 		for _, s := range specs {
 			urls = append(urls, s.url())
@@ -182,9 +189,9 @@ func (r *runner) startWorkload(ctx context.Context, sec *security) (*workload, e
 			return nil, fmt.Errorf("create the run's policies (does this rlnode have PUT /v1/policies? --policies=false runs without): %w", err)
 		}
 		r.log.Printf("policies created: %s", r.pols.describe())
-		policyNames, algorithms = r.pols.names(), r.pols.algorithms()
+		policyNames, algorithms, leased = r.pols.names(), r.pols.algorithms(), r.pols.leasedFlags()
 	}
-	ts, pairs := targets(o.keys, policyNames, algorithms)
+	ts, pairs := targets(o.keys, policyNames, algorithms, leased)
 	var keys []string
 	for _, t := range ts {
 		keys = append(keys, t.key)

@@ -34,6 +34,7 @@ type Metrics struct {
 	// domain and result.
 	rlsDescriptors *prometheus.CounterVec
 	rlsLimits      *rlsLimits
+	lease          leaseMetrics
 	// External holders' grants (the lease API, RLQS) by policy.
 	leases, leaseUnits, leaseReturned *prometheus.CounterVec
 }
@@ -73,6 +74,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		Name: "rlnode_external_returned_units_total", Help: "Unspent units external holders gave back through this node, by policy.",
 	}, []string{"policy"})
 	m.rlsLimits = newRLSLimits(reg)
+	m.lease = newLeaseMetrics(reg)
 	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

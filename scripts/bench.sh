@@ -18,6 +18,19 @@
 #   K-check-256, redis-check-256     the same at 256 workers
 #   K-followers-64      /check round-robin over K's two followers (forwarded)
 #   K-open-half         open loop on K's leader at half of K-check-64's rate
+#   (BENCH_RUNS has "leased"; its policies are made once, after the clusters)
+#   K-leased-64, K-leased-256
+#                       GET /check/lhot/{key} on K's leader: a leased fixed
+#                       window (limit 10^9 per 60s) over BENCH_LEASED_KEYS
+#                       hot keys, decided from the leader's leases
+#   K-leased-followers-64  the same round-robin over K's two followers
+#   K-leased-all-64     the same over all three nodes
+#   K-hot-check-64      the same hot keys through a strict policy (hstrict)
+#                       on K's leader: strict and leased on equal keys
+#   K-leased-cap-64     GET /check/lcap/{key} over all three nodes: a leased
+#                       fixed window of BENCH_LEASED_CAP per 1s on 4 keys,
+#                       demand far above it; the report gives the share of
+#                       the limit admitted (under-admission)
 # and after all repetitions, once per repetition and log store:
 #   K-snapshot-64       /check on K's leader at 64 workers (rlnode bench, for
 #                       its per-second trace) over BENCH_SNAPSHOT_KEYS live
@@ -37,8 +50,10 @@
 #   BENCH_VARIANTS   instead: any systems, "name=serve flags;name=serve flags"
 #                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
 #                    names are [a-z0-9_]+
-#   BENCH_RUNS       which runs, of "livez check followers open snapshot"
-#                    (the default)
+#   BENCH_RUNS       which runs, of "livez check followers open snapshot
+#                    leased" (the default: all but leased)
+#   BENCH_LEASED_KEYS  hot keys of the leased runs (default 16)
+#   BENCH_LEASED_CAP   limit per second per key of K-leased-cap-64 (default 2000)
 #   BENCH_SNAPSHOT_KEYS  live windows in the snapshot runs (default 1000000)
 #   BENCH_REPS       interleaved repetitions (default 3)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
@@ -95,6 +110,8 @@ else
 	done
 fi
 read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open snapshot}"
+leased_keys="${BENCH_LEASED_KEYS:-16}"
+leased_cap="${BENCH_LEASED_CAP:-2000}"
 snap_keys="${BENCH_SNAPSHOT_KEYS:-1000000}"
 want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
@@ -396,15 +413,41 @@ run_wrk() {
 	done
 	IFS=',' read -r -a urls <<<"$addrs"
 	first=${urls[0]}
+	local threads=2
+	if [ "${#urls[@]}" -gt 2 ]; then threads=${#urls[@]}; fi
 	for u in "${urls[@]}"; do hostports+=("${u#http://}"); done
 	local env=(BENCH_WRK_PATH="$path" BENCH_WRK_KEYS="${run_keys:-$keys}" BENCH_WRK_CONNS="$conc"
 		BENCH_WRK_ADDRS="$(IFS=,; echo "${hostports[*]}")")
 	if [ "$warmup_s" -gt 0 ]; then
-		env "${env[@]}" BENCH_WRK_OUT=/dev/null wrk -t2 -c"$conc" -d"${warmup_s}s" -s "$repo/scripts/bench_wrk.lua" "$first" >/dev/null 2>&1 || true
+		env "${env[@]}" BENCH_WRK_OUT=/dev/null wrk -t"$threads" -c"$conc" -d"${warmup_s}s" -s "$repo/scripts/bench_wrk.lua" "$first" >/dev/null 2>&1 || true
 	fi
-	say "run $name: wrk -t2 -c$conc -d${duration_s}s $addrs$path"
+	say "run $name: wrk -t$threads -c$conc -d${duration_s}s $addrs$path"
 	measure "$name" "$tmp/$name.wrk" env "${env[@]}" BENCH_WRK_OUT="$out/$name.json" \
-		wrk -t2 -c"$conc" -d"${duration_s}s" --timeout 10s -s "$repo/scripts/bench_wrk.lua" "$first"
+		wrk -t"$threads" -c"$conc" -d"${duration_s}s" --timeout 10s -s "$repo/scripts/bench_wrk.lua" "$first"
+}
+
+# Leased runs' policies, made once per cluster.
+if want_run leased; then
+	for k in "${kinds[@]}"; do
+		"$rl" policy set lhot --algorithm fixed_window --limit 1000000000 --window 60s --consistency leased --addr "${leader_url[$k]}" >/dev/null ||
+			die "$k: could not create policy lhot"
+		"$rl" policy set hstrict --algorithm fixed_window --limit 1000000000 --window 60s --addr "${leader_url[$k]}" >/dev/null ||
+			die "$k: could not create policy hstrict"
+		"$rl" policy set lcap --algorithm fixed_window --limit "$leased_cap" --window 1s --consistency leased --addr "${leader_url[$k]}" >/dev/null ||
+			die "$k: could not create policy lcap"
+	done
+fi
+
+# leased_runs REP KIND: the leased runs of one repetition.
+leased_runs() {
+	local r=$1 k=$2 all="${leader_url[$2]},${follower_urls[$2]}"
+	run_keys=$leased_keys run "r$r-$k-hot-check-64" --addr "${leader_url[$k]}" --path "/check/hstrict/{key}" --concurrency 64
+	for c in 64 256; do
+		run_keys=$leased_keys run "r$r-$k-leased-$c" --addr "${leader_url[$k]}" --path "/check/lhot/{key}" --concurrency "$c"
+	done
+	run_keys=$leased_keys run "r$r-$k-leased-followers-64" --addr "${follower_urls[$k]}" --path "/check/lhot/{key}" --concurrency 64
+	run_keys=$leased_keys run "r$r-$k-leased-all-64" --addr "$all" --path "/check/lhot/{key}" --concurrency 64
+	run_keys=4 run "r$r-$k-leased-cap-64" --addr "$all" --path "/check/lcap/{key}" --concurrency 64
 }
 
 for r in $(seq 1 "$reps"); do
@@ -425,6 +468,11 @@ for r in $(seq 1 "$reps"); do
 				run "r$r-$k-check-$c" --addr "${leader_url[$k]}" --concurrency "$c"
 			fi
 		done
+	done
+	for k in "${order[@]}"; do
+		[ "$k" != redis ] || continue
+		want_run leased || break
+		leased_runs "$r" "$k"
 	done
 	for k in "${order[@]}"; do
 		[ "$k" != redis ] || continue
@@ -514,7 +562,8 @@ done
 
 # ---- report ----
 
-python3 "$repo/scripts/bench_report.py" "$out" "$reps" "$baseline" "${kinds[@]}" | tee "$out/summary.txt"
+BENCH_LEASED_CAP="$leased_cap" BENCH_DURATION_S="$duration_s" \
+	python3 "$repo/scripts/bench_report.py" "$out" "$reps" "$baseline" "${kinds[@]}" | tee "$out/summary.txt"
 misses="$(grep -c ' MISS ' "$out/summary.txt" || true)"
 if [ "${BENCH_STRICT:-0}" = 1 ] && [ "$misses" != 0 ]; then
 	exit 1

@@ -79,9 +79,12 @@ def main():
     names += ["%s-followers-64" % k for k in kinds]
     names += ["%s-open-half" % k for k in kinds]
     names += ["%s-snapshot-64" % k for k in kinds]
+    for k in kinds:
+        names += ["%s-%s" % (k, n) for n in ("hot-check-64", "leased-64", "leased-256", "leased-followers-64",
+                                             "leased-all-64", "leased-cap-64")]
 
     print("medians of %d interleaved repetitions; p99 worst = the worst repetition's p99" % reps)
-    print("%-18s %10s %8s %8s %10s %9s %9s %8s %s" % (
+    print("%-26s %10s %8s %8s %10s %9s %9s %8s %s" % (
         "run", "req/s", "p50_ms", "p99_ms", "p99_worst", "p99.9_ms", "max_ms", "errors", "slowest second (p99/max ms)"))
     runs = {}
     for n in names:
@@ -91,7 +94,7 @@ def main():
             continue
         ws = worst_second(rs)
         wtxt = "" if ws is None else "%.1f / %.1f (rep %d, s %d)" % ws
-        print("%-18s %10.0f %8.3f %8.3f %10.3f %9.3f %9.1f %8d %s" % (
+        print("%-26s %10.0f %8.3f %8.3f %10.3f %9.3f %9.1f %8d %s" % (
             n, med(rs, "throughputRps"), med(rs, "latencyMs", "p50"), med(rs, "latencyMs", "p99"),
             worst(rs, "p99"), med(rs, "latencyMs", "p999"), worst(rs, "max"),
             sum(r["errors"] for r in rs), wtxt))
@@ -110,21 +113,21 @@ def main():
     def ratio(a, b):
         return a / b if b and b == b else float("nan")
 
-    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256")) and runs[n]]
+    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256") or "-leased-" in n) and runs[n]]
     if order:
         print()
         print("per repetition, req/s (interleaved in this order):")
-        print("  %-18s %s" % ("", " ".join("%9s" % ("rep%d" % (i + 1)) for i in range(reps))))
+        print("  %-26s %s" % ("", " ".join("%9s" % ("rep%d" % (i + 1)) for i in range(reps))))
     for n in order:
-        print("  %-18s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
+        print("  %-26s %s" % (n, " ".join("%9.0f" % r["throughputRps"] for r in runs[n])))
 
     print()
     print("CPU-seconds per 100k requests (median over repetitions; the servers' user+system CPU during the run)")
-    print("  %-18s %10s %14s %14s" % ("run", "leader", "each follower", "redis+limiter"))
+    print("  %-26s %10s %14s %14s %10s" % ("run", "leader", "each follower", "redis+limiter", "all nodes"))
     for n in names:
         if n == "livez-64":
             continue
-        per = {"leader": [], "follower": [], "redis": []}
+        per = {"leader": [], "follower": [], "redis": [], "all": []}
         for r in range(1, reps + 1):
             p = os.path.join(out, "r%d-%s.cpu" % (r, n))
             js = os.path.join(out, "r%d-%s.json" % (r, n))
@@ -148,12 +151,14 @@ def main():
             fs = [v for k, v in cpu.items() if k.startswith(kind + "-follower")]
             if fs:
                 per["follower"].append(sum(fs) / len(fs) * scale)
+            per["all"].append((cpu.get(kind + "-leader", 0) + sum(fs)) * scale)
         if not any(per.values()):
             continue
         cells = ["%10s" % ("%.2f" % statistics.median(per["leader"]) if per["leader"] else "-"),
                  "%14s" % ("%.2f" % statistics.median(per["follower"]) if per["follower"] else "-"),
-                 "%14s" % ("%.2f" % statistics.median(per["redis"]) if per["redis"] else "-")]
-        print("  %-18s %s" % (n, " ".join(cells)))
+                 "%14s" % ("%.2f" % statistics.median(per["redis"]) if per["redis"] else "-"),
+                 "%10s" % ("%.2f" % statistics.median(per["all"]) if per["all"] else "-")]
+        print("  %-26s %s" % (n, " ".join(cells)))
 
     rows = []
 
@@ -179,6 +184,22 @@ def main():
         target("%s p99 check@256, worst rep (ms)" % k, worst(runs.get("%s-check-256" % k, []), "p99"), "<=", 20, "ms")
         target("%s p99 open loop @ half rate (ms)" % k, med(runs.get("%s-open-half" % k, []), "latencyMs", "p99"), "<=", 5, "ms")
         target("%s p99 through a snapshot, worst rep (ms)" % k, worst(runs.get("%s-snapshot-64" % k, []), "p99"), "<=", 20, "ms")
+        if runs.get("%s-leased-64" % k):
+            lz = tp("livez-64")
+            for c in (64, 256):
+                if baseline:
+                    target("%s leased@%d / redis@%d" % (k, c, c), ratio(tp("%s-leased-%d" % (k, c)), tp("redis-check-%d" % c)), ">=", 2.0)
+            target("%s leased@64 / livez@64" % k, ratio(tp("%s-leased-64" % k), lz), ">=", 0.8)
+            target("%s leased p99@64 / livez p99@64" % k, ratio(med(runs["%s-leased-64" % k], "latencyMs", "p99"),
+                                                              med(runs.get("livez-64", []), "latencyMs", "p99")), "<=", 1.5)
+            target("%s leased followers / leader @64" % k, ratio(tp("%s-leased-followers-64" % k), tp("%s-leased-64" % k)), ">=", 0.9)
+            target("%s leased all nodes / leader @64" % k, ratio(tp("%s-leased-all-64" % k), tp("%s-leased-64" % k)), ">=", 1.0)
+            cap = runs.get("%s-leased-cap-64" % k) or []
+            if cap:
+                # ok = answers 200 (wrk counts 429 as status errors): the
+                # admitted share of 4 keys × cap per second × the run.
+                want = 4 * float(os.environ.get("BENCH_LEASED_CAP", "2000")) * float(os.environ.get("BENCH_DURATION_S", "10"))
+                target("%s leased admitted share of the limit" % k, statistics.median(r["ok"] / want for r in cap), ">=", 0.9)
     print()
     print("%-40s %10s %10s  %-6s %s" % ("target", "value", "goal", "result", "margin"))
     for r in rows:

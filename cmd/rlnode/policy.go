@@ -20,7 +20,7 @@ import (
 const policyUsage = `usage:
   rlnode policy list
   rlnode policy get NAME
-  rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...]
+  rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...] [--consistency leased]
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--dry-run]
   rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...   (envoyproxy/ratelimit YAML)
@@ -146,9 +146,10 @@ func (r *repeated) Set(v string) error {
 
 func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("policy set", "NAME", stderr)
-	var alg string
+	var alg, consistency string
 	var limits, windows, bursts repeated
 	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
+	fs.StringVar(&consistency, "consistency", "strict", "strict (every hit through the log) or leased (nodes decide hot keys from leases; docs/leased-policies.md)")
 	fs.Var(&limits, "limit", "hits allowed per window; repeat (or N,M) for several limits, paired in order with --window")
 	fs.Var(&windows, "window", "window of the limit at the same position (a Go duration: 1s, 1m, 24h)")
 	fs.Var(&bursts, "burst", "token_bucket capacity of the limit at the same position (default: its limit)")
@@ -162,6 +163,12 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts)
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	if consistency != "strict" {
+		p.Consistency = consistency
+		if err := p.Validate(); err != nil {
+			return usageErr("%v", err)
+		}
 	}
 	var res struct {
 		Result string `json:"result"`

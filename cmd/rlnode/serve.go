@@ -49,6 +49,7 @@ type serveConfig struct {
 	debugEndpoints                                       bool
 	debugClockOffset                                     time.Duration
 	maxBatch, maxInflight, maxForwardInflight            int
+	leaseHotHits                                         int
 	shutdownTimeout                                      time.Duration
 	pprofAddr                                            string
 	grpcAddr                                             string
@@ -102,6 +103,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxBatch, "max-batch", 512, "most hits in one log entry")
 	fs.IntVar(&c.maxInflight, "max-inflight", 1, "log entries in flight at once on the leader (1 = pure group commit, measured fastest)")
 	fs.IntVar(&c.maxForwardInflight, "max-forward-inflight", 4, "forwarding requests a follower has in flight to the leader at once")
+	fs.IntVar(&c.leaseHotHits, "lease-hot-hits", cluster.DefaultLeaseHotHits, "hits of a key of a leased policy, in the current and previous second on this node, that make it hot: hot keys are decided from leases this node holds")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&c.raftTiming.Heartbeat, "raft-heartbeat-timeout", cluster.DefaultTiming.Heartbeat, "Raft heartbeat timeout: how long a follower waits for the leader before calling an election")
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
@@ -187,6 +189,7 @@ func (c *serveConfig) validateTuning() []error {
 		{"--max-batch", c.maxBatch, 1, fsm.MaxHitsPerLog},
 		{"--max-inflight", c.maxInflight, 1, 1 << 16},
 		{"--max-forward-inflight", c.maxForwardInflight, 1, 1 << 16},
+		{"--lease-hot-hits", c.leaseHotHits, 1, 1 << 30},
 		{"--raft-max-append-entries", c.raftTuning.MaxAppendEntries, 1, 1024},
 		{"--raft-max-rpcs-inflight", c.raftTuning.MaxRPCsInFlight, 1, 1 << 16},
 	} {
@@ -486,7 +489,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
-		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, Timing: c.raftTiming,
+		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: obs,

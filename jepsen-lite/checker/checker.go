@@ -7,6 +7,8 @@ package checker
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +58,9 @@ type Op struct {
 	Limits       []LimitResult `json:"limits,omitempty"`       // per limit, in the policy's order
 	// multi outputs: one per hit of the request, in request order
 	Parts []Part `json:"parts,omitempty"`
+	// Decided is how the node decided a hit: "local" (from a lease it
+	// holds) or "log" (X-Rlnode-Decided; empty from older nodes).
+	Decided string `json:"decided,omitempty"`
 	// peek outputs (Outcome ok)
 	WindowStart int64 `json:"windowStart,omitempty"` // raw stored window start, 0 = no stored window
 	Used        int64 `json:"used,omitempty"`        // raw stored count
@@ -92,6 +97,11 @@ type Config struct {
 	WindowMs int64
 	Policies map[string]Policy
 	Timeout  time.Duration // porcupine budget per key group; 0 = 60s
+	// StartUnixMs is the wall clock (Unix ms) of the instant op times
+	// count from; 0 skips the leased late-spend check.
+	StartUnixMs int64
+	// LeasedSlackMs is that check's clock tolerance (0: 250 ms).
+	LeasedSlackMs int64
 }
 
 // DefaultTimeout is the per-key porcupine budget when Config.Timeout is 0.
@@ -137,6 +147,7 @@ type Result struct {
 	Valid      bool                                                             `json:"valid"`
 	Keys       []KeyResult                                                      `json:"keys"`
 	Violations []Violation                                                      `json:"violations"`
+	Leased     []LeasedResult                                                   `json:"leased,omitempty"`
 	Counts     struct{ Ops, Hits, Peeks, Multi, Allowed, Refused, Unknown int } `json:"counts"`
 }
 
@@ -151,8 +162,14 @@ func Check(cfg Config, history []Op) Result {
 		return res
 	}
 
-	gs, bad := prepare(pols, history)
+	gs, leased, bad := prepare(pols, history)
 	res.Violations = append(res.Violations, bad...)
+	for _, key := range slices.Sorted(maps.Keys(leased)) {
+		ops := leased[key]
+		v, lr := checkLeased(cfg, key, pols[policyName(ops[0].Policy)], ops)
+		res.Violations = append(res.Violations, v...)
+		res.Leased = append(res.Leased, lr)
+	}
 	for _, g := range gs {
 		res.Violations = append(res.Violations, windowViolations(g)...)
 	}

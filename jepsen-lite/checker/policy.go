@@ -51,6 +51,9 @@ type Policy struct {
 	Versions  [][]Limit `json:"versions"`
 	// Align is "" (anchored at each key's first hit) or AlignEpoch.
 	Align string `json:"align,omitempty"`
+	// Leased: consistency leased. Its keys are checked for never over the
+	// limit (leased.go), not for linearizability.
+	Leased bool `json:"leased,omitempty"`
 }
 
 // NewPolicy is a policy that never changes.

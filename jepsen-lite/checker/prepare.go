@@ -4,8 +4,10 @@ import "fmt"
 
 // prepare checks every op against the policy table, reports the ones it
 // cannot judge (a malformed op makes the run invalid rather than being
-// guessed at), and partitions the rest into groups of keys.
-func prepare(pols map[string]Policy, history []Op) ([]*group, []Violation) {
+// guessed at), sets the ops of leased keys apart (by key), and partitions
+// the rest into groups of keys.
+func prepare(pols map[string]Policy, history []Op) ([]*group, map[string][]Op, []Violation) {
+	leased := make(map[string][]Op)
 	byKey := make(map[string][]Op)
 	models := make(map[string]keyModel)
 	var multis []Op
@@ -16,13 +18,33 @@ func prepare(pols map[string]Policy, history []Op) ([]*group, []Violation) {
 			continue
 		}
 		if op.Kind == KindMulti {
+			if leasedPart(pols, op) {
+				bad = append(bad, Violation{Check: CheckLeasedMulti, Key: op.Key, OpIDs: []int{op.ID},
+					Detail: fmt.Sprintf("op %d: a multi-key check with a leased key (the checker models leased keys alone)", op.ID)})
+				continue
+			}
 			multis = append(multis, op)
 			continue
+		}
+		if pols[policyName(op.Policy)].Leased {
+			if op.Kind == KindHit {
+				leased[op.Key] = append(leased[op.Key], op)
+			}
+			continue // a peek of a leased key claims nothing the checker can judge
 		}
 		byKey[op.Key] = append(byKey[op.Key], op)
 	}
 	gs, tooLarge := groups(byKey, multis, models)
-	return gs, append(bad, tooLarge...)
+	return gs, leased, append(bad, tooLarge...)
+}
+
+func leasedPart(pols map[string]Policy, op Op) bool {
+	for _, p := range op.Parts {
+		if pols[policyName(p.Policy)].Leased {
+			return true
+		}
+	}
+	return false
 }
 
 func policyName(p string) string {

@@ -18,7 +18,7 @@ func WriteVisualizations(cfg Config, history []Op, dir string) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("checker config: %w", err)
 	}
-	gs, _ := prepare(pols, history)
+	gs, _, _ := prepare(pols, history)
 
 	// The verbose check is much more expensive, so it only runs on the
 	// groups the fast check found illegal.
