@@ -291,8 +291,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		logger.Warn("could not raise the file descriptor limit", "error", err)
 	}
-	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "")
-	c.fds.log(logger, c.grpcAddr != "")
+	// The rate limit service and the quota service share the gRPC budget.
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "")
+	c.fds.log(logger, c.grpcAddr != "" || c.rlqsAddr != "")
 
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
@@ -403,7 +404,11 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for RLQS on %s: %w", c.rlqsAddr, err)
 		}
-		s.rlqs = connlimit.Wrap(s.rlqs, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
+		quota := c.fds.grpc
+		if c.grpcAddr != "" {
+			quota = max(1, quota/2) // shared with the rate limit service
+		}
+		s.rlqs = connlimit.Wrap(s.rlqs, quota, min(maxGRPCConnsPerIP, quota))
 	}
 	return s, nil
 }
