@@ -397,7 +397,11 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
 		}
-		s.grpc = connlimit.Wrap(s.grpc, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
+		rls := c.fds.grpc
+		if c.rlqsAddr != "" {
+			rls = max(1, rls/2) // shared with the quota service
+		}
+		s.grpc = connlimit.Wrap(s.grpc, rls, min(maxGRPCConnsPerIP, rls))
 	}
 	if c.rlqsAddr != "" {
 		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
