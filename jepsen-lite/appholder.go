@@ -72,6 +72,11 @@ func (a *appHolder) do(ctx context.Context, t0 time.Time, worker int, t target) 
 			}
 			rec.Limits = append(rec.Limits, lr)
 		}
+		if len(res.Limits) == 0 && res.Limit > 0 {
+			// A local decision names the limit its grant was cut from:
+			// the policy version the checker judges it by.
+			rec.Limits = []checker.LimitResult{{Limit: res.Limit, WindowMs: res.Window.Milliseconds(), Remaining: res.Remaining, ResetAt: rec.ResetAt}}
+		}
 	case errors.Is(err, client.ErrNotCounted):
 		rec.Outcome, rec.Error = outcomeFail, err.Error()
 	default:
