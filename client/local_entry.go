@@ -89,7 +89,7 @@ func (e *entry) decide(l *Local, now time.Time, policy, key string, n int64) (Re
 	}
 	e.spent += n
 	r := Result{Allowed: true, Policy: policy, Key: key, Limit: from.g.Limit, Window: from.g.Window,
-		Remaining: have - n, ResetAt: from.g.ResetAt, ServedBy: l.servedBy}
+		Remaining: have - n, ResetAt: from.g.ResetAt, WindowStart: from.g.WindowStart, ServedBy: l.servedBy}
 	if e.fetch == nil && e.short(t, have-n) {
 		if wait, want, ok := l.startPrefetch(e, t); ok {
 			go l.prefetch(e, policy, key, want, wait)

@@ -76,6 +76,9 @@ func (a *appHolder) do(ctx context.Context, t0 time.Time, worker int, t target) 
 			// A local decision names the limit its grant was cut from:
 			// the policy version the checker judges it by.
 			rec.Limits = []checker.LimitResult{{Limit: res.Limit, WindowMs: res.Window.Milliseconds(), Remaining: res.Remaining, ResetAt: rec.ResetAt}}
+			if !res.WindowStart.IsZero() {
+				rec.Limits[0].WindowStart = res.WindowStart.UnixMilli()
+			}
 		}
 	case errors.Is(err, client.ErrNotCounted):
 		rec.Outcome, rec.Error = outcomeFail, err.Error()
