@@ -93,7 +93,7 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 		return fmt.Errorf("restore: %w", err)
 	}
 	if w := n.fsm.Stats().StoredWindows; w > 0 && !force {
-		return fmt.Errorf("restore: %w: it holds %d windows; restore into a new cluster (or force it)", ErrNotEmpty, w)
+		return fmt.Errorf("restore: %w: it holds %d windows; restore into a new, empty cluster, or overwrite them with rlnode restore --force (?force=true)", ErrNotEmpty, w)
 	}
 	// Check the whole file before raft sees it: a damaged backup must not
 	// become the cluster's state.

@@ -185,17 +185,28 @@ func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg
 	pc.forwarding = false
 	defer pc.close()
 	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
+	if !n.hasRaftState() {
+		log("no Raft state: forming a cluster with the nodes in --join", "expect", n.cfg.BootstrapExpect)
+	}
 	lastNote := time.Time{}
 	for !n.hasRaftState() {
-		infos := n.probe(ctx, pc, addrs)
+		infos, unreached := n.probe(ctx, pc, addrs)
 		if slices.ContainsFunc(infos, func(i BootstrapInfo) bool { return i.HasState }) {
-			log("a cluster already exists; joining it")
+			if n.claimedVoter() {
+				break // the claimer bootstrapped us in; its leader will call
+			}
+			log("a cluster already exists; asking it to add this node")
+			n.setWaiting("a cluster already exists; asking it to add this node")
 			return n.JoinAndWait(ctx, addrs, self, log)
 		}
 		done, note := n.tryClaim(ctx, pc, infos)
 		if done {
 			break
 		}
+		if len(unreached) > 0 {
+			note += "; not reached yet: " + strings.Join(unreached, ", ")
+		}
+		n.setWaiting(fmt.Sprintf("forming a cluster of %d (--bootstrap-expect): %s", n.cfg.BootstrapExpect, note))
 		if time.Since(lastNote) > 5*time.Second {
 			log("waiting for the cluster to form", "expect", n.cfg.BootstrapExpect, "status", note)
 			lastNote = time.Now()
@@ -208,22 +219,27 @@ func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg
 	}
 	// Members other than the claimer learn of the cluster from its leader;
 	// an ordinary join records this node's HTTP address.
-	return n.JoinAndWait(ctx, addrs, self, log)
+	if err := n.JoinAndWait(ctx, addrs, self, log); err != nil {
+		return err
+	}
+	log("the cluster formed; this node is one of its voters", "voters", n.cfg.BootstrapExpect)
+	return nil
 }
 
-// probe asks every address who it is; unreachable ones are left out.
-func (n *Node) probe(ctx context.Context, pc *peerClient, addrs []string) []BootstrapInfo {
-	var out []BootstrapInfo
+// probe asks every address who it is; the ones that did not answer come
+// back as unreached.
+func (n *Node) probe(ctx context.Context, pc *peerClient, addrs []string) (out []BootstrapInfo, unreached []string) {
 	for _, a := range addrs {
 		var info BootstrapInfo
 		if err := pc.getJSON(ctx, BaseURL(a)+BootstrapInfoPath, &info); err != nil {
+			unreached = append(unreached, a)
 			continue
 		}
 		if info.ID != n.cfg.ID && !slices.ContainsFunc(out, func(i BootstrapInfo) bool { return i.ID == info.ID }) {
 			out = append(out, info)
 		}
 	}
-	return out
+	return out, unreached
 }
 
 // tryClaim makes or renews this node's claim when it is the claimer, and

@@ -94,8 +94,8 @@ func (n *Node) runClockCheck() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if !first {
+	for tick := 0; ; tick++ {
+		if tick > 0 {
 			select {
 			case <-n.stop:
 				return
@@ -105,7 +105,10 @@ func (n *Node) runClockCheck() {
 		}
 		n.measureClocks()
 		n.judgeClock()
-		n.refreshPeerIPs()
+		if tick%5 == 0 {
+			// Host names may need DNS: not every second.
+			n.refreshPeerIPs()
+		}
 	}
 }
 
@@ -114,37 +117,73 @@ func (n *Node) measureClocks() {
 	if cf.Error() != nil {
 		return
 	}
+	members := map[string]bool{}
+	unknown := false
 	for _, s := range cf.Configuration().Servers {
 		if id := string(s.ID); id != n.cfg.ID {
-			n.measurePeer(id)
+			members[id] = true
+			if addr, ok := n.peerHTTPAddr(id); ok {
+				n.measurePeer(id, addr)
+			} else {
+				unknown = true
+			}
 		}
+	}
+	if unknown {
+		n.probeJoinAddrs(members)
 	}
 }
 
-// measurePeer takes one reading of a peer's clock and records it; false
-// when the peer could not be read.
-func (n *Node) measurePeer(id string) bool {
-	addr, ok := n.peerHTTPAddr(id)
-	if !ok {
+// probeJoinAddrs reads the clocks behind the --join addresses and keeps
+// the readings, and the addresses, of members whose address was unknown.
+func (n *Node) probeJoinAddrs(members map[string]bool) {
+	for _, addr := range n.cfg.JoinAddrs {
+		rd, off, ok := n.readClock(addr)
+		if !ok || !members[rd.ID] {
+			continue
+		}
+		if _, known := n.peerHTTPAddr(rd.ID); known {
+			continue
+		}
+		n.recordOffset(rd.ID, off)
+		n.peerAddrs.merge(map[string]string{rd.ID: addr})
+	}
+}
+
+// measurePeer takes one reading of member id's clock at addr and records
+// it; false when the peer could not be read.
+func (n *Node) measurePeer(id, addr string) bool {
+	rd, off, ok := n.readClock(addr)
+	if !ok || rd.ID != id {
 		return false
 	}
+	n.recordOffset(id, off)
+	return true
+}
+
+// readClock reads the clock of the node at addr: its answer, and its
+// offset from this node's clock (known within half the round trip).
+func (n *Node) readClock(addr string) (ClockReading, peerOffset, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
 	var rd ClockReading
 	err := n.fwd.peers.getJSON(ctx, BaseURL(addr)+ClockPath, &rd)
 	rtt := time.Since(start)
-	if err != nil || rd.ID != id {
-		return false
+	if err != nil || rd.ID == "" {
+		return rd, peerOffset{}, false
 	}
 	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
+	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1, at: time.Now()}, true
+}
+
+func (n *Node) recordOffset(id string, o peerOffset) {
 	n.clockCheck.mu.Lock()
 	defer n.clockCheck.mu.Unlock()
 	if n.clockCheck.offsets == nil {
 		n.clockCheck.offsets = map[string]peerOffset{}
 	}
-	n.clockCheck.offsets[id] = peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1, at: time.Now()}
-	return true
+	n.clockCheck.offsets[id] = o
 }
 
 // judgeClock decides whether this node may lead: only while a majority of

@@ -154,6 +154,11 @@ type Config struct {
 	// MaxClockOffset is how far this node's clock may be from the
 	// majority of the cluster's before it refuses to lead.
 	MaxClockOffset time.Duration
+	// JoinAddrs are the HTTP addresses given to --join. The clock check
+	// reads them when a voter's HTTP address is not known yet (a cluster
+	// restarted before its first snapshot, on data dirs without
+	// peer-http.json), so such a restart can still elect a leader.
+	JoinAddrs []string
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 

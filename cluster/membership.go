@@ -190,7 +190,9 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool
 		// reached it yet (a new leader, a new member), and a skewed
 		// target would refuse to stand for election and only disturb
 		// the cluster.
-		n.measurePeer(id)
+		if httpAddr, ok := n.peerHTTPAddr(id); ok {
+			n.measurePeer(id, httpAddr)
+		}
 		if off, ms := n.peerSkewed(id); off {
 			return res, fmt.Errorf("transfer leadership to %s: %s's clock is %s off from this leader's, more than --max-clock-offset allows a leader: %w", id, id, time.Duration(ms)*time.Millisecond, errors.Join(ErrConflict, ErrClockSkew))
 		}

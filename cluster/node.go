@@ -54,6 +54,9 @@ type Node struct {
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
+	// waiting says, while the node belongs to no cluster yet, what it is
+	// waiting for (Status.Waiting).
+	waiting atomic.Pointer[string]
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -148,7 +151,10 @@ func (n *Node) open() error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	default:
-		n.log.Info("no raft state and no bootstrap: waiting to be added to a cluster", "id", cfg.ID)
+		// Whoever forms or joins the cluster says so (BootstrapExpect,
+		// JoinAndWait); without them an operator adds the node.
+		n.setWaiting(fmt.Sprintf("no cluster yet: add this node with rlnode join --id %s --raft-addr %s --http-addr %s",
+			cfg.ID, n.transport.LocalAddr(), cfg.HTTPAdvertise))
 	}
 	return nil
 }
@@ -329,6 +335,9 @@ type Status struct {
 	ClockSkewed    bool   `json:"clockSkewed"`
 	MaxClockOffset int64  `json:"maxClockOffsetMs"`
 	Halted         string `json:"halted,omitempty"`
+	// Waiting, on a node that belongs to no cluster yet, says what it
+	// waits for (the nodes --bootstrap-expect has not met, a join).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -351,8 +360,14 @@ func (n *Node) Status() Status {
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
+	if w := n.waiting.Load(); w != nil && !n.hasRaftState() {
+		s.Waiting = *w
+	}
 	return s
 }
+
+// setWaiting records what the node, in no cluster yet, is waiting for.
+func (n *Node) setWaiting(why string) { n.waiting.Store(&why) }
 
 // Gauges are the cheap numbers a metrics scrape reads.
 type Gauges struct {

@@ -122,7 +122,7 @@ func (n *Node) trustedIP(ip string) bool {
 
 // refreshPeerIPs resolves the hosts of the configuration's Raft addresses
 // and of the members' HTTP addresses, off the accept path (the clock
-// check's goroutine calls it each second).
+// check's goroutine calls it every five seconds).
 func (n *Node) refreshPeerIPs() {
 	hosts := map[string]bool{}
 	for id, addr := range n.members() {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +187,9 @@ func (n *Node) suffrage() (raft.ServerSuffrage, bool) {
 // then: a leader change forgets a staged join, and a join that did not
 // catch up in time was removed.
 func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
+	if !n.hasRaftState() && !n.claimedVoter() {
+		n.setWaiting("asking " + strings.Join(addrs, ", ") + " to add this node")
+	}
 	for first := true; ; first = false {
 		// A node with no Raft state cannot be a voter of this
 		// incarnation (promotion needs its log), so a voter of its id is

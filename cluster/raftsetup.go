@@ -39,7 +39,7 @@ func (n *Node) raftConfig() (*raft.Config, error) {
 	cfg := n.cfg
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.Logger = n.log.Named("raft")
+	rc.Logger = newRaftLogger(n.log.Named("raft"))
 	rc.HeartbeatTimeout = cfg.Timing.Heartbeat
 	rc.ElectionTimeout = cfg.Timing.Election
 	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLease

@@ -218,7 +218,7 @@ func (a *API) requireToken(c *gin.Context) {
 	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="rlnode"`)
-		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token>")
+		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token> (the rlnode commands send the one in $RLNODE_CLUSTER_TOKEN_FILE, --cluster-token-file or $RLNODE_CLUSTER_TOKEN)")
 	}
 }
 

@@ -87,8 +87,31 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	}
 	a.decideOne(c, oneCheck{policy: policyName, key: client, cost: cost, start: start, refuse: http.StatusTooManyRequests,
 		refusedDetail: func(m window.Result, retryMs int64) string {
-			return fmt.Sprintf("client %q is over policy %q (%d per %s); retry in %d ms", client, policyName, m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond), retryMs)
+			return fmt.Sprintf("client %q is over policy %q (%s); retry in %d ms", client, policyName, a.limitWords(policyName, m), retryMs)
 		}})
+}
+
+// limitWords says the limit behind a result as people think of it: "10
+// per 1m", and for a token bucket its rate and burst ("10 per 1s, burst
+// 20"), not its capacity as if that were the rate.
+func (a *API) limitWords(name string, m window.Result) string {
+	if p, ok := a.cfg.Node.Policy(name); ok && p.Alg() == window.TokenBucket {
+		for _, l := range p.Limits {
+			if time.Duration(l.Window).Milliseconds() == m.WindowMs {
+				return bucketWords(l)
+			}
+		}
+	}
+	return fmt.Sprintf("%d per %s", m.Limit, policy.Duration(time.Duration(m.WindowMs)*time.Millisecond))
+}
+
+// bucketWords is a token bucket limit's rate and burst.
+func bucketWords(l policy.Limit) string {
+	burst := l.Burst
+	if burst == 0 {
+		burst = l.Limit
+	}
+	return fmt.Sprintf("%d per %s, burst %d", l.Limit, l.Window, burst)
 }
 
 // oneCheck is one hit as a front end of this package asks for it.
@@ -167,15 +190,18 @@ func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) b
 		return false
 	}
 	for _, l := range p.Limits {
-		capacity := l.Limit
+		capacity, words := l.Limit, fmt.Sprintf("the limit of %d per %s", l.Limit, l.Window)
 		if l.Burst > 0 {
 			capacity = l.Burst
+		}
+		if p.Alg() == window.TokenBucket {
+			words = fmt.Sprintf("the capacity %d of the bucket (%s)", capacity, bucketWords(l))
 		}
 		if cost > capacity {
 			c.Header("Cache-Control", "no-store")
 			c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
 				problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
-					Detail: fmt.Sprintf("%scost %d exceeds the limit of %d per %s of policy %q: this request can never be allowed, do not retry", at, cost, capacity, l.Window, name),
+					Detail: fmt.Sprintf("%scost %d exceeds %s of policy %q: this request can never be allowed, do not retry", at, cost, words, name),
 					Code:   CodeCostExceedsLimit},
 				Policy: name,
 			}})

@@ -136,20 +136,32 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// The README's example file is a valid policy file.
-func TestREADMEExampleParses(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+// examples/policies.yaml is a valid policy file, and docs/policies.md
+// shows it as it is.
+func TestExamplePoliciesParse(t *testing.T) {
+	file, err := os.ReadFile(filepath.Join("..", "examples", "policies.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "```yaml\n# policies.yaml\n")
-	if !ok {
-		t.Fatal("README has no ```yaml block starting with # policies.yaml")
+	ps, err := Parse(file)
+	if err != nil || len(ps) < 5 {
+		t.Fatalf("examples/policies.yaml: %d policies, %v", len(ps), err)
 	}
+	algs := map[string]bool{}
+	for _, p := range ps {
+		algs[p.Algorithm] = true
+	}
+	if len(algs) != 3 {
+		t.Errorf("examples/policies.yaml shows %d of the 3 algorithms", len(algs))
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "policies.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
 	block, _, _ := strings.Cut(rest, "```")
-	ps, err := Parse([]byte(block))
-	if err != nil || len(ps) < 3 {
-		t.Fatalf("README example: %d policies, %v", len(ps), err)
+	if !ok || block != string(file) {
+		t.Fatalf("docs/policies.md's first yaml block is not examples/policies.yaml:\n%s", block)
 	}
 }
 

@@ -53,6 +53,6 @@ docker build --build-arg "REVISION=$rev" -t "$image:latest" -t "$image:$rev" \
 id="$(docker image inspect --format '{{.Id}}' "$image:latest")"
 size="$(docker image inspect --format '{{.Size}}' "$image:latest")"
 say "built image ${id:7:12}: $image:latest and $image:$rev, $((size / 1000000)) MB"
-say "next: docker-compose up -d   (or: docker compose up -d)"
+say "next: scripts/compose-env.sh (writes .env with a cluster token, once), then docker-compose up -d (or: docker compose up -d)"
 # The tag that names this build, for scripts: last line on stdout.
 echo "$image:$rev"

@@ -37,7 +37,7 @@ func lostStateError(dir, id, missing string) error {
 		"  This node was a member once; starting it empty could form a second cluster or vote\n"+
 		"  without memory, so it refuses. If the other members are running, start it again with\n"+
 		"  --rejoin-empty --join <members>: its old files are moved aside and it joins as a new\n"+
-		"  member, copying the cluster's state. If no member survived, see README, Recovery.",
+		"  member, copying the cluster's state. If no member survived, see docs/recovery.md.",
 		ErrLostState, dir, IdentityFile, id, missing)
 }
 

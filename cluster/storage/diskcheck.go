@@ -37,7 +37,7 @@ func (e *CorruptError) Error() string {
 		"  Recovery: if the other members are healthy, start this node again with --rejoin-empty\n"+
 		"  --join <members>: it moves its files aside and joins as a new member, copying the cluster's\n"+
 		"  state. If this was the last copy, restore the newest backup into a new cluster\n"+
-		"  (`rlnode restore`). See README, Recovery.",
+		"  (`rlnode restore`). See docs/recovery.md.",
 		what, e.File, e.Err)
 }
 

@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -32,10 +35,11 @@ type adminFlags struct {
 
 // newAdminFlags makes the flag set of an admin command; args names its
 // positional arguments for --help ("" for none).
-func newAdminFlags(name, args string, stderr io.Writer) (*flag.FlagSet, *adminFlags) {
+// Asked for, its help goes to help (stdout).
+func newAdminFlags(name, args string, help io.Writer) (*flag.FlagSet, *adminFlags) {
 	a := &adminFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	setUsage(fs, name, args)
 	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node (https:// is used when a --tls-* flag is given)")
 	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
@@ -76,11 +80,8 @@ func (a *adminFlags) prepare() error {
 func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageErr("%v", err)
+		if err := cli.Parse(fs, args); err != nil {
+			return nil, err
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -121,7 +122,7 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, url, err)
+		return reachError(method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -145,6 +146,19 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 	return nil
 }
 
+// reachError says once which node could not be reached and why (the
+// client's error repeats the URL), with a hint when nothing listens there.
+func reachError(method, url string, err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr names any node)", method, url)
+	}
+	return fmt.Errorf("%s %s: %w", method, url, err)
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -165,7 +179,7 @@ type peerRow struct {
 }
 
 func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("peers", "", stderr)
+	fs, a := newAdminFlags("peers", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -199,6 +213,16 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if a.json {
 		return printJSON(stdout, rows)
 	}
+	if len(rows) == 0 {
+		// A node in no cluster yet: say what it waits for.
+		var st cluster.Status
+		why := "this node belongs to no cluster yet"
+		if a.call(ctx, http.MethodGet, "/v1/status", nil, &st) == nil && st.Waiting != "" {
+			why = st.Waiting
+		}
+		fmt.Fprintf(stdout, "no servers: %s\n", why)
+		return nil
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tLEADER\tVOTER\tSTATE\tTERM\tAPPLIED\tLAST CONTACT")
 	for _, r := range rows {
@@ -219,7 +243,7 @@ func orDash(s string) string {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("status", "", stderr)
+	fs, a := newAdminFlags("status", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -252,11 +276,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.Halted != "" {
 		fmt.Fprintf(tw, "HALTED:\t%s\n", st.Halted)
 	}
+	if st.Waiting != "" {
+		fmt.Fprintf(tw, "waiting:\t%s\n", st.Waiting)
+	}
 	return tw.Flush()
 }
 
 func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("join", "", stderr)
+	fs, a := newAdminFlags("join", "", stdout)
 	var j cluster.JoinRequest
 	var nonVoter bool
 	fs.StringVar(&j.ID, "id", "", "id of the server to add (required)")
@@ -288,7 +315,7 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("remove", "ID", stderr)
+	fs, a := newAdminFlags("remove", "ID", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -307,7 +334,7 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("transfer-leadership", "[ID]", stderr)
+	fs, a := newAdminFlags("transfer-leadership", "[ID]", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -331,7 +358,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("snapshot", "", stderr)
+	fs, a := newAdminFlags("snapshot", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -351,7 +378,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("health", "", stderr)
+	fs, a := newAdminFlags("health", "", stdout)
 	live := fs.Bool("live", false, "check liveness (/livez) instead of readiness (/readyz)")
 	a.timeout = 3 * time.Second
 	if pos, err := parseAdmin(fs, args); err != nil {

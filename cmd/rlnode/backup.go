@@ -60,7 +60,7 @@ func (a *adminFlags) stream(ctx context.Context, method, url string, body io.Rea
 }
 
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("backup", "--out FILE", stderr)
+	fs, a := newAdminFlags("backup", "--out FILE", stdout)
 	out := fs.String("out", "", "file to write the backup to (required)")
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
@@ -108,7 +108,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("restore", "FILE", stderr)
+	fs, a := newAdminFlags("restore", "FILE", stdout)
 	force := fs.Bool("force", false, "restore even though the cluster holds windows (they are replaced)")
 	pos, err := parseAdmin(fs, args)
 	if err != nil {

@@ -9,11 +9,13 @@ import (
 	"strings"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/bench"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, jsonOut, err := bench.ParseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	cfg, jsonOut, err := bench.ParseArgs(args, stdout)
+	var ue *cli.UsageError
+	if errors.Is(err, flag.ErrHelp) || errors.As(err, &ue) {
 		return err
 	}
 	if err != nil {

@@ -91,6 +91,7 @@ func oneCluster(t *testing.T, nodes []*proctest.Node) error {
 // node.json, no Raft state): it must not bootstrap again; it finds the
 // others' cluster, rejoins as a new member and gets the windows back.
 func TestBootstrapExpectRestartWithLostVolume(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartSymmetric(t, rlnodeBin, 3, "--limit", "2")
 	for _, n := range nodes {
 		proctest.WaitReady(t, n, 30*time.Second)

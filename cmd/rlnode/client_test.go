@@ -17,6 +17,7 @@ import (
 // failure one of the documented typed errors, and the client follows the
 // new leader.
 func TestClientLeaderKillMidTraffic(t *testing.T) {
+	proctest.Long(t)
 	const limit = 60
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "60", "--window", "1h")
 	leader := leaderOf(t, nodes)

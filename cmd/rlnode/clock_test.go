@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +17,7 @@ import (
 // never leads while leaders are killed around it; windows keep their
 // real-time length because only healthy clocks stamp hits.
 func TestSkewedNodeNeverLeads(t *testing.T) {
+	proctest.Long(t)
 	n1 := proctest.StartNode(t, rlnodeBin, "n1", "--limit", "3", "--window", "20s")
 	proctest.WaitReady(t, n1, 15*time.Second)
 	n2 := proctest.StartNode(t, rlnodeBin, "n2", "--limit", "3", "--window", "20s", "--join", n1.URL())
@@ -154,4 +157,33 @@ func TestSkewedRestartWithVoterDownCannotLead(t *testing.T) {
 	if st, err := proctest.Status(n2); err != nil || st["state"] == "Leader" {
 		t.Fatalf("n2: %v %v", st["state"], err)
 	}
+}
+
+// A whole cluster restarted before its first snapshot, on data dirs
+// without the members' address cache (written by versions before it):
+// the state machine holds no member addresses until a leader exists, and
+// no node may lead before it has read a majority of clocks. The nodes
+// started with --join read the clocks behind those addresses, so the
+// cluster elects a leader and serves again.
+func TestWholeClusterRestartWithoutAddressCache(t *testing.T) {
+	nodes := proctest.StartCluster(t, rlnodeBin, 3)
+	if r := proctest.MustGet(t, nodes[1].URL()+"/check/carol"); r.Status != 200 {
+		t.Fatalf("hit: %d %s", r.Status, r.Raw)
+	}
+	for _, n := range nodes {
+		n.Kill()
+	}
+	for _, n := range nodes {
+		if err := os.Remove(filepath.Join(n.DataDir, "peer-http.json")); err != nil {
+			t.Fatalf("%s: %v (the cache this test removes is not where it expects)", n.ID, err)
+		}
+		n.Restart()
+	}
+	proctest.Poll(t, 30*time.Second, func() error {
+		r, err := nodes[0].Do("GET", "/check/carol", "", nil)
+		if err != nil || r.Status != 200 || r.Num("remaining") != 8 {
+			return fmt.Errorf("hit after the restart: %v %d %s", err, r.Status, r.Raw)
+		}
+		return nil
+	})
 }

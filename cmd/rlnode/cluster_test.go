@@ -227,6 +227,7 @@ func TestLeaveOnShutdownAndClusterToken(t *testing.T) {
 // spent window: it must keep refusing until a full window of real time has
 // passed, and must let the window roll over after that.
 func TestLaggingLeaderProcessNeverReopensEarly(t *testing.T) {
+	proctest.Long(t)
 	window := 3 * time.Second
 	// Clock discipline would keep the laggard from leading; lift it to
 	// test what the state machine does with a lagging leader's stamps.
@@ -326,6 +327,7 @@ func TestManualJoinNonVoter(t *testing.T) {
 // DESIGN.md's durability promise: a whole cluster killed with -9 and
 // restarted comes back with every window it had committed.
 func TestWholeClusterKilledAndRestarted(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "3")
 	var resetAt int64
 	for i, n := range nodes {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/internal/testprog"
 )
 
 func TestComposeCluster(t *testing.T) {
@@ -64,6 +65,10 @@ func TestComposeCluster(t *testing.T) {
 		t.Fatalf("scripts/build-image.sh: %v\n%s%s", err, buildErr.String(), out)
 	}
 	images := []string{project + ":latest", lines[len(lines)-1]}
+	// A new user's next step after building: the token Compose needs.
+	if !strings.Contains(buildErr.String(), "next: scripts/compose-env.sh") {
+		t.Errorf("scripts/build-image.sh does not point at scripts/compose-env.sh:\n%s", buildErr.String())
+	}
 	t.Cleanup(func() {
 		_, _ = composeRun(context.Background(), nil, "docker", append([]string{"image", "rm", "-f"}, images...)...)
 	})
@@ -327,13 +332,11 @@ func (c *composeProject) teardown() {
 // composeCommand finds a working Compose CLI or skips the test.
 func composeCommand(t *testing.T) []string {
 	t.Helper()
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Skip("docker not found in PATH: skipping the Docker Compose cluster test")
-	}
+	testprog.Need(t, "docker", "install Docker and Compose")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := composeRun(ctx, nil, "docker", "info", "--format", "{{.ServerVersion}}"); err != nil {
-		t.Skipf("docker info failed (no Docker daemon?): %v: %s", err, bytes.TrimSpace(out))
+		testprog.Missing(t, "a Docker daemon", "start dockerd", fmt.Sprintf("docker info failed: %v: %s", err, bytes.TrimSpace(out)))
 	}
 	try := func(cmd []string) bool {
 		if _, err := exec.LookPath(cmd[0]); err != nil {
@@ -353,7 +356,7 @@ func composeCommand(t *testing.T) []string {
 			return cmd
 		}
 	}
-	t.Skip("neither `docker compose` nor `docker-compose` works: skipping the Docker Compose cluster test")
+	testprog.Missing(t, "docker compose", "install the Compose plugin or docker-compose", "neither `docker compose` nor `docker-compose` works")
 	return nil
 }
 

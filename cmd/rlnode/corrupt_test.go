@@ -187,6 +187,7 @@ func copyDir(t *testing.T, src, dst string) {
 // exits 1 naming the file and the recovery path, or (when the damage hit
 // bytes no check can see) starts and serves.
 func TestCorruptDataDirNeverPanics(t *testing.T) {
+	proctest.Long(t)
 	t.Setenv("RLNODE_RAFT_LOG", "")
 	sources := map[string]string{}
 	digests := map[string]any{}
@@ -273,6 +274,7 @@ func corruptSource(t *testing.T, kind string) (string, any) {
 // whose log holds such an entry refuses to start and names it, on both
 // log stores, instead of applying hits nobody sent.
 func TestFlippedPayloadBitIsRefused(t *testing.T) {
+	proctest.Long(t)
 	t.Setenv("RLNODE_RAFT_LOG", "")
 	for _, kind := range []string{"bolt", "wal"} {
 		t.Run(kind, func(t *testing.T) {

@@ -24,7 +24,7 @@ func envoyFlags(fs *flag.FlagSet, opt *policy.EnvoyOptions) {
 // policies of that domain become exactly the file's descriptors (added,
 // changed, removed), so re-importing an edited file is how it is updated.
 func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy import-envoy", "FILE...", stderr)
+	fs, a := newAdminFlags("policy import-envoy", "FILE...", stdout)
 	var dry bool
 	var opt policy.EnvoyOptions
 	fs.BoolVar(&dry, "dry-run", false, "print what would change and change nothing")

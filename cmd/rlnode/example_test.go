@@ -15,6 +15,7 @@ import (
 // examples/ratelimited-api runs as its doc comment says: in front of a
 // node, the eleventh call in a window is a 429 with Retry-After.
 func TestExampleRateLimitedAPI(t *testing.T) {
+	proctest.Long(t)
 	root, err := proctest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -62,5 +63,12 @@ func TestExampleRateLimitedAPI(t *testing.T) {
 		if want == 200 && !strings.Contains(resp.Header.Get("RateLimit"), ";r=") {
 			t.Fatalf("call %d: no RateLimit header: %v", i, resp.Header)
 		}
+	}
+
+	// A second copy on the same address fails before it says it listens.
+	busy := proctest.Start(t, bin, "ratelimited-api-busy", "-rlnode", n.HTTPAddr, "-listen", listen)
+	if code := busy.Wait(15 * time.Second); code == 0 || strings.Contains(busy.Output(), "listening on") ||
+		!strings.Contains(busy.Output(), "listen on --listen "+listen) {
+		t.Fatalf("second example on a busy address: exit %d\n%s", code, busy.Output())
 	}
 }

@@ -14,6 +14,7 @@ import (
 // rlnode keeps <data-dir>/snapshots/snapshots/<id>, and still restores
 // from it and snapshots into it.
 func TestSnapshotLayoutNewAndOld(t *testing.T) {
+	proctest.Long(t)
 	n := proctest.StartNode(t, rlnodeBin, "s1", "--limit", "2")
 	proctest.WaitReady(t, n, 15*time.Second)
 	proctest.MustGet(t, n.URL()+"/check/kept")

@@ -3,6 +3,10 @@
 // transfer-leadership, snapshot, policy, health, bench).
 package main
 
+// docs/flags.md is `rlnode serve --help`; TestFlagReference fails when they
+// differ, and this rewrites it.
+//go:generate go test -run ^TestFlagReference$ . -update-flag-docs
+
 import (
 	"context"
 	"errors"
@@ -12,10 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-)
 
-// errUsage marks a command-line mistake: exit status 2, no stack of context.
-var errUsage = errors.New("usage")
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+)
 
 type command struct {
 	name, summary string
@@ -63,40 +66,51 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
 	}
+	var names []string
 	for _, c := range commands() {
+		names = append(names, c.name)
 		if c.name != name {
 			continue
 		}
 		err := c.run(ctx, args, stdout, stderr)
+		var ue *cli.UsageError
 		switch {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
-		case errors.Is(err, errUsage):
+		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "rlnode %s: %v\n", name, err)
+			if ue.Hint != "" {
+				fmt.Fprintln(stderr, ue.Hint)
+			}
 			return 2
 		default:
 			fmt.Fprintf(stderr, "rlnode %s: %v\n", name, err)
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "rlnode: unknown command %q\n\n", name)
-	usage(stderr)
+	msg := fmt.Sprintf("rlnode: unknown command %q", name)
+	if s := cli.Suggest(name, names); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	fmt.Fprintf(stderr, "%s\n%s\nsee `rlnode help` for the commands\n", msg, usageLine)
 	return 2
 }
 
+const usageLine = "usage: rlnode [command] [flags]   (rlnode COMMAND -h for a command's flags)"
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: rlnode [command] [flags]   (rlnode COMMAND -h for a command's flags)")
+	fmt.Fprintln(w, usageLine)
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.summary)
 	}
 }
 
-// usageErr wraps a flag or argument problem so it exits with status 2.
+// usageErr reports a flag or argument problem: exit status 2.
 func usageErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+	return cli.Errorf(format, args...)
 }
 
 // setUsage makes --help name the command's positional arguments ("" for
@@ -109,6 +123,6 @@ func setUsage(fs *flag.FlagSet, name, args string) {
 		} else {
 			fmt.Fprintf(w, "usage: rlnode %s [flags] %s\n\nflags:\n", name, args)
 		}
-		fs.PrintDefaults()
+		fs.VisitAll(func(f *flag.Flag) { printFlag(w, f) })
 	}
 }

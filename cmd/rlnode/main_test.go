@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/internal/testprog"
 )
 
 // rlnodeBin is the binary built once for this package's process tests.
@@ -24,6 +25,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	testprog.Report()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

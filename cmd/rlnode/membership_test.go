@@ -18,6 +18,7 @@ import (
 // acknowledged), then --rejoin-empty brings it back as a new member with
 // the cluster's windows.
 func TestLostRaftStateRefusesThenRejoinsEmpty(t *testing.T) {
+	proctest.Long(t)
 	t.Run("raft.db", func(t *testing.T) { testLostRaftState(t, "raft.db") })
 	t.Run("wal", func(t *testing.T) {
 		if os.Getenv("RLNODE_RAFT_LOG") == "bolt" {
@@ -97,6 +98,7 @@ func testLostRaftState(t *testing.T, lost string) {
 // catches up, the cluster keeps serving, and the leader removes it after
 // --join-catchup-timeout.
 func TestJoinOfUnreachableServerLeavesClusterServing(t *testing.T) {
+	proctest.Long(t)
 	n1 := proctest.StartNode(t, rlnodeBin, "n1", "--join-catchup-timeout", "3s")
 	proctest.WaitReady(t, n1, 15*time.Second)
 	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "join", "--addr", n1.URL(), "--id", "x",

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,20 +9,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
 
 // runMigrateLog converts a stopped node's Raft log between bolt and wal.
 func runMigrateLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate-log", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	setUsage(fs, "migrate-log", "")
 	dir := fs.String("data-dir", "", "data dir of a STOPPED node")
 	to := fs.String("to", "", "the log store to convert to: wal or bolt")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageErr("%v", err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("unexpected arguments %q", fs.Args())

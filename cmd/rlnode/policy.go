@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -54,7 +56,11 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "sync-envoy":
 		return policySyncEnvoy(ctx, args, stdout, stderr)
 	}
-	return usageErr("unknown subcommand %q\n%s", sub, policyUsage)
+	msg := fmt.Sprintf("unknown subcommand %q", sub)
+	if s := cli.Suggest(sub, []string{"list", "get", "set", "delete", "apply", "import-envoy"}); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return &cli.UsageError{Err: errors.New(msg), Hint: "see `rlnode policy -h` for the subcommands"}
 }
 
 type policyTable struct {
@@ -70,7 +76,7 @@ func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) 
 }
 
 func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy list", "", stderr)
+	fs, a := newAdminFlags("policy list", "", stdout)
 	if pos, err := parseAdmin(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -114,7 +120,7 @@ func limitsText(p policy.Policy) string {
 }
 
 func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy get", "NAME", stderr)
+	fs, a := newAdminFlags("policy get", "NAME", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -145,7 +151,7 @@ func (r *repeated) Set(v string) error {
 }
 
 func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy set", "NAME", stderr)
+	fs, a := newAdminFlags("policy set", "NAME", stdout)
 	var alg, consistency string
 	var limits, windows, bursts repeated
 	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
@@ -212,7 +218,7 @@ func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy
 }
 
 func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy delete", "NAME", stderr)
+	fs, a := newAdminFlags("policy delete", "NAME", stdout)
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
 		return err
@@ -233,7 +239,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // policyApply makes the cluster's table equal to a file: it sets what is
 // new or changed and deletes what the file does not list.
 func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, a := newAdminFlags("policy apply", "", stderr)
+	fs, a := newAdminFlags("policy apply", "", stdout)
 	var file string
 	var dry bool
 	fs.StringVar(&file, "f", "", "YAML or JSON file of policies (required)")

@@ -81,6 +81,7 @@ policies:
 // three-node cluster, always through a follower so every write and hit is
 // forwarded to the leader.
 func TestPoliciesThroughThreeProcesses(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--cluster-token", polToken)
 	leader, f := followerOf(t, nodes)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
@@ -302,6 +303,7 @@ func TestPoliciesThroughThreeProcesses(t *testing.T) {
 // serve --policies seeds the table of a new cluster; --limit/--window still
 // seed default beside it.
 func TestServeSeedsPoliciesFromAFile(t *testing.T) {
+	proctest.Long(t)
 	file := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(file, []byte(`[{"name":"login","algorithm":"fixed_window","limits":[{"limit":2,"window":"1m"}]}]`), 0o644)
 	n := proctest.StartNode(t, rlnodeBin, "n1", "--policies", file, "--limit", "7")

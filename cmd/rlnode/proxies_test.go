@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/internal/testprog"
 )
 
 // The recipes in docs/proxies/ run here against the real proxies: the
@@ -152,11 +152,7 @@ func (r *proxyRig) drive(t *testing.T, downStatus int) {
 
 func needBinary(t *testing.T, name string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not installed (apt-get install %s; .ci/run installs it): skipping its forward-auth recipe test", name, name)
-	}
-	return path
+	return testprog.Need(t, name, "apt-get install "+name+"; .ci/run installs it")
 }
 
 func TestProxyNginx(t *testing.T) {

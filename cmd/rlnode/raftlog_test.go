@@ -89,6 +89,7 @@ func restartAll(t *testing.T, nodes []*proctest.Node, kind string) {
 // time through `rlnode migrate-log`, keeps every window, including entries
 // behind a snapshot (the log does not start at 1).
 func TestMigrateLogBothWaysKeepsEveryWindow(t *testing.T) {
+	proctest.Long(t)
 	t.Setenv("RLNODE_RAFT_LOG", "bolt")
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "100", "--trailing-logs", "2")
 	t.Setenv("RLNODE_RAFT_LOG", "") // restarts read the kind from the data dir
@@ -124,6 +125,7 @@ func TestMigrateLogBothWaysKeepsEveryWindow(t *testing.T) {
 // Both kinds serve; a data dir keeps its kind, a flag that disagrees is
 // refused with the way out, and migrate-log refuses what it cannot do.
 func TestRaftLogKindIsKeptAndMismatchRefused(t *testing.T) {
+	proctest.Long(t)
 	t.Setenv("RLNODE_RAFT_LOG", "")
 	for _, kind := range []string{"wal", "bolt"} {
 		other := map[string]string{"wal": "bolt", "bolt": "wal"}[kind]

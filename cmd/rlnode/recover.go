@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,19 +9,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	setUsage(fs, "recover", "--data-dir D --peers FILE")
 	dir := fs.String("data-dir", "", "data dir of a STOPPED node that survived")
 	peersFile := fs.String("peers", "", `JSON file listing every surviving server: [{"id":"n1","raftAddr":"10.0.0.1:8300"}, ...]`)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageErr("%v", err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 || *dir == "" || *peersFile == "" {
 		return usageErr("recover needs --data-dir and --peers: rlnode recover --data-dir D --peers FILE (on every survivor, with the node stopped)")

@@ -41,6 +41,7 @@ func waitConverged(t *testing.T, nodes []*proctest.Node) string {
 // their data dirs; `rlnode recover` makes the survivor a cluster of one
 // with every window it had, and new members join it.
 func TestRecoverFromLostMajority(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "3")
 	n1 := nodes[0]
 	var resetAt int64
@@ -111,6 +112,7 @@ func startOn(t *testing.T, old *proctest.Node, extra ...string) *proctest.Node {
 // addresses and `rlnode restore` brings back every window: the same
 // digest on every node.
 func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
+	proctest.Long(t)
 	a := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "4")
 	for i := range 20 {
 		if r := proctest.MustGet(t, fmt.Sprintf("%s/check/client-%d", a[i%3].URL(), i%7)); r.Status != 200 {

@@ -14,6 +14,7 @@ import (
 // its former peers (no heartbeats logged after it stepped down) and stops
 // promptly on SIGTERM.
 func TestRemovedLeaderGoesQuiet(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--leave-on-shutdown")
 	leader := leaderOf(t, nodes)
 	var rest []*proctest.Node

@@ -14,6 +14,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
@@ -42,6 +44,18 @@ descriptors:
     rate_limit: {name: gold, replaces: [{name: base}], unit: week, requests_per_unit: 5}
   - key: base
     rate_limit: {name: base, unit: week, requests_per_unit: 1}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - {key: op, detailed_metric: true, rate_limit: {unit: week, requests_per_unit: 9}}
+`
+
+// dropInMore configures the same domain from a second file (merged with
+// --merge-domains, as MERGE_DOMAIN_CONFIG does).
+const dropInMore = `
+domain: dropin
+descriptors:
+  - {key: extra, rate_limit: {unit: week, requests_per_unit: 1}}
 `
 
 func askIn(t *testing.T, c rlsv3.RateLimitServiceClient, domain string, ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -76,18 +90,29 @@ func syncEnvoy(t *testing.T, addr string, args ...string) (string, int) {
 func TestEnvoyDropIn(t *testing.T) {
 	nodes, grpcAddr := rlsNodes(t, "--rls-response-headers", "X-RateLimit-Limit,X-RateLimit-Remaining,X-RateLimit-Reset", "--rls-dynamic-metadata")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "dropin.yaml"), []byte(dropInConfig), 0o644); err != nil {
-		t.Fatal(err)
+	for name, body := range map[string]string{"dropin.yaml": dropInConfig, "dropin-more.yaml": dropInMore} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if out, code := syncEnvoy(t, nodes[1].URL(), "--dir", dir); code != 0 || !strings.Contains(out, "added envoy:dropin.client") {
+	if out, code := syncEnvoy(t, nodes[1].URL(), "--dir", dir); code != 2 || !strings.Contains(out, "duplicate domain 'dropin'") {
+		t.Fatalf("sync-envoy of one domain in two files without --merge-domains: exit %d\n%s", code, out)
+	}
+	if out, code := syncEnvoy(t, nodes[1].URL(), "--dir", dir, "--merge-domains"); code != 0 ||
+		!strings.Contains(out, "added envoy:dropin.client") || !strings.Contains(out, "added envoy:dropin.extra") {
 		t.Fatalf("sync-envoy: exit %d\n%s", code, out)
 	}
 	rig := rlsDial(t, nodes, grpcAddr)
 	c := rig.clients["follower"]
-	// The follower answers from its own table: wait until it has the import.
+	// The follower matches with its own table: wait until it has applied
+	// the whole import.
 	proctest.Poll(t, 10*time.Second, func() error {
-		if r := askIn(t, c, "dropin", desc("file", "f-probe")); r.GetStatuses()[0].GetCurrentLimit() == nil {
-			return fmt.Errorf("the follower has no limit for file yet: %v", r)
+		r, err := proctest.Get(rig.urls["follower"] + "/v1/policies?stale=true")
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(string(r.Raw), `"name":"envoy:dropin.`); n != 8 {
+			return fmt.Errorf("the follower has %d of the 8 imported policies", n)
 		}
 		return nil
 	})
@@ -166,6 +191,8 @@ func TestEnvoyDropIn(t *testing.T) {
 	})
 
 	t.Run("per-descriptor metrics", func(t *testing.T) {
+		askIn(t, c, "dropin", desc("user", "bob", "op", "read"))
+		askIn(t, c, "dropin", desc("extra", "e"))
 		resp, err := http.Get(rig.urls["follower"] + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -177,6 +204,8 @@ func TestEnvoyDropIn(t *testing.T) {
 			`rlnode_rls_rate_limit_over_limit_total{descriptor="client",domain="dropin"} 1`,
 			`rlnode_rls_rate_limit_within_limit_total{descriptor="tenant_t-*",domain="dropin"} 2`,
 			`rlnode_rls_rate_limit_near_limit_total{descriptor="tenant_t-*",domain="dropin"} 1`,
+			`rlnode_rls_rate_limit_total_hits_total{descriptor="user_bob.op_read",domain="dropin"} 1`,
+			`rlnode_rls_rate_limit_within_limit_total{descriptor="extra",domain="dropin"} 1`,
 		} {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("metrics lack %s", want)
@@ -189,20 +218,22 @@ func TestEnvoyDropIn(t *testing.T) {
 		if err := os.WriteFile(bad, []byte("domain: other\ndescriptors:\n  - key: a\n    ratelimit: {unit: day, requests_per_unit: 1}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, code := syncEnvoy(t, nodes[0].URL(), "--dir", dir)
-		if code == 0 || !strings.Contains(out, "other.yaml: descriptors[0].ratelimit: config error, unknown key 'ratelimit'") {
+		out, code := syncEnvoy(t, nodes[0].URL(), "--dir", dir, "--merge-domains")
+		if code != 2 || !strings.Contains(out, "other.yaml: descriptors[0].ratelimit: config error, unknown key 'ratelimit'") {
 			t.Fatalf("bad file: exit %d\n%s", code, out)
 		}
 		if r := askIn(t, c, "dropin", desc("file", "f9")); r.GetStatuses()[0].GetCurrentLimit() == nil {
 			t.Fatalf("the bad file changed the table: %v", r)
 		}
-		if err := os.Remove(bad); err != nil {
-			t.Fatal(err)
+		for _, gone := range []string{bad, filepath.Join(dir, "dropin-more.yaml")} {
+			if err := os.Remove(gone); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "dropin.yaml"), []byte("domain: moved\ndescriptors:\n  - {key: k, rate_limit: {unit: day, requests_per_unit: 1}}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, code = syncEnvoy(t, nodes[0].URL(), "--dir", dir)
+		out, code = syncEnvoy(t, nodes[0].URL(), "--dir", dir, "--merge-domains")
 		if code != 0 || !strings.Contains(out, "added envoy:moved.k") || !strings.Contains(out, "removed envoy:dropin.client") {
 			t.Fatalf("moved domain: exit %d\n%s", code, out)
 		}
@@ -276,5 +307,33 @@ func TestSyncEnvoyWatchesAConfigMap(t *testing.T) {
 	})
 	if err := has("envoy:cm.b", true)(); err != nil {
 		t.Fatalf("the refused file changed the table: %v", err)
+	}
+}
+
+// TestEnvoyGlobalShadowMode: with --rls-shadow-mode the statuses say which
+// descriptors are over, the request never is (envoyproxy/ratelimit's
+// SHADOW_MODE).
+func TestEnvoyGlobalShadowMode(t *testing.T) {
+	grpcAddr := proctest.FreeAddr(t)
+	nodes := proctest.StartCluster(t, rlnodeBin, 1, "--grpc-addr", grpcAddr, "--cluster-token", rlsToken, "--rls-shadow-mode")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("domain: s\ndescriptors:\n  - {key: k, rate_limit: {unit: week, requests_per_unit: 1}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := syncEnvoy(t, nodes[0].URL(), "--dir", dir); code != 0 {
+		t.Fatalf("sync-envoy: exit %d\n%s", code, out)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	if got := verdictsOf(askIn(t, c, "s", desc("k", "v"))) + "; " + verdictsOf(askIn(t, c, "s", desc("k", "v"))); got != "OK OK; OK OVER_LIMIT" {
+		t.Fatalf("%s; want the second over its limit and let through", got)
+	}
+	r, err := proctest.Get(nodes[0].URL() + "/metrics")
+	if err != nil || !strings.Contains(string(r.Raw), `rlnode_rls_descriptors_total{domain="s",result="global_shadow_mode"} 1`) {
+		t.Fatalf("metrics (%v):\n%s", err, r.Raw)
 	}
 }

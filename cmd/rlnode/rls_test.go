@@ -303,6 +303,7 @@ func TestEnvoyRateLimitServiceTLS(t *testing.T) {
 // closed after rls.HandshakeTimeout (5 s), not gRPC's default 120 s, and a
 // real client is served while they are held.
 func TestGRPCPortDropsSilentConnections(t *testing.T) {
+	proctest.Long(t)
 	addr := proctest.FreeAddr(t)
 	n := proctest.StartNode(t, rlnodeBin, "n1", "--grpc-addr", addr)
 	proctest.WaitReady(t, n, 15*time.Second)

@@ -124,6 +124,7 @@ func spendOn(t *testing.T, n *proctest.Node, client string, k int) int64 {
 // and the node keeps its term, its leadership and its windows. A client that
 // does know the token gets through, so the refusal is the token's doing.
 func TestRaftPortRejectsForgedRPCs(t *testing.T) {
+	proctest.Long(t)
 	t.Run("insecure node is open (control)", func(t *testing.T) {
 		n := proctest.StartNode(t, rlnodeBin, "open", "--insecure")
 		proctest.WaitReady(t, n, 15*time.Second)
@@ -216,6 +217,7 @@ func fdCount(t *testing.T, pid int) int {
 // authenticated connection that goes quiet is closed by the idle timeout:
 // the node's file descriptors stay bounded.
 func TestRaftHeldOpenConnectionsClosed(t *testing.T) {
+	proctest.Long(t)
 	const token, perIP = "held-open-token", 8
 	n := proctest.StartNode(t, rlnodeBin, "held", "--cluster-token-file", writeToken(t, token),
 		"--raft-handshake-timeout", "1s", "--raft-idle-timeout", "2s", "--raft-max-conns-per-ip", fmt.Sprint(perIP))
@@ -289,6 +291,7 @@ func isTimeout(err error) bool {
 // A node listening beyond loopback with neither token nor mutual TLS
 // refuses to start and says how to fix it; --insecure or a token lets it.
 func TestServeRefusesOpenNonLoopback(t *testing.T) {
+	proctest.Long(t)
 	dir := t.TempDir()
 	_, stderr, code := proctest.Run(t, rlnodeBin, []string{"RLNODE_CLUSTER_TOKEN=", "RLNODE_CLUSTER_TOKEN_FILE="},
 		"serve", "--http-addr", "0.0.0.0:0", "--raft-addr", "127.0.0.1:0", "--http-advertise", "127.0.0.1:1", "--data-dir", dir)
@@ -334,6 +337,7 @@ func TestServeRefusesOpenNonLoopback(t *testing.T) {
 // cluster whose pooled and pipeline connections all went idle serves the
 // next hits as before.
 func TestRaftIdleTimeoutKeepsClusterServing(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--cluster-token-file", writeToken(t, "idle-token"), "--raft-idle-timeout", "1s")
 	for round := range 3 {
 		for i, n := range nodes {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
@@ -70,11 +71,12 @@ type serveConfig struct {
 	fds                                                  fdBudget
 }
 
-func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
+// serveFlags makes serve's flag set; asked for, its help goes to help.
+func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setUsage(fs, "serve", "")
+	fs.SetOutput(help)
+	fs.Usage = serveUsage(fs)
 	fs.StringVar(&c.id, "id", "", "node id (default: the raft advertise address)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:8300", "address Raft listens on")
@@ -82,14 +84,14 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
 	fs.StringVar(&c.dataDir, "data-dir", "rlnode-data", "directory for the Raft log, stable store and snapshots")
 	fs.StringVar(&c.raftLog, "raft-log", os.Getenv("RLNODE_RAFT_LOG"), "Raft log store, wal or bolt (default $RLNODE_RAFT_LOG, else what the data dir holds, else "+string(storage.Default)+"); a data dir keeps its kind: convert it with rlnode migrate-log")
-	fs.Int64Var(&c.limit, "limit", 10, "hits allowed per client per window")
-	fs.DurationVar(&c.window, "window", 60*time.Second, "window length (a Go duration, e.g. 60s, 1m30s)")
+	fs.Int64Var(&c.limit, "limit", 10, "seeds policy default when this node bootstraps a new cluster: hits allowed per client per window (later: rlnode policy set)")
+	fs.DurationVar(&c.window, "window", 60*time.Second, "seeds policy default with --limit: the window's length, a duration with a unit (60s, 1m30s)")
 	fs.StringVar(&c.policiesFile, "policies", "", "YAML or JSON file of policies to seed the replicated table with when this node bootstraps a new cluster (--limit/--window still seed \"default\" unless the file defines it)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
-	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with `rlnode join`")
+	fs.BoolVar(&c.waitForJoin, "wait-for-join", false, "with an empty data dir, neither bootstrap nor --join: wait until an operator adds this node with rlnode join")
 	fs.BoolVar(&c.rejoinEmpty, "rejoin-empty", false, "when the data dir's Raft state is lost or damaged: move it aside and rejoin through --join as a new member (ignored when the state is healthy)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
 	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node leads only while a majority of the voters, itself included, have recent clock readings within this of its own; otherwise it refuses (and says so in its log, status and metrics)")
@@ -247,16 +249,13 @@ func (c *serveConfig) joinAddrs() []string {
 }
 
 // parseServe reads and checks serve's flags.
-func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
-	fs, c := serveFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageErr("%v", err)
+func parseServe(args []string, help io.Writer) (*serveConfig, error) {
+	fs, c := serveFlags(help)
+	if err := cli.Parse(fs, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, usageErr("unexpected arguments %q", fs.Args())
+		return nil, &cli.UsageError{Err: fmt.Errorf("unexpected arguments %q (serve takes flags only)", fs.Args()), Hint: cli.Hint(fs)}
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -265,13 +264,13 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, usageErr("%v", err)
 	}
 	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("%w: invalid configuration:\n  %s", errUsage, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, cli.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	return c, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseServe(args, stderr)
+	c, err := parseServe(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -281,7 +280,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	seed, err := c.seed()
 	if err != nil {
-		return fmt.Errorf("%w: --policies: %v", errUsage, err)
+		return cli.Errorf("--policies: %w", err)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "rlnode", Level: hclog.LevelFromString(c.logLevel), JSONFormat: c.logJSON, Output: stderr,
@@ -329,15 +328,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	obs.WatchNode(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
-	go warnIfDefaultDiffers(warnCtx, node, seed, logger)
+	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
 
-	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir,
-		"limit", c.limit, "window", c.window.String())
+	// The limits are the replicated policy table's, said once the node is
+	// ready (reportDefaultPolicy), never this node's seeding flags.
+	logger.Info("rlnode serving", "http", ln.Addr().String(), "raft", c.raftAddr, "data_dir", c.dataDir)
+	if c.waitForJoin && !node.HadState() {
+		logger.Info(node.Status().Waiting)
+	}
 	c.warnSecurity(logger, tlsSrc)
 	if c.debugEndpoints || c.debugClockOffset != 0 {
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
@@ -495,7 +498,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 	return cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: storage.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
-		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset,
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(),
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
@@ -523,12 +526,12 @@ func (c *serveConfig) joinInBackground(ctx context.Context, node *cluster.Node, 
 			return
 		}
 		self := cluster.JoinRequest{ID: c.id, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise, Rejoin: node.Rejoined()}
-		var err error
 		if c.bootstrapExpect > 0 && !node.Rejoined() {
-			err = node.BootstrapExpect(ctx, addrs, logger.Info)
-		} else {
-			err = node.JoinAndWait(ctx, addrs, self, logger.Info)
+			done <- node.BootstrapExpect(ctx, addrs, logger.Info)
+			return
 		}
+		logger.Info("no Raft state: asking the members in --join to add this node", "join", c.join)
+		err := node.JoinAndWait(ctx, addrs, self, logger.Info)
 		if err == nil {
 			logger.Info("joined the cluster as a voter", "via", c.join)
 		}
@@ -585,11 +588,11 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 	return append(ps, policy.Fixed(policy.Default, c.limit, c.window)), nil
 }
 
-// warnIfDefaultDiffers logs once, when the node is first ready, if the
-// replicated default policy is not what this node's flags would have
-// seeded: the flags only seed a new cluster, so a changed --limit on a
-// running one does nothing, and the operator should know.
-func warnIfDefaultDiffers(ctx context.Context, node *cluster.Node, seed []policy.Policy, logger hclog.Logger) {
+// reportDefaultPolicy logs once, when the node is first ready, the
+// replicated default policy, and warns if it is not what this node's flags
+// would have seeded: the flags only seed a new cluster, so a changed
+// --limit on a running one does nothing, and the operator should know.
+func reportDefaultPolicy(ctx context.Context, node *cluster.Node, seed []policy.Policy, logger hclog.Logger) {
 	for deadline := time.Now().Add(time.Minute); node.Ready(0) != nil; {
 		if time.Now().After(deadline) {
 			return
@@ -610,7 +613,9 @@ func warnIfDefaultDiffers(ctx context.Context, node *cluster.Node, seed []policy
 	switch {
 	case !ok:
 		logger.Warn("the replicated table has no default policy: GET /check/{client} answers 404 until one is set (rlnode policy set default ...)")
-	case !have.Equal(want):
+	case have.Equal(want):
+		logger.Info("policy default (replicated)", "policy", have.String())
+	default:
 		logger.Warn("this node's --limit/--window (or --policies) differ from the replicated default policy, which applies; change it with rlnode policy set",
 			"flags", want.String(), "replicated", have.String())
 	}

@@ -70,7 +70,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--limit", "0"}, "--limit 0: must be at least 1"},
 		{[]string{"--limit", "-5"}, "--limit -5"},
 		{[]string{"--window", "-1s"}, "--window -1s: must be a positive duration"},
-		{[]string{"--window", "banana"}, "invalid value"},
+		{[]string{"--window", "banana"}, "--window banana: \"banana\" is not a duration"},
 		{[]string{"--http-addr", "nope"}, "--http-addr"},
 		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
@@ -91,6 +91,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 }
 
 func TestServeRefusesCorruptOrBusyDataDir(t *testing.T) {
+	proctest.Long(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "raft.db"), []byte("this is not a bolt database, just junk bytes................"), 0o644); err != nil {
 		t.Fatal(err)
@@ -203,6 +204,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // rlnode bench against a real node: every request is accounted for and the
 // node's own budget shows in the allowed/refused split.
 func TestBenchCommandAgainstANode(t *testing.T) {
+	proctest.Long(t)
 	n := proctest.StartNode(t, rlnodeBin, "b", "--limit", "3")
 	proctest.WaitReady(t, n, 15*time.Second)
 	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "bench", "--addr", n.URL(), "--duration", "1s", "--concurrency", "4", "--keys", "5", "--json")

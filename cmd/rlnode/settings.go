@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
 
 // Every serve flag can also come from the environment and from a YAML
@@ -30,6 +32,7 @@ func envName(flagName string) string {
 // environment and then from the --config file (or $RLNODE_CONFIG).
 // explicit is the set of flags given on the command line.
 func applySettings(fs *flag.FlagSet, explicit map[string]bool, lookupEnv func(string) (string, bool)) error {
+	defer cli.WithUnits(fs)()
 	fromEnv := map[string]bool{}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {

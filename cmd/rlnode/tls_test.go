@@ -61,6 +61,7 @@ func startTLSNode(t *testing.T, dir, id string, extra ...string) *proctest.Node 
 // watcher on the third); clients, admin commands and Raft peers without a
 // certificate are refused on every port.
 func TestMutualTLSClusterRotation(t *testing.T) {
+	proctest.Long(t)
 	dir := t.TempDir()
 	proctest.TLSInit(t, rlnodeBin, dir, "n1", "n2", "n3")
 	n1 := startTLSNode(t, dir, "n1", "--tls-reload-interval", "0")

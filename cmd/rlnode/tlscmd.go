@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -30,15 +30,16 @@ func runTLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 func runTLSInit(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tls init", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rlnode tls init --out DIR --nodes n1,n2,n3 [--hosts HOST,...] [--valid DURATION]")
-		fmt.Fprintln(stderr, "\nWrites ca.pem and ca-key.pem (kept if DIR already has them, so running it again re-issues")
-		fmt.Fprintln(stderr, "node certificates under the same CA), NAME.pem and NAME-key.pem per node (server and client")
-		fmt.Fprintln(stderr, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts, and naming node NAME in the")
-		fmt.Fprintln(stderr, "URI SAN spiffe://rlnode/node/NAME that node-to-node ports require), and client.pem and")
-		fmt.Fprintln(stderr, "client-key.pem for the admin CLI and applications (no node name: refused on node-to-node ports).")
-		fmt.Fprintln(stderr, "Takes no positional arguments.")
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: rlnode tls init --out DIR --nodes n1,n2,n3 [--hosts HOST,...] [--valid DURATION]")
+		fmt.Fprintln(w, "\nWrites ca.pem and ca-key.pem (kept if DIR already has them, so running it again re-issues")
+		fmt.Fprintln(w, "node certificates under the same CA), NAME.pem and NAME-key.pem per node (server and client")
+		fmt.Fprintln(w, "certificate, valid for NAME, localhost, 127.0.0.1, ::1 and --hosts, and naming node NAME in the")
+		fmt.Fprintln(w, "URI SAN spiffe://rlnode/node/NAME that node-to-node ports require), and client.pem and")
+		fmt.Fprintln(w, "client-key.pem for the admin CLI and applications (no node name: refused on node-to-node ports).")
+		fmt.Fprintln(w, "Takes no positional arguments.")
 		fs.PrintDefaults()
 	}
 	var o tlsconf.InitOptions
@@ -47,11 +48,8 @@ func runTLSInit(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&nodes, "nodes", "", "comma-separated node names, e.g. n1,n2,n3 (required)")
 	fs.StringVar(&hosts, "hosts", "", "comma-separated extra host names or IPs every node certificate is valid for")
 	fs.DurationVar(&o.Valid, "valid", 365*24*time.Hour, "how long node and client certificates are valid")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageErr("%v", err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("tls init takes no arguments, got %q", fs.Args())

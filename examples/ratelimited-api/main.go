@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -73,8 +74,14 @@ func main() {
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
-	log.Printf("listening on %s, rate-limited by rlnode at %s (policy %q)", *listen, *addrs, *policy)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// Listen first: a busy or malformed address fails here, before the
+	// log line says the service is up.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("listen on --listen %s: %v", *listen, err)
+	}
+	log.Printf("listening on %s, rate-limited by rlnode at %s (policy %q)", ln.Addr(), *addrs, *policy)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
 	}
 }

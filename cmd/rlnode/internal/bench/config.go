@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -125,12 +126,12 @@ func checkAddr(a string) error {
 }
 
 // ParseArgs parses the arguments of `rlnode bench` (without the subcommand
-// name). It returns flag.ErrHelp (wrapped) for -h/--help after printing usage
-// to stderr. The returned Config is validated and has defaults filled in;
+// name). It returns flag.ErrHelp for -h/--help after printing usage to
+// help (stdout), and a *cli.UsageError for a mistake in a flag. The returned Config is validated and has defaults filled in;
 // Progress is left nil for the caller to set.
-func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err error) {
+func ParseArgs(args []string, help io.Writer) (cfg Config, jsonOut bool, err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	addrs := fs.String("addr", DefaultAddr, "comma-separated node base URLs; requests are spread round-robin over them")
 	conc := fs.Int("concurrency", 0, "closed loop: number of workers (default 64); with --rate: max requests in flight (default 4096)")
 	rate := fs.Float64("rate", 0, "open loop at this many requests/s in total (latency counted from the intended send time); 0 = closed loop")
@@ -153,8 +154,8 @@ func ParseArgs(args []string, stderr io.Writer) (cfg Config, jsonOut bool, err e
 		fmt.Fprintln(fs.Output(), "usage: rlnode bench [flags]   (no positional arguments)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return Config{}, false, fmt.Errorf("bench: %w", err)
+	if err := cli.Parse(fs, args); err != nil {
+		return Config{}, false, err
 	}
 	if fs.NArg() > 0 {
 		return Config{}, false, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
