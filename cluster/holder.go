@@ -69,6 +69,8 @@ type heldKey struct {
 	periodHits  int64
 	rate        float64 // hits per second over the last full period
 	lastHit     time.Time
+	// bucket: the policy is a token bucket (learned from a grant).
+	bucket bool
 	// dry: the last grant lent nothing (the budget is spent). The node
 	// refuses the key locally until exhausted, and while it asks again.
 	dry           bool
@@ -351,13 +353,19 @@ func (h *holder) maybeFetch(id keyID, k *heldKey, now time.Time) {
 	}
 	k.inflight = true
 	want := max(int64(rate*demandHorizon.Seconds()), minWant)
+	lease := DefaultLease
+	if k.bucket {
+		// A token-bucket grant is usable for its lease less the clock
+		// discipline's bound (fetch): ask for that much more.
+		lease = min(DefaultLease+h.n.cfg.MaxClockOffset, MaxLease)
+	}
 	h.wg.Add(1)
-	go h.fetch(id, want)
+	go h.fetch(id, want, lease)
 }
 
 // fetch asks the leader for a grant and installs it. The send time is read
 // before the request leaves: the lease is measured from it.
-func (h *holder) fetch(id keyID, want int64) {
+func (h *holder) fetch(id keyID, want int64, lease time.Duration) {
 	defer h.wg.Done()
 	defer func() { <-h.sem }()
 	ctx, cancel := context.WithTimeout(context.Background(), h.n.cfg.ApplyTimeout)
@@ -370,7 +378,7 @@ func (h *holder) fetch(id keyID, want int64) {
 		}
 	}()
 	sent := time.Now()
-	g, err := h.n.Grant(ctx, GrantRequest{Policy: id.policy, Client: id.client, Holder: h.id, Want: want, Lease: DefaultLease})
+	g, err := h.n.Grant(ctx, GrantRequest{Policy: id.policy, Client: id.client, Holder: h.id, Want: want, Lease: lease})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := h.keys[id]
@@ -396,6 +404,17 @@ func (h *holder) fetch(id keyID, want int64) {
 		k.exhausted, k.exhaustedInfo = sent.Add(wait), g
 	default:
 		lg := localGrant{id: g.ID, left: g.Units, deadline: g.Deadline(sent), sent: sent, g: g}
+		if g.Algorithm == window.TokenBucket.String() {
+			// The bucket's cap lifts at the grant's expiry in cluster time,
+			// which a failover to a leader whose clock is ahead moves
+			// earlier by up to the clock discipline's bound.
+			k.bucket = true
+			lg.deadline = lg.deadline.Add(-h.n.cfg.MaxClockOffset)
+			if !lg.deadline.After(time.Now()) {
+				h.giveBack(id, []localGrant{lg}) // too short to use: back at once
+				return
+			}
+		}
 		at := len(k.grants)
 		for at > 0 && k.grants[at-1].deadline.After(lg.deadline) {
 			at--

@@ -37,14 +37,14 @@ func (p *runPolicy) body(limits []checker.Limit) map[string]any {
 		}
 		ls = append(ls, m)
 	}
-	body := map[string]any{"algorithm": p.algorithm, "limits": ls}
+	b := map[string]any{"algorithm": p.algorithm, "limits": ls}
 	if p.align != "" {
-		body["align"] = p.align
+		b["align"] = p.align
 	}
 	if p.leased {
-		body["consistency"] = "leased"
+		b["consistency"] = "leased"
 	}
-	return body
+	return b
 }
 
 // raised returns the next version of p's limits: a fixed or sliding
@@ -142,14 +142,14 @@ func (ps *policySet) describe() string {
 			}
 			ls = append(ls, s)
 		}
-		kind := ""
+		alg := p.algorithm
 		if p.align != "" {
-			kind += " align " + p.align
+			alg += " align " + p.align
 		}
 		if p.leased {
-			kind += " leased"
+			alg += " leased"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s%s %s", p.name, p.algorithm, kind, strings.Join(ls, " + ")))
+		parts = append(parts, fmt.Sprintf("%s %s %s", p.name, alg, strings.Join(ls, " + ")))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -40,9 +40,12 @@ type LeasedResult struct {
 	Allowed   int    `json:"allowed"`
 	Refused   int    `json:"refused"`
 	Local     int    `json:"local"` // answered from a lease (X-Rlnode-Decided: local)
-	// FullWindows counts fixed windows with a refusal (demand over the
-	// limit); Fill is the mean share of the limit they admitted, MinFill
-	// the least.
+	// FullWindows counts windows with a refusal (demand over the limit);
+	// Fill is the mean share of the limit they admitted, MinFill the least
+	// (a sliding window's estimate carries the previous window, so its
+	// fill is below 1 even when exact). A token bucket's Fill is what it
+	// admitted over burst + refill from its first to its last check,
+	// when some were refused.
 	FullWindows int     `json:"fullWindows,omitempty"`
 	Fill        float64 `json:"fill,omitempty"`
 	MinFill     float64 `json:"minFill,omitempty"`
@@ -84,6 +87,7 @@ func checkLeased(cfg Config, key string, p Policy, ops []Op) ([]Violation, Lease
 		out = leasedWindows(cfg, key, p, ops, &res)
 	case TokenBucket:
 		out = leasedBucket(key, p, allowed)
+		bucketFill(p, ops, &res)
 	}
 	return out, res
 }
@@ -136,7 +140,7 @@ func leasedWindows(cfg Config, key string, p Policy, ops []Op, res *LeasedResult
 			out = append(out, Violation{Check: CheckLeasedOverLimit, Key: key, OpIDs: opIDs(w.allowed),
 				Detail: fmt.Sprintf("%s window starting %d admitted %d, limit is %d", p.Algorithm, start, n, w.limit)})
 		}
-		if p.Algorithm == FixedWindow && len(w.refused) > 0 {
+		if len(w.refused) > 0 {
 			fill := min(1, float64(len(w.allowed))/float64(w.limit))
 			res.FullWindows++
 			fillSum += fill
@@ -181,4 +185,20 @@ func decidedWord(op Op) string {
 		return "log"
 	}
 	return op.Decided
+}
+
+// bucketFill measures a token bucket's admitted share of burst + refill
+// over the run, when demand went over it (something was refused).
+func bucketFill(p Policy, ops []Op, res *LeasedResult) {
+	if res.Refused == 0 || len(ops) == 0 {
+		return
+	}
+	first, last := ops[0].Invoke, ops[0].Invoke
+	for _, op := range ops {
+		first, last = min(first, op.Invoke), max(last, op.Invoke)
+	}
+	l := p.Versions[0][0]
+	bound := float64(l.capacity(TokenBucket)) + float64((last-first)/1e6)*float64(l.Limit)/float64(l.WindowMs)
+	res.Fill = min(1, float64(res.Allowed)/bound)
+	res.MinFill = res.Fill
 }
