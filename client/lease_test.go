@@ -28,8 +28,10 @@ func leased(name string, limit int64, window time.Duration) policy.Policy {
 // at once, a return puts unspent ones back, and bad requests are 4xx that
 // name the problem and grant nothing.
 func TestLeaseAPI(t *testing.T) {
+	bucket := policy.Policy{Name: "bucket", Algorithm: "token_bucket", Consistency: policy.Leased,
+		Limits: []policy.Limit{{Limit: 10, Window: policy.Duration(time.Second), Burst: 10}}}
 	cl := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{
-		leased("api", 10, time.Minute), policy.Fixed("strict", 10, time.Minute)}})
+		leased("api", 10, time.Minute), policy.Fixed("strict", 10, time.Minute), bucket}})
 	leader := cl.Leader(10 * time.Second)
 	cl.WaitConverged(10 * time.Second)
 	c := newClient(t, client.Config{Addrs: []string{cl.Followers(leader)[0].HTTPAddr}})
@@ -59,6 +61,14 @@ func TestLeaseAPI(t *testing.T) {
 	}
 	if st, _ := c.Peek(ctx, "api", "k"); st.Remaining != 9 {
 		t.Fatalf("a return under other credentials changed the budget: %+v", st)
+	}
+
+	// A token bucket's grant ends the cluster's max-clock-offset (500 ms
+	// by default) early for its holder: its cap lifts at expiry in cluster
+	// time, which a failover to a leader ahead in time moves earlier.
+	tb, err := c.Lease(ctx, "bucket", "k", "app-1", 2, time.Minute)
+	if err != nil || tb.Units != 2 || tb.ValidFor > time.Minute-500*time.Millisecond || tb.ValidFor < 50*time.Second {
+		t.Fatalf("token-bucket grant %+v %v: want 2 units valid for at most 59.5s", tb, err)
 	}
 
 	for _, tc := range []struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
 )
 
 // The lease API lets an application (or any program) hold units of a
@@ -128,22 +129,41 @@ func validHolder(h string) error {
 }
 
 // leasedPolicy answers 404 or 409 itself unless name is a leased policy.
-func (a *API) leasedPolicy(c *gin.Context, name string) bool {
+func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 	if err := policy.ValidateName(name); err != nil {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
-		return false
+		return policy.Policy{}, false
 	}
 	p, ok := a.cfg.Node.Policy(name)
 	if !ok {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
-		return false
+		return p, false
 	}
 	if !p.IsLeased() {
 		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check", name))
-		return false
+		return p, false
 	}
-	return true
+	return p, true
 }
+
+// ClockCut is how much earlier than its grant an external holder must
+// stop spending a token-bucket grant: the bucket's cap lifts at the
+// grant's expiry in cluster time, which a failover to a leader whose
+// clock is ahead by up to the cluster's --max-clock-offset moves earlier
+// (cluster/DESIGN.md, "Clock skew"). The lease asked for is longer by as
+// much, and the duration answered shorter.
+func ClockCut(p policy.Policy, maxClockOffset time.Duration) time.Duration {
+	if p.Alg() != window.TokenBucket {
+		return 0
+	}
+	if maxClockOffset <= 0 {
+		maxClockOffset = DefaultMaxClockOffset
+	}
+	return maxClockOffset
+}
+
+// DefaultMaxClockOffset is the cluster's own default of --max-clock-offset.
+const DefaultMaxClockOffset = 500 * time.Millisecond
 
 // lease is POST /v1/leases: acquire (or, asked again, extend) a grant.
 func (a *API) lease(c *gin.Context) {
@@ -172,10 +192,12 @@ func (a *API) lease(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, bad+"; nothing was granted")
 		return
 	}
-	if !a.leasedPolicy(c, in.Policy) {
+	p, ok := a.leasedPolicy(c, in.Policy)
+	if !ok {
 		a.observeLease(a.policyLabel(in.Policy), "refused", 0)
 		return
 	}
+	cut := ClockCut(p, a.cfg.MaxClockOffset)
 	holder := externalHolder(c.Request, in.Holder)
 	release, err := a.holders.reserve(holder)
 	if err != nil {
@@ -189,7 +211,7 @@ func (a *API) lease(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	g, err := a.cfg.Node.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
-		Lease: time.Duration(in.LeaseMs) * time.Millisecond})
+		Lease: min(time.Duration(in.LeaseMs)*time.Millisecond+cut, cluster.MaxLease)})
 	release(g)
 	if err != nil {
 		a.observeLease(in.Policy, "failed", 0)
@@ -203,7 +225,7 @@ func (a *API) lease(c *gin.Context) {
 	a.observeLease(in.Policy, result, g.Units)
 	c.Header("Cache-Control", "no-store")
 	ans := grantAnswer{Policy: in.Policy, Client: in.Client, Holder: in.Holder, Grant: g.ID, Units: g.Units,
-		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: g.Valid.Milliseconds()}
+		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: max(0, g.Valid-cut).Milliseconds()}
 	for _, p := range g.Parts {
 		// The most constraining limit is the part the grant's window
 		// came from.
@@ -245,7 +267,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, bad+"; nothing was returned")
 		return
 	}
-	if !a.leasedPolicy(c, in.Policy) {
+	if _, ok := a.leasedPolicy(c, in.Policy); !ok {
 		return
 	}
 	holder := externalHolder(c.Request, in.Holder)

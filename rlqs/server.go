@@ -62,6 +62,11 @@ type Config struct {
 	// (default 100ms). An assignment that arrives later than this can
 	// outlive its grant by the difference.
 	Transit time.Duration
+	// MaxClockOffset is the cluster's --max-clock-offset: assignments of
+	// token-bucket policies end this much before their grant (the cap on
+	// the bucket lifts at the grant's expiry in cluster time, which a
+	// failover to a leader whose clock is ahead moves earlier; 0: 500ms).
+	MaxClockOffset time.Duration
 	// ColdAfter: a bucket whose reports show no request for this long is
 	// abandoned (default 30s).
 	ColdAfter time.Duration
@@ -84,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBuckets == 0 {
 		c.MaxBuckets = 1024
+	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = 500 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
 )
 
 // minTTL is the shortest token-bucket assignment worth sending; a grant
@@ -175,10 +176,15 @@ func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaRe
 	want := int64(math.Ceil(b.rate * q.cfg.Lease.Seconds()))
 	q.mu.Unlock()
 	want = min(max(want, 1), policy.MaxLimit)
+	var cut time.Duration
+	if p, ok := q.cfg.Leaser.Policy(b.policy); ok && p.Alg() == window.TokenBucket {
+		cut = q.cfg.MaxClockOffset
+	}
 	gctx, cancel := context.WithTimeout(ctx, q.cfg.Lease)
 	defer cancel()
 	sent := time.Now()
-	g, err := q.cfg.Leaser.Grant(gctx, cluster.GrantRequest{Policy: b.policy, Client: b.client, Holder: q.holder, Want: want, Lease: q.cfg.Lease})
+	g, err := q.cfg.Leaser.Grant(gctx, cluster.GrantRequest{Policy: b.policy, Client: b.client, Holder: q.holder, Want: want,
+		Lease: min(q.cfg.Lease+cut, cluster.MaxLease)})
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -195,7 +201,7 @@ func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaRe
 		return nil
 	}
 	b.seq++
-	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit
+	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit - cut
 	if g.Units == 0 || ttl < minTTL {
 		q.observe(b.policy, "exhausted", g.Units)
 		wait := min(max(time.Duration(g.ResetAt-g.Now)*time.Millisecond, 50*time.Millisecond), q.cfg.Lease)
