@@ -23,8 +23,12 @@ type planned struct {
 	hit cluster.Hit
 	// solo: decided on its own, not in the request's all-or-nothing group
 	// (shadow_mode, quota_mode, the global shadow mode).
-	solo           bool
-	shadow, quota  bool
+	solo          bool
+	shadow, quota bool
+	// check: hits_addend 0, a look at the counter that counts nothing;
+	// peek is what it saw.
+	check          bool
+	peek           cluster.PeekResult
 	entries        []entry
 	domain, metric string // metric labels (metric.go)
 	// at indexes the hit in its check's result.
@@ -56,7 +60,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	var enforce, solo []cluster.Hit
 	for i := range plan {
 		switch p := &plan[i]; {
-		case p.pol == nil || p.pol.Envoy != nil && p.pol.Envoy.Unlimited:
+		case p.pol == nil || p.pol.Envoy != nil && p.pol.Envoy.Unlimited || p.check:
 		case p.solo:
 			p.at = len(solo)
 			solo = append(solo, p.hit)
@@ -65,7 +69,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			enforce = append(enforce, p.hit)
 		}
 	}
-	enforced, alone, err := s.decide(ctx, enforce, solo)
+	enforced, alone, err := s.decide(ctx, plan, enforce, solo)
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +99,8 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		cost := int64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
 			cost = int64(min(max(1, h.GetValue()), policy.MaxLimit+1))
+			// Zero asks what the counter holds without adding to it.
+			p.check = h.GetValue() == 0
 		}
 		p.domain = domain
 		var m match
@@ -201,11 +207,12 @@ func (s *Server) overrides() int {
 	return n
 }
 
-// decide runs the enforcing group and the solo hits at once; the batcher
-// puts them into the same log entry when it can.
-func (s *Server) decide(ctx context.Context, enforce, solo []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
+// decide runs the enforcing group, the solo hits and the checks at once;
+// the batcher puts the hits into the same log entry when it can.
+func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
 	alone := make([]cluster.CheckResult, len(solo))
-	errs := make(chan error, len(solo))
+	errs := make(chan error, len(solo)+len(plan))
+	waits := len(solo)
 	for i, h := range solo {
 		go func() {
 			r, err := s.cfg.Limiter.CheckAll(ctx, []cluster.Hit{h})
@@ -213,12 +220,25 @@ func (s *Server) decide(ctx context.Context, enforce, solo []cluster.Hit) (clust
 			errs <- err
 		}()
 	}
+	for i := range plan {
+		if p := &plan[i]; p.check && p.pol != nil && (p.pol.Envoy == nil || !p.pol.Envoy.Unlimited) {
+			waits++
+			go func() {
+				var err error
+				p.peek, err = s.cfg.Limiter.Peek(ctx, p.hit.Policy, p.hit.Client, false, false)
+				if errors.Is(err, cluster.ErrUnknownPolicy) {
+					p.pol, err = nil, nil // deleted since the tree was built
+				}
+				errs <- err
+			}()
+		}
+	}
 	var enforced cluster.CheckResult
 	var err error
 	if len(enforce) > 0 {
 		enforced, err = s.cfg.Limiter.CheckAll(ctx, enforce)
 	}
-	for range solo {
+	for range waits {
 		if e := <-errs; e != nil && err == nil {
 			err = e
 		}

@@ -44,6 +44,17 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, plan []planned, enforced c
 			v.passed = append(v.passed, i)
 			continue
 		}
+		if p.check {
+			s.describeCheck(st, p)
+			if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				v.passed = append(v.passed, i)
+				v.closer(st)
+			} else {
+				v.over++
+				v.closest = st
+			}
+			continue
+		}
 		res := enforced
 		if p.solo {
 			res = alone[p.at]
@@ -125,6 +136,34 @@ func (s *Server) describe(st *rlsv3.RateLimitResponse_DescriptorStatus, p *plann
 		}
 	}
 	v.retryMs = max(v.retryMs, r, 0)
+}
+
+// describeCheck fills the status of a descriptor whose hits_addend is 0
+// from what its counter holds: OK unless it is already past the limit (a
+// lowered limit), as envoyproxy/ratelimit's increment by 0 answers.
+func (s *Server) describeCheck(st *rlsv3.RateLimitResponse_DescriptorStatus, p *planned) {
+	st.CurrentLimit = currentLimit(p.pol)
+	pk := p.peek
+	st.LimitRemaining = uint32(min(max(pk.Remaining, 0), math.MaxUint32))
+	// The time left is for display only (no decision reads it): this
+	// node's clock, never behind what the cluster applied.
+	now := max(time.Now().UnixMilli(), pk.AppliedNow)
+	w := pk.WindowMs
+	reset := now + w // a hit now would open a window
+	switch {
+	case w > 0 && p.pol.EpochAligned():
+		reset = now - now%w + w
+	case pk.Active:
+		reset = pk.ResetAt
+	}
+	st.DurationUntilReset = durationpb.New(time.Duration((max(0, reset-now)+999)/1000) * time.Second)
+	if pk.Used > pk.Limit {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.LimitRemaining = 0
+		s.observe(p.domain, "over_limit")
+		return
+	}
+	s.observe(p.domain, "ok")
 }
 
 // closer keeps st as the closest descriptor if it has less left (a

@@ -37,6 +37,8 @@ type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
 	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
 	Ready(wait time.Duration) error
+	// Peek reads a key without counting (a descriptor's hits_addend 0).
+	Peek(ctx context.Context, policyName, client string, stale, forwarded bool) (cluster.PeekResult, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)

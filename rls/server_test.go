@@ -8,6 +8,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/metrics"
@@ -128,5 +129,36 @@ func TestGlobalShadowMode(t *testing.T) {
 	}
 	if rec.counts["s/global_shadow_mode"] != 1 {
 		t.Fatalf("results %v", rec.counts)
+	}
+}
+
+// A descriptor's hits_addend 0 looks at its counter and counts nothing,
+// as envoyproxy/ratelimit's increment by 0.
+func TestHitsAddendZeroCountsNothing(t *testing.T) {
+	s, _ := serverOn(t, modesConfig, Config{})
+	look := func() (string, uint32) {
+		t.Helper()
+		d := entries("a", "c")
+		d.HitsAddend = wrapperspb.UInt64(0)
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "s", Descriptors: []*commonv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.GetStatuses()[0]
+		if st.GetCurrentLimit().GetRequestsPerUnit() != 1 || st.GetDurationUntilReset().AsDuration() <= 0 {
+			t.Fatalf("check: %v", resp)
+		}
+		return resp.GetOverallCode().String(), st.GetLimitRemaining()
+	}
+	for i := 0; i < 3; i++ {
+		if code, rem := look(); code != "OK" || rem != 1 {
+			t.Fatalf("check %d before any hit: %s remaining %d", i, code, rem)
+		}
+	}
+	if got := verdict(t, s, entries("a", "c")); got != "OK OK" {
+		t.Fatalf("the hit after the checks: %s; want the budget untouched", got)
+	}
+	if code, rem := look(); code != "OK" || rem != 0 {
+		t.Fatalf("check after the hit: %s remaining %d", code, rem)
 	}
 }

@@ -83,6 +83,7 @@ func TestSkewedNodeNeverLeads(t *testing.T) {
 // clock either (one peer down, one disagreeing), so hits fail until the
 // down voter returns; then the cluster serves with time as it was.
 func TestSkewedRestartWithVoterDownCannotLead(t *testing.T) {
+	proctest.Long(t)
 	const window = 30 * time.Second
 	base := []string{"--limit", "100", "--window", window.String()}
 	n1 := proctest.StartNode(t, rlnodeBin, "n1", base...)
@@ -166,6 +167,7 @@ func TestSkewedRestartWithVoterDownCannotLead(t *testing.T) {
 // started with --join read the clocks behind those addresses, so the
 // cluster elects a leader and serves again.
 func TestWholeClusterRestartWithoutAddressCache(t *testing.T) {
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3)
 	if r := proctest.MustGet(t, nodes[1].URL()+"/check/carol"); r.Status != 200 {
 		t.Fatalf("hit: %d %s", r.Status, r.Raw)

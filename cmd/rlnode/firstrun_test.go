@@ -16,7 +16,7 @@ import (
 // did-you-mean and where the help is, never the whole flag list.
 func TestFirstRunCommandLine(t *testing.T) {
 	for _, args := range [][]string{{"serve", "--help"}, {"join", "--help"}, {"peers", "-h"}, {"policy", "set", "-h"},
-		{"bench", "-h"}, {"tls", "init", "-h"}, {"migrate-log", "-h"}, {"recover", "-h"}, {"restore", "-h"}, {"help"}} {
+		{"bench", "-h"}, {"tls", "init", "-h"}, {"migrate-log", "-h"}, {"recover", "-h"}, {"restore", "-h"}, {"help"}, {"help", "join"}} {
 		out, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
 		if code != 0 || !strings.HasPrefix(out, "usage: rlnode") || stderr != "" {
 			t.Errorf("rlnode %v: exit %d, stdout %.60q, stderr %.200q; want the help on stdout, nothing on stderr", args, code, out, stderr)

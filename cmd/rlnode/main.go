@@ -54,7 +54,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+	if len(args) > 1 && args[0] == "help" {
+		args = append(args[1:], "-h") // rlnode help serve is rlnode serve -h
+	} else if len(args) > 0 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
 		usage(stdout)
 		return 0
 	}
