@@ -75,6 +75,13 @@ type Grant struct {
 	Now    int64         `json:"now"`
 	Expiry int64         `json:"expiry"`
 	Valid  time.Duration `json:"valid"`
+	// UsableFor is how long after sending its request the holder may spend
+	// the units: Valid less the margin for clock rate error, and for a
+	// token bucket less the leader's --max-clock-offset too (the bucket's
+	// cap lifts at Expiry in cluster time, which a failover to a leader
+	// whose clock is ahead moves earlier by up to that bound). 0 or less:
+	// not usable at all (give the units back).
+	UsableFor time.Duration `json:"usableFor"`
 	// WindowStart and ResetAt describe the most constraining limit after
 	// the grant (ResetAt: when its window ends; a token bucket: when it is
 	// full again); Remaining is what is left there for everyone else.
@@ -86,11 +93,18 @@ type Grant struct {
 
 // Deadline is the last instant the holder may spend the grant's units:
 // sent (read from the monotonic clock, time.Now(), just before the
-// request was sent) plus Valid, less the margin for clock rate error. The
-// holder must compare a fresh time.Now() with it on every decision.
-func (g Grant) Deadline(sent time.Time) time.Time {
-	margin := g.Valid/1_000_000*LeaseMarginPPM + LeaseMarginFixed
-	return sent.Add(g.Valid - margin)
+// request was sent) plus UsableFor. The holder must compare a fresh
+// time.Now() with it on every decision, and spend nothing at or after it.
+func (g Grant) Deadline(sent time.Time) time.Time { return sent.Add(g.UsableFor) }
+
+// usableFor is Valid less the lease margin (and the clock bound for a
+// token bucket).
+func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
+	d := valid - valid/1_000_000*LeaseMarginPPM - LeaseMarginFixed
+	if bucket {
+		d -= maxClockOffset
+	}
+	return d
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and
@@ -199,6 +213,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
+				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), n.cfg.MaxClockOffset)
 			}
 			if r.Main >= 0 && r.Main < len(r.Parts) {
 				m := r.Parts[r.Main]

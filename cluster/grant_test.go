@@ -22,7 +22,7 @@ func leasedPolicy(name, alg string, limit int64, window time.Duration) policy.Po
 // out of one budget, returns put unspent ones back, only to their holder.
 func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	c := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{
-		leasedPolicy("lf", "fixed_window", 10, time.Minute)}})
+		leasedPolicy("lf", "fixed_window", 10, time.Minute), leasedPolicy("lb", "token_bucket", 10, time.Minute)}})
 	leader := c.Leader(5 * time.Second)
 	follower := c.Followers(leader)[0]
 	ctx := context.Background()
@@ -33,6 +33,12 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	}
 	if d := g.Deadline(sent); !d.Before(sent.Add(time.Second)) || d.Before(sent.Add(990*time.Millisecond)) {
 		t.Fatalf("deadline %s after send, want a little under 1s", d.Sub(sent))
+	}
+	// A token bucket's grant is usable for less: its cap lifts at expiry in
+	// cluster time, which a clock jump at a failover can move earlier.
+	gb, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lb", Client: "k", Holder: "app-1", Want: 3, Lease: 2 * time.Second})
+	if want := 2*time.Second - 2*time.Millisecond - cluster.LeaseMarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
+		t.Fatalf("token bucket grant: %+v %v; want usable for %s", gb, err, want)
 	}
 	g2, err := leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
 	// 4 left; app-1's outstanding grant wanted 6 too: a fair share is 2.

@@ -356,7 +356,7 @@ func (h *holder) maybeFetch(id keyID, k *heldKey, now time.Time) {
 	lease := DefaultLease
 	if k.bucket {
 		// A token-bucket grant is usable for its lease less the clock
-		// discipline's bound (fetch): ask for that much more.
+		// discipline's bound (Grant.UsableFor): ask for that much more.
 		lease = min(DefaultLease+h.n.cfg.MaxClockOffset, MaxLease)
 	}
 	h.wg.Add(1)
@@ -404,16 +404,10 @@ func (h *holder) fetch(id keyID, want int64, lease time.Duration) {
 		k.exhausted, k.exhaustedInfo = sent.Add(wait), g
 	default:
 		lg := localGrant{id: g.ID, left: g.Units, deadline: g.Deadline(sent), sent: sent, g: g}
-		if g.Algorithm == window.TokenBucket.String() {
-			// The bucket's cap lifts at the grant's expiry in cluster time,
-			// which a failover to a leader whose clock is ahead moves
-			// earlier by up to the clock discipline's bound.
-			k.bucket = true
-			lg.deadline = lg.deadline.Add(-h.n.cfg.MaxClockOffset)
-			if !lg.deadline.After(time.Now()) {
-				h.giveBack(id, []localGrant{lg}) // too short to use: back at once
-				return
-			}
+		k.bucket = g.Algorithm == window.TokenBucket.String()
+		if !lg.deadline.After(time.Now()) {
+			h.giveBack(id, []localGrant{lg}) // too short to use: back at once
+			return
 		}
 		at := len(k.grants)
 		for at > 0 && k.grants[at-1].deadline.After(lg.deadline) {

@@ -80,3 +80,24 @@ func TestHolderReturnsUnusedUnitsWhenKeyCools(t *testing.T) {
 		return nil
 	})
 }
+
+// TestHolderDecidesGroupsLocallyOnlyWhenEveryPartCan: an all-or-nothing
+// check of hot leased keys is decided from leases; one with a strict key
+// in it goes through the log.
+func TestHolderDecidesGroupsLocallyOnlyWhenEveryPartCan(t *testing.T) {
+	c := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{leasedPolicy("lf", "fixed_window", 100000, time.Hour)}})
+	f := c.Followers(c.Leader(5 * time.Second))[0]
+	ctx := context.Background()
+	pair := []cluster.Hit{{Policy: "lf", Client: "a", Cost: 1}, {Policy: "lf", Client: "b", Cost: 1}}
+	clustertest.Poll(t, 10*time.Second, func() error {
+		res, err := f.CheckAll(ctx, pair)
+		if err != nil || !res.Allowed || res.Decided != cluster.DecidedLocal {
+			return errorf("group of hot leased keys: %+v %v", res.Decided, err)
+		}
+		return nil
+	})
+	mixed := append(pair, cluster.Hit{Policy: "default", Client: "a", Cost: 1})
+	if res, err := f.CheckAll(ctx, mixed); err != nil || !res.Allowed || res.Decided != cluster.DecidedLog {
+		t.Fatalf("group with a strict key: %+v %v; want allowed through the log", res, err)
+	}
+}

@@ -288,6 +288,20 @@ func TestLeasedPoliciesThroughTheBinary(t *testing.T) {
 		}
 	})
 
+	t.Run("policy set --consistency leased", func(t *testing.T) {
+		if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "policy", "set", "cli", "--limit", "5", "--window", "1s",
+			"--consistency", "leased", "--addr", nodes[1].URL()); code != 0 {
+			t.Fatalf("policy set --consistency leased: exit %d: %s", code, stderr)
+		}
+		if r := proctest.MustGet(t, nodes[2].URL()+"/v1/policies/cli"); r.JSON["consistency"] != "leased" {
+			t.Fatalf("policy get: %s", r.Raw)
+		}
+		if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "policy", "set", "cli2", "--limit", "5", "--window", "1s",
+			"--consistency", "eventual", "--addr", nodes[1].URL()); code != 2 || !strings.Contains(stderr, "consistency") {
+			t.Fatalf("a bad --consistency: exit %d: %s", code, stderr)
+		}
+	})
+
 	t.Run("a cooled holder returns what it did not spend", func(t *testing.T) {
 		for range 60 {
 			proctest.MustGet(t, nodes[1].URL()+"/check/lr/cool")

@@ -26,7 +26,7 @@ var serveFlagGroups = []struct {
 		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
 		"raft-max-pending", "pprof-addr"}},
 	{"tuning", []string{"snapshot-threshold", "snapshot-interval", "trailing-logs", "max-batch", "max-inflight",
-		"max-forward-inflight", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
+		"max-forward-inflight", "lease-hot-hits", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
 		"raft-heartbeat-timeout", "raft-election-timeout", "raft-lease-timeout", "shutdown-timeout"}},
 	{"testing only (never in production)", []string{"debug-endpoints", "debug-clock-offset"}},
 }
