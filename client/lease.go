@@ -46,7 +46,10 @@ type Grant struct {
 	ResetAt     time.Time
 	// RetryAfter is set when fewer units than asked for were granted.
 	RetryAfter time.Duration
-	// ValidFor is how long the grant may be used, counted from Sent.
+	// ValidFor is how long the grant may be used, counted from Sent. The
+	// cluster has already taken its safety margin off (clock rate error,
+	// and for a token bucket the cluster's max-clock-offset); 0 with units
+	// means the grant is too short to use: return it.
 	ValidFor time.Duration
 	// Sent is when this holder sent the request, on its own monotonic
 	// clock: the lease clock starts here, before the cluster decided, so
@@ -55,16 +58,10 @@ type Grant struct {
 }
 
 // Deadline is when the holder must stop spending the grant: Sent plus
-// ValidFor, less a margin for the holder's and the leader's clocks running
-// at different rates (0.1% of ValidFor, NTP's worst slew both ways) and
-// for whole-millisecond stamps and timer granularity (5 ms). It is a
-// reading of this process's monotonic clock: compare it with time.Now(),
-// never with a time that came from elsewhere.
-func (g Grant) Deadline() time.Time { return g.Sent.Add(g.ValidFor - LeaseMargin(g.ValidFor)) }
-
-// LeaseMargin is how long before the end of a grant valid for d its holder
-// stops spending it, the rule rlnode's own nodes follow.
-func LeaseMargin(d time.Duration) time.Duration { return d/1000 + 5*time.Millisecond }
+// ValidFor. It is a reading of this process's monotonic clock: compare it
+// with a fresh time.Now() on every decision, never with a time that came
+// from elsewhere.
+func (g Grant) Deadline() time.Time { return g.Sent.Add(g.ValidFor) }
 
 // wireLease is the lease API's request and answer.
 type wireLease struct {

@@ -32,9 +32,8 @@ type LocalConfig struct {
 	// mean fewer round trips; units a holder that vanished was holding
 	// are lost to everyone for up to this long.
 	Lease time.Duration
-	// Margin, when set, replaces the safety margin taken off every grant's
-	// validity (default LeaseMargin: 0.1% of it plus 5 ms); it can only be
-	// made larger.
+	// Margin is taken off every grant's validity on top of the cluster's
+	// own margin (0.1% of it plus 5 ms, already off validForMs); default 0.
 	Margin time.Duration
 	// MaxKeys bounds the keys tracked at once (default 10000); keys past
 	// it are decided by a remote Check.

@@ -145,7 +145,7 @@ func (e *entry) install(l *Local, g Grant) []Grant {
 		e.refusedUntil = t.mono + int64(min(retry, l.cfg.Recheck))
 		return nil
 	}
-	valid := g.ValidFor - max(l.cfg.Margin, LeaseMargin(g.ValidFor))
+	valid := g.ValidFor - l.cfg.Margin
 	if valid <= 0 {
 		return []Grant{g}
 	}

@@ -133,7 +133,7 @@ func TestLocalSpendsOnlyBeforeTheDeadline(t *testing.T) {
 			t.Fatalf("hit %d on p: %+v %v", i, r, err)
 		}
 	}
-	clk.add(time.Second - LeaseMargin(time.Second) - time.Millisecond)
+	clk.add(time.Second - time.Millisecond)
 	if r, _ := l.Allow(ctx, "api", "p"); !r.Allowed || r.ServedBy != "local:"+l.Holder() {
 		t.Fatalf("just before the deadline: %+v, want a local allow", r)
 	}

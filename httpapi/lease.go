@@ -146,12 +146,12 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 	return p, true
 }
 
-// ClockCut is how much earlier than its grant an external holder must
-// stop spending a token-bucket grant: the bucket's cap lifts at the
+// ClockCut is how much longer a lease is asked for than the holder
+// wants: for a token bucket the leader takes the cluster's
+// --max-clock-offset off the usable time (the bucket's cap lifts at the
 // grant's expiry in cluster time, which a failover to a leader whose
-// clock is ahead by up to the cluster's --max-clock-offset moves earlier
-// (cluster/DESIGN.md, "Clock skew"). The lease asked for is longer by as
-// much, and the duration answered shorter.
+// clock is ahead moves earlier; cluster/DESIGN.md, "Clock skew"), so the
+// holder asks for that much more, as the nodes' own holders do.
 func ClockCut(p policy.Policy, maxClockOffset time.Duration) time.Duration {
 	if p.Alg() != window.TokenBucket {
 		return 0
@@ -225,7 +225,7 @@ func (a *API) lease(c *gin.Context) {
 	a.observeLease(in.Policy, result, g.Units)
 	c.Header("Cache-Control", "no-store")
 	ans := grantAnswer{Policy: in.Policy, Client: in.Client, Holder: in.Holder, Grant: g.ID, Units: g.Units,
-		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: max(0, g.Valid-cut).Milliseconds()}
+		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: max(0, g.UsableFor).Milliseconds()}
 	for _, p := range g.Parts {
 		// The most constraining limit is the part the grant's window
 		// came from.

@@ -62,10 +62,11 @@ type Config struct {
 	// (default 100ms). An assignment that arrives later than this can
 	// outlive its grant by the difference.
 	Transit time.Duration
-	// MaxClockOffset is the cluster's --max-clock-offset: assignments of
-	// token-bucket policies end this much before their grant (the cap on
-	// the bucket lifts at the grant's expiry in cluster time, which a
-	// failover to a leader whose clock is ahead moves earlier; 0: 500ms).
+	// MaxClockOffset is the cluster's --max-clock-offset: a token bucket's
+	// grant is usable that much less than its lease (the cap on the
+	// bucket lifts at the grant's expiry in cluster time, which a failover
+	// to a leader whose clock is ahead moves earlier), so its lease is
+	// asked that much longer (0: 500ms).
 	MaxClockOffset time.Duration
 	// ColdAfter: a bucket whose reports show no request for this long is
 	// abandoned (default 30s).

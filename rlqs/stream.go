@@ -169,8 +169,10 @@ func (q *stream) due(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_Bucke
 
 // assign leases units for b and turns them into an assignment whose TTL
 // ends, on Envoy's clock, before the grant's deadline on ours: the
-// deadline counts from when this stream sent the grant request (with the
-// cluster's margin), less Transit for the assignment's trip to Envoy.
+// deadline counts from when this stream sent the grant request (the
+// grant's usable time: the cluster's margin, and for a token bucket its
+// max-clock-offset, already taken off), less Transit for the assignment's
+// trip to Envoy. A token bucket's lease is asked that much longer.
 func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	q.mu.Lock()
 	want := int64(math.Ceil(b.rate * q.cfg.Lease.Seconds()))
@@ -201,7 +203,7 @@ func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaRe
 		return nil
 	}
 	b.seq++
-	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit - cut
+	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit
 	if g.Units == 0 || ttl < minTTL {
 		q.observe(b.policy, "exhausted", g.Units)
 		wait := min(max(time.Duration(g.ResetAt-g.Now)*time.Millisecond, 50*time.Millisecond), q.cfg.Lease)
