@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // Backup and restore. A backup is the state machine's own snapshot format
@@ -92,8 +94,10 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if w := n.fsm.Stats().StoredWindows; w > 0 && !force {
-		return fmt.Errorf("restore: %w: it holds %d windows; restore into a new, empty cluster, or overwrite them with rlnode restore --force (?force=true)", ErrNotEmpty, w)
+	if !force {
+		if err := n.notNew(); err != nil {
+			return fmt.Errorf("restore: %w; restore into a new, empty cluster, or overwrite it with rlnode restore --force (?force=true)", err)
+		}
 	}
 	// Check the whole file before raft sees it: a damaged backup must not
 	// become the cluster's state.
@@ -124,6 +128,34 @@ func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force
 	}
 	n.log.Warn("restored the cluster's state from a backup", "bytes", size)
 	return n.keepNodeMetadata(before)
+}
+
+// notNew says what a restore would replace that a new cluster does not
+// hold: windows, or policies other than the seed this node writes into a
+// new cluster (a table changed by hand is as much the cluster's state as
+// its windows).
+func (n *Node) notNew() error {
+	if w := n.fsm.Stats().StoredWindows; w > 0 {
+		return fmt.Errorf("%w: it holds %d windows", ErrNotEmpty, w)
+	}
+	seed := make(map[string]policy.Policy, len(n.cfg.Seed))
+	for _, p := range n.cfg.Seed {
+		seed[p.Name] = p
+	}
+	var custom []string
+	for _, p := range n.fsm.Policies() {
+		if s, ok := seed[p.Name]; !ok || !s.Equal(p) {
+			custom = append(custom, p.Name)
+		}
+	}
+	if len(custom) == 0 {
+		return nil
+	}
+	named := strings.Join(custom[:min(3, len(custom))], ", ")
+	if len(custom) > 3 {
+		named += ", ..."
+	}
+	return fmt.Errorf("%w: it holds %d policies a new cluster would not (%s)", ErrNotEmpty, len(custom), named)
 }
 
 // keepNodeMetadata puts back the metadata the cluster had before a

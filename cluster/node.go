@@ -29,6 +29,8 @@ type Node struct {
 	raft      *raft.Raft
 	fsm       *fsm.FSM
 	data      *storage.DataDir
+	logWatch  *writeWatch // the Raft log store as Raft writes it
+	lag       lagWatch
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
@@ -37,6 +39,7 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
+	policyMu    sync.Mutex // makes the table-size check and the add one step
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]
@@ -84,15 +87,19 @@ func Open(cfg Config) (*Node, error) {
 			n.transport.Close()
 		}
 		n.closeStores()
+		if storage.IsDiskFull(err) {
+			err = &storage.DiskFullError{Dir: cfg.DataDir, Err: err}
+		}
 		return nil, err
 	}
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
 	n.holder = newHolder(n)
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.watchLeadership()
 	go n.runPromoter()
 	go n.runClockCheck()
+	go n.runLagWatch()
 	return n, nil
 }
 
@@ -127,9 +134,10 @@ func (n *Node) open() error {
 		return fmt.Errorf("read raft state: %w", err)
 	}
 	n.hadState = existing
+	n.logWatch = &writeWatch{LogStore: data.Log}
 	var r *raft.Raft
 	err = storage.Guard(data.LogPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), data.Log, data.Stable, data.Snaps, voteGate{n.transport, n})
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, data.Stable, data.Snaps, voteGate{n.transport, n})
 		return err
 	})
 	if err != nil {
@@ -285,6 +293,12 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
+	if err := n.logWatch.failing(); err != nil {
+		return err
+	}
+	if err := n.lag.tooFar(time.Now()); err != nil {
+		return err
+	}
 	id, addr := n.Leader()
 	if id == "" {
 		return ErrNoLeader

@@ -41,6 +41,14 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (
 		err := n.fwd.adminMethod(ctx, forwarded, http.MethodPut, PoliciesPath+"/"+url.PathEscape(p.Name), p, &out)
 		return out.Result, err
 	}
+	// The cap is the leader's, checked before the log: the state machine
+	// applies every policy entry as older versions did, so replicas of
+	// mixed versions stay identical.
+	n.policyMu.Lock()
+	defer n.policyMu.Unlock()
+	if _, exists := n.fsm.Policy(p.Name); !exists && n.fsm.Stats().Policies >= policy.MaxPolicies {
+		return "", fmt.Errorf("add policy %s: %w", p.Name, policy.ErrTooManyPolicies)
+	}
 	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetUpsert, []policy.Policy{p}))
 	if err != nil {
 		return "", fmt.Errorf("set policy %s: %w", p.Name, err)

@@ -291,6 +291,8 @@ func (a *API) adminError(c *gin.Context, what string, err error) {
 		writeProblem(c, he.Status, he.Code, withContext(what, he.Detail))
 	case errors.Is(err, cluster.ErrConflict):
 		writeProblem(c, http.StatusConflict, CodeConflict, withContext(what, firstLine(err)))
+	case errors.Is(err, policy.ErrTooManyPolicies):
+		writeProblem(c, http.StatusConflict, CodeTooManyPolicies, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrUnknownServer):
 		writeProblem(c, http.StatusNotFound, CodeNotFound, withContext(what, firstLine(err)))
 	case errors.Is(err, cluster.ErrNoLeader):

@@ -130,7 +130,10 @@ func (r authRequest) method() string {
 
 // ip is the client's address. X-Forwarded-For and X-Real-IP are believed
 // only when they come from a trusted proxy: the address is the right-most
-// X-Forwarded-For entry that is not itself a trusted proxy.
+// X-Forwarded-For entry that is not itself a trusted proxy, else X-Real-IP,
+// else (every hop trusted) the left-most entry. Zone ids are dropped
+// (2001:db8::1%eth0 is 2001:db8::1): they name the proxy's interface, not
+// the client, and must not make a second key.
 func (r authRequest) ip() string {
 	peer := peerAddr(r.c.Request.RemoteAddr)
 	if !peer.IsValid() {
@@ -139,35 +142,47 @@ func (r authRequest) ip() string {
 	if !isTrusted(peer, r.trusted) {
 		return peer.String()
 	}
+	var leftmost netip.Addr // set only when every hop is a trusted proxy
 	if xff := r.c.Request.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		hops := strings.Split(strings.Join(xff, ","), ",")
 		for i := len(hops) - 1; i >= 0; i-- {
-			a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-			if err != nil {
+			a, ok := parseHop(hops[i])
+			if !ok {
 				break
 			}
-			a = a.Unmap()
-			if !isTrusted(a, r.trusted) || i == 0 {
+			if !isTrusted(a, r.trusted) {
 				return a.String()
+			}
+			if i == 0 {
+				leftmost = a
 			}
 		}
 	}
-	if a, err := netip.ParseAddr(strings.TrimSpace(r.header("X-Real-Ip"))); err == nil {
-		return a.Unmap().String()
+	if a, ok := parseHop(r.header("X-Real-Ip")); ok {
+		return a.String()
+	}
+	if leftmost.IsValid() {
+		return leftmost.String()
 	}
 	return peer.String()
 }
 
+// parseHop reads one address of a forwarding header, without its zone.
+func parseHop(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	return a.Unmap().WithZone(""), err == nil
+}
+
 func peerAddr(remote string) netip.Addr {
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		return ap.Addr().Unmap()
+		return ap.Addr().Unmap().WithZone("")
 	}
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		host = remote
 	}
 	a, _ := netip.ParseAddr(host)
-	return a.Unmap()
+	return a.Unmap().WithZone("")
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

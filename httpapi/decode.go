@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -12,6 +15,9 @@ import (
 // admin request is an error rather than a silent default.
 func decodeStrict(body []byte, v any) error {
 	if err := checkJSONText(body); err != nil {
+		return err
+	}
+	if err := checkJSONKeys(body, reflect.TypeOf(v)); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -87,4 +93,122 @@ func hexEscape(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// maxJSONDepth bounds the nesting of a JSON body: every body rlnode reads
+// nests three levels at most.
+const maxJSONDepth = 32
+
+// checkJSONKeys walks a JSON body beside the Go type it decodes into and
+// refuses what encoding/json would accept silently: a key given twice in
+// one object (the last would win: "cost":1,"cost":1000) and a key that
+// names a field only when case is ignored ("Cost" for "cost"), which a
+// proxy or schema checking the exact name would not see. Syntax errors
+// are left to the decoder.
+func checkJSONKeys(body []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	err := walkJSON(dec, t, "", 0)
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func walkJSON(dec *json.Decoder, t reflect.Type, at string, depth int) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if depth == maxJSONDepth {
+		return fmt.Errorf("%s: nested deeper than %d levels", orBody(at), maxJSONDepth)
+	}
+	if d == '[' {
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := walkJSON(dec, elem, fmt.Sprintf("%s[%d]", at, i), depth+1); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token()
+		return err
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		field := key
+		if at != "" {
+			field = at + "." + key
+		}
+		if seen[key] {
+			return fmt.Errorf("field %q is given twice", field)
+		}
+		seen[key] = true
+		ft, err := fieldType(t, key, field)
+		if err != nil {
+			return err
+		}
+		if err := walkJSON(dec, ft, field, depth+1); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token()
+	return err
+}
+
+// fieldType is the type of the struct field key names exactly (nil when
+// t is not a struct or has no such field: the decoder reports unknown
+// fields itself), or an error when key names one only by its case.
+func fieldType(t reflect.Type, key, field string) (reflect.Type, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if t.Kind() == reflect.Map {
+		return t.Elem(), nil
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, nil
+	}
+	var folded string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f.Type, nil
+		}
+		if strings.EqualFold(name, key) {
+			folded = name
+		}
+	}
+	if folded != "" {
+		return nil, fmt.Errorf("field %q: names are case-sensitive; write %q", field, folded)
+	}
+	return nil, nil
+}
+
+func orBody(at string) string {
+	if at == "" {
+		return "body"
+	}
+	return at
 }

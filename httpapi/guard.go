@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/cluster"
 )
 
 // Header limits. net/http itself answers a plain-text 431 (before any
@@ -78,10 +81,55 @@ func rejectAmbiguousQuery(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "malformed query string: "+err.Error())
 		return
 	}
+	known, checked := queryParams[c.Request.Method+" "+c.FullPath()]
 	for k, vs := range q {
 		if len(vs) > 1 {
 			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("query parameter %q is given %d times; give it once", k, len(vs)))
 			return
 		}
+		if checked && !slices.Contains(known, k) {
+			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, unknownParam(k, known))
+			return
+		}
 	}
+}
+
+// queryParams are the query parameters each route reads, by method and
+// route; any other is a 400 naming it, so a misspelt or miscased one
+// (?COST=9) is not silently ignored. Forward-auth (/v1/auth/...) is not
+// listed: Envoy appends the original request's path and query to it.
+var queryParams = map[string][]string{
+	"GET /check/:a":                                      {"cost"},
+	"GET /check/:a/:b":                                   {"cost"},
+	"POST /v1/check":                                     nil,
+	"GET " + cluster.PeekPath + ":a":                     {"stale"},
+	"GET " + cluster.PeekPath + ":a/:b":                  {"stale"},
+	"GET " + cluster.PoliciesPath:                        {"stale"},
+	"GET " + cluster.PoliciesPath + "/:name":             {"stale"},
+	"PUT " + cluster.PoliciesPath + "/:name":             nil,
+	"DELETE " + cluster.PoliciesPath + "/:name":          nil,
+	"DELETE " + cluster.WindowsPath + "/:policy/:client": nil,
+	"GET /livez":                                         nil,
+	"GET /healthz":                                       nil,
+	"GET /readyz":                                        nil,
+	"GET /v1/status":                                     nil,
+	"GET /v1/cluster/peers":                              nil,
+	"POST " + cluster.JoinPath:                           nil,
+	"POST " + cluster.RemovePath:                         nil,
+	"POST " + cluster.TransferPath:                       nil,
+	"POST /v1/cluster/snapshot":                          nil,
+	"GET " + cluster.BackupPath:                          nil,
+	"POST " + cluster.RestorePath:                        {"force"},
+}
+
+func unknownParam(k string, known []string) string {
+	for _, name := range known {
+		if strings.EqualFold(name, k) {
+			return fmt.Sprintf("query parameter %q is unknown (names are case-sensitive): did you mean %q?", k, name)
+		}
+	}
+	if len(known) == 0 {
+		return fmt.Sprintf("query parameter %q is unknown: this endpoint takes none", k)
+	}
+	return fmt.Sprintf("query parameter %q is unknown: this endpoint takes %s", k, strings.Join(known, ", "))
 }

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -102,6 +101,9 @@ func LoadEnvoy(files []EnvoyFile, opt EnvoyOptions) (domains []string, ps []Poli
 			names[p.Name] = where
 			ps = append(ps, p)
 		}
+		if len(ps) > MaxPolicies {
+			return nil, nil, fmt.Errorf("%s: the files make more than %d policies, the most the table holds", from[domain], MaxPolicies)
+		}
 	}
 	return domains, ps, nil
 }
@@ -111,7 +113,7 @@ func LoadEnvoy(files []EnvoyFile, opt EnvoyOptions) (domains []string, ps []Poli
 func ReadEnvoyFiles(opt EnvoyOptions, paths ...string) (domains []string, ps []Policy, err error) {
 	files := make([]EnvoyFile, len(paths))
 	for i, path := range paths {
-		b, err := os.ReadFile(path)
+		b, err := readBounded(path)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -134,6 +136,9 @@ func ParseEnvoy(data []byte) (string, []EnvoyRule, error) {
 // loadEnvoyFile checks one file's YAML and adds its descriptors to its
 // domain in loaded. It returns the file's domain (once known) with any error.
 func loadEnvoyFile(data []byte, loaded map[string]*envoyDomain, merge bool) (string, error) {
+	if err := checkYAML(data, MaxDocumentBytes); err != nil {
+		return "", err
+	}
 	if err := checkEnvoyYAML(data); err != nil {
 		return "", err
 	}

@@ -17,7 +17,7 @@ import (
 
 // ReadFile reads a file of policies; see Parse.
 func ReadFile(path string) ([]Policy, error) {
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path)
 	if err != nil {
 		return nil, err
 	}
@@ -28,11 +28,31 @@ func ReadFile(path string) ([]Policy, error) {
 	return ps, nil
 }
 
+// readBounded reads a file of at most MaxDocumentBytes.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxDocumentBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxDocumentBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes, the most a policy file may be", path, MaxDocumentBytes)
+	}
+	return b, nil
+}
+
 // Parse reads a list of policies written as YAML or JSON (JSON is YAML):
 // either a top-level list or a mapping with a "policies" list. Unknown
 // fields are errors naming their path, every policy is validated, and a
 // name may appear once.
 func Parse(data []byte) ([]Policy, error) {
+	if err := checkYAML(data, MaxDocumentBytes); err != nil {
+		return nil, err
+	}
 	var doc any
 	dec := yaml.NewDecoder(bytes.NewReader(data), yaml.UseOrderedMap())
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
@@ -65,6 +85,9 @@ func Parse(data []byte) ([]Policy, error) {
 	default:
 		return nil, errors.New("want a list of policies or a mapping with a policies list")
 	}
+	if len(list) > MaxPolicies {
+		return nil, fmt.Errorf("%d policies; the table holds at most %d", len(list), MaxPolicies)
+	}
 	var out []Policy
 	seen := map[string]int{}
 	for i, item := range list {
@@ -85,13 +108,25 @@ func Parse(data []byte) ([]Policy, error) {
 	return out, nil
 }
 
-// ParseOne reads one policy's body (JSON or YAML) as PUT /v1/policies/:name
-// sends it. The name comes from the URL; a name in the body must match it.
-// The result is validated.
+// ParseOne reads one policy's body as PUT /v1/policies/:name sends it: a
+// JSON object (read by encoding/json, depth-bounded, a key given twice is
+// an error), else YAML within the bounds of checkYAML. The name comes from
+// the URL; a name in the body must match it. The result is validated.
 func ParseOne(name string, data []byte) (Policy, error) {
 	var doc any
-	if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
-		return Policy{}, fmt.Errorf("body is not JSON: %w", err)
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		v, err := decodeJSON(data)
+		if err != nil {
+			return Policy{}, fmt.Errorf("body is not a JSON policy: %w", err)
+		}
+		doc = v
+	} else {
+		if err := checkYAML(data, MaxYAMLBodyBytes); err != nil {
+			return Policy{}, fmt.Errorf("body: %w", err)
+		}
+		if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
+			return Policy{}, fmt.Errorf("body is not JSON: %w", err)
+		}
 	}
 	p, err := fromNode("", doc, name)
 	if err != nil {

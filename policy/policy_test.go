@@ -183,8 +183,9 @@ func TestDurationString(t *testing.T) {
 }
 
 // YAML aliases let a few hundred bytes stand for gigabytes: nine lists of
-// nine references each, eight deep, is 9^8 strings. Errors name the kind
-// of a bad value instead of formatting it, so the answer stays short.
+// nine references each, eight deep, is 9^8 strings. The document is
+// refused by the cap on expanded values, named in a short error; below the
+// cap, errors name the kind of a bad value instead of formatting it.
 func TestAliasBombGetsAShortError(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("algorithm: fixed_window\nlimits:\n  - {window: 1s, limit: [&a0 [")
@@ -195,8 +196,12 @@ func TestAliasBombGetsAShortError(t *testing.T) {
 	}
 	b.WriteString("]}\n")
 	_, err := ParseOne("bomb", []byte(b.String()))
-	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "limits[0].limit: want a whole number, got a list") {
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), fmt.Sprintf("more than %d values once its YAML aliases are expanded", MaxValues)) {
 		t.Fatalf("alias bomb (%d bytes): %.300v (%d bytes of error)", b.Len(), err, len(fmt.Sprint(err)))
+	}
+	_, err = ParseOne("small", []byte("algorithm: fixed_window\nlimits:\n  - {window: 1s, limit: &a [1, 2]}\n  - {window: 2s, limit: *a}\n"))
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "limits[0].limit: want a whole number, got a list") {
+		t.Fatalf("alias within the cap: %.300v", err)
 	}
 	// A complex key made of the same aliases is named by its kind too.
 	_, err = Parse([]byte("? &a [x, y]\n: 1\n"))

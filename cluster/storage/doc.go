@@ -20,4 +20,9 @@
 // whose wal/ went missing reads as a lost log (ErrWALMissing), never as a
 // Bolt data dir with an empty log: such a node would vote without the
 // entries it once acknowledged.
+//
+// A full disk is not damage: an error that comes from one (IsDiskFull) is a
+// *DiskFullError telling the operator to free space, and --rejoin-empty
+// never moves such a dir aside. Snapshot "*.tmp" directories left by a
+// snapshot that failed part-way are removed when the dir is opened.
 package storage

@@ -57,7 +57,7 @@ func Open(opts Options) (*DataDir, error) {
 	}
 	d, err := openChecked(opts, log)
 	var corrupt *CorruptError
-	if errors.As(err, &corrupt) && opts.RejoinEmpty && !rejoined {
+	if errors.As(err, &corrupt) && opts.RejoinEmpty && !rejoined && !IsDiskFull(err) {
 		aside, merr := moveAside(opts.Dir)
 		if merr != nil {
 			return nil, errors.Join(err, merr)
@@ -97,6 +97,7 @@ func openChecked(opts Options, log hclog.Logger) (*DataDir, error) {
 		return nil, err
 	}
 	base := snapshotBase(opts.Dir)
+	removeFailedSnapshots(filepath.Join(base, SnapshotDir), log)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(base, 2, log.Named("snapshots"))
 	if err != nil {
 		d.Close()

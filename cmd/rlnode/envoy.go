@@ -5,11 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"slices"
 
-	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -71,47 +68,31 @@ func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []pol
 		return envoyChanges{}, err
 	}
 	var have []policy.Policy
+	byName := make(map[string]policy.Policy, len(all))
 	for _, p := range all {
+		byName[p.Name] = p
 		if p.Envoy != nil && slices.Contains(domains, p.Envoy.Domain) {
 			have = append(have, p)
 		}
 	}
 	for _, p := range want {
-		for _, q := range all {
-			if q.Name == p.Name && (q.Envoy == nil || q.Envoy.Domain != p.Envoy.Domain) {
-				return envoyChanges{}, fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
-			}
+		if q, ok := byName[p.Name]; ok && (q.Envoy == nil || q.Envoy.Domain != p.Envoy.Domain) {
+			return envoyChanges{}, fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
 		}
 	}
 	var ch envoyChanges
 	ch.added, ch.changed, ch.removed = policy.Diff(have, want)
-	verb := ""
-	if dry {
-		verb = "would be "
-	}
-	for _, p := range append(ch.added, ch.changed...) {
-		if !dry {
-			if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
-				return ch, err
-			}
+	err = writeChanges(ctx, a, dry, ch.added, ch.changed, ch.removed, func(verb, what string, p *policy.Policy, name string) {
+		switch {
+		case a.json:
+		case p != nil:
+			fmt.Fprintf(stdout, "%s%s %s\t%s\n", verb, what, name, limitsText(*p))
+		default:
+			fmt.Fprintf(stdout, "%s%s %s\n", verb, what, name)
 		}
-		what := "changed"
-		if isIn(p, ch.added) {
-			what = "added"
-		}
-		if !a.json {
-			fmt.Fprintf(stdout, "%s%s %s\t%s\n", verb, what, p.Name, limitsText(p))
-		}
-	}
-	for _, name := range ch.removed {
-		if !dry {
-			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
-				return ch, err
-			}
-		}
-		if !a.json {
-			fmt.Fprintf(stdout, "%sremoved %s\n", verb, name)
-		}
+	})
+	if err != nil {
+		return ch, err
 	}
 	return ch, nil
 }

@@ -27,6 +27,7 @@ type fdBudget struct {
 	soft, hard uint64
 	raft       int // reserved for the Raft port
 	http, grpc int // connection caps
+	httpWant   int // --http-max-conns, before it was fitted
 }
 
 // raiseFileLimit sets the soft RLIMIT_NOFILE to the hard one (Go does the
@@ -45,15 +46,15 @@ func raiseFileLimit() (soft, hard uint64, err error) {
 	return uint64(l.Cur), uint64(l.Max), nil
 }
 
-// planFDs splits limit between the ports.
-func planFDs(soft, hard uint64, limits transport.RaftLimits, grpc bool) fdBudget {
-	b := fdBudget{soft: soft, hard: hard, raft: limits.MaxPending + fdReservePeers*limits.MaxConnsPerIP}
+// planFDs splits limit between the ports; httpCap is --http-max-conns.
+func planFDs(soft, hard uint64, limits transport.RaftLimits, grpc bool, httpCap int) fdBudget {
+	b := fdBudget{soft: soft, hard: hard, raft: limits.MaxPending + fdReservePeers*limits.MaxConnsPerIP, httpWant: httpCap}
 	rest := int(min(soft, 1<<30)) - b.raft - fdReserveFiles
 	grpcShare := 0
 	if grpc {
 		grpcShare = rest / 3
 	}
-	b.http = max(fdMinPortCap, min(maxHTTPConns, rest-grpcShare))
+	b.http = max(fdMinPortCap, min(httpCap, rest-grpcShare))
 	b.grpc = max(fdMinPortCap, min(maxGRPCConns, grpcShare))
 	return b
 }
@@ -66,7 +67,7 @@ func (b fdBudget) log(log hclog.Logger, grpc bool) {
 		args = append(args, "grpc_conns", b.grpc)
 	}
 	log.Info("file descriptor limit", args...)
-	need := maxHTTPConns + b.raft + fdReserveFiles
+	need := b.httpWant + b.raft + fdReserveFiles
 	if grpc {
 		need += maxGRPCConns
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 )
@@ -46,11 +47,38 @@ func commands() []command {
 	}
 }
 
+// stopGrace is how long a command other than serve has, after SIGINT or
+// SIGTERM cancelled its context, to return by itself before it is ended:
+// one stuck where no context reaches (a read of a FIFO, a long parse) must
+// still stop when asked. serve shuts down within --shutdown-timeout.
+const stopGrace = 3 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if name, _ := commandName(os.Args[1:]); name != "serve" {
+		go exitAfterGrace(ctx, name)
+	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// exitAfterGrace ends the process stopGrace after ctx is cancelled by a
+// signal, with the shell's status for an interrupted command.
+func exitAfterGrace(ctx context.Context, name string) {
+	<-ctx.Done()
+	time.Sleep(stopGrace)
+	fmt.Fprintf(os.Stderr, "rlnode %s: interrupted\n", name)
+	os.Exit(130)
+}
+
+// commandName splits the command's name ("serve" when none is given) from
+// its arguments.
+func commandName(args []string) (string, []string) {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		return args[0], args[1:]
+	}
+	return "serve", args
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -64,10 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
-	name := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
-	}
+	name, args := commandName(args)
 	var names []string
 	for _, c := range commands() {
 		names = append(names, c.name)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -267,41 +266,24 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// Policies with an Envoy match belong to import-envoy (and to the
 	// gRPC service's limit overrides): apply leaves them alone unless the
 	// file names them.
+	wanted := make(map[string]bool, len(want))
+	for _, p := range want {
+		wanted[p.Name] = true
+	}
 	var have []policy.Policy
 	for _, p := range all {
-		if p.Envoy == nil || slices.ContainsFunc(want, func(q policy.Policy) bool { return q.Name == p.Name }) {
+		if p.Envoy == nil || wanted[p.Name] {
 			have = append(have, p)
 		}
 	}
 	added, changed, removed := policy.Diff(have, want)
-	verb := ""
-	if dry {
-		verb = "would be "
-	}
-	report := func(what, name string) {
+	err = writeChanges(ctx, a, dry, added, changed, removed, func(verb, what string, p *policy.Policy, name string) {
 		if !a.json {
 			fmt.Fprintf(stdout, "%s%s %s\n", verb, what, name)
 		}
-	}
-	for _, p := range append(added, changed...) {
-		if !dry {
-			if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
-				return err
-			}
-		}
-		if isIn(p, added) {
-			report("added", p.Name)
-		} else {
-			report("changed", p.Name)
-		}
-	}
-	for _, name := range removed {
-		if !dry {
-			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
-				return err
-			}
-		}
-		report("removed", name)
+	})
+	if err != nil {
+		return err
 	}
 	if a.json {
 		return printJSON(stdout, map[string]any{"added": names(added), "changed": names(changed), "removed": orEmpty(removed), "dryRun": dry})
@@ -312,13 +294,45 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
-func isIn(p policy.Policy, ps []policy.Policy) bool {
-	for _, q := range ps {
-		if q.Name == p.Name {
-			return true
+// writeChanges puts the added and changed policies and deletes the removed
+// ones, in that order (nothing when dry), and reports each with its verb
+// ("" or "would be ") and what happened (p is nil for a removal). It
+// stops when ctx ends.
+func writeChanges(ctx context.Context, a *adminFlags, dry bool, added, changed []policy.Policy, removed []string,
+	report func(verb, what string, p *policy.Policy, name string)) error {
+	verb := ""
+	if dry {
+		verb = "would be "
+	}
+	for _, group := range []struct {
+		what string
+		ps   []policy.Policy
+	}{{"added", added}, {"changed", changed}} {
+		for i := range group.ps {
+			p := &group.ps[i]
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !dry {
+				if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
+					return err
+				}
+			}
+			report(verb, group.what, p, p.Name)
 		}
 	}
-	return false
+	for _, name := range removed {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !dry {
+			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
+				return err
+			}
+		}
+		report(verb, "removed", nil, name)
+	}
+	return nil
 }
 
 func names(ps []policy.Policy) []string {

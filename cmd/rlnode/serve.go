@@ -68,6 +68,7 @@ type serveConfig struct {
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
 	sec                                                  securityConfig
+	httpLimits                                           httpLimits
 	fds                                                  fdBudget
 }
 
@@ -122,6 +123,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	c.rlsOpt.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
+	c.httpLimits.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
 	return fs, c
 }
@@ -178,6 +180,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.logLevel))
 	}
 	errs = append(errs, c.sec.validate(c.token)...)
+	errs = append(errs, c.httpLimits.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -291,12 +294,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("could not raise the file descriptor limit", "error", err)
 	}
 	// The rate limit service and the quota service share the gRPC budget.
-	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "")
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "", c.httpLimits.maxConns)
 	c.fds.log(logger, c.grpcAddr != "" || c.rlqsAddr != "")
 
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
-	ln, err := c.bindHTTP(tlsSrc)
+	ln, capped, err := c.bindHTTP(tlsSrc)
 	if err != nil {
 		return err
 	}
@@ -334,6 +337,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
+	srv.ConnState = capped.ConnState
 
 	// The limits are the replicated policy table's, said once the node is
 	// ready (reportDefaultPolicy), never this node's seeding flags.
@@ -370,8 +374,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // Caps on the public listeners' open connections, lowered to fit a small
 // descriptor limit (fdlimit.go), leaving room for the Raft port, stores,
-// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE. HTTP's is total
-// only: many applications may sit behind one proxy's address. Envoy keeps a
+// snapshots and TLS reloads: a flood of sockets meets a cap, not EMFILE.
+// HTTP's are flags (httpLimits; maxHTTPConns is the default total). Envoy keeps a
 // few connections per worker to the rate limit service, so one address may
 // hold a quarter of the gRPC slots and a flood from one host cannot lock
 // the others out. Silent connections go after 5 s on both ports (HTTP's
@@ -430,17 +434,20 @@ func (s sideListeners) close() {
 	}
 }
 
-// bindHTTP listens on --http-addr, capped and behind TLS when configured.
-func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (net.Listener, error) {
-	ln, err := net.Listen("tcp", c.httpAddr)
+// bindHTTP listens on --http-addr, capped and behind TLS when configured;
+// the server reports connection states to capped.
+func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (ln net.Listener, capped *connlimit.KeepAlive, err error) {
+	raw, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
+		return nil, nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
-	ln = connlimit.Wrap(ln, c.fds.http, 0)
+	total := min(c.httpLimits.maxConns, c.fds.http)
+	capped = connlimit.NewKeepAlive(raw, total, min(c.httpLimits.maxConnsPerIP, total))
+	ln = capped
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
 	}
-	return ln, nil
+	return ln, capped, nil
 }
 
 // startSideServers serves pprof and Envoy's rate-limit service over gRPC
@@ -585,6 +592,9 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 		if p.Name == policy.Default {
 			return ps, nil
 		}
+	}
+	if len(ps) >= policy.MaxPolicies {
+		return nil, fmt.Errorf("%s defines %d policies; with default from --limit/--window that is more than the %d the table holds", c.policiesFile, len(ps), policy.MaxPolicies)
 	}
 	return append(ps, policy.Fixed(policy.Default, c.limit, c.window)), nil
 }
