@@ -19,11 +19,7 @@ import (
 // in a CRC), taken on the leader after a read barrier, so it holds every
 // hit committed before the request. Restore hands such a file to raft's
 // user restore on the leader of a new, empty cluster, which installs it
-// as a snapshot on every member.
-const (
-	BackupPath  = "/v1/cluster/backup"
-	RestorePath = "/v1/cluster/restore"
-)
+// as a snapshot on every member. Followers forward both (leaderops.go).
 
 // ErrNotEmpty is returned when a restore would overwrite live windows.
 var ErrNotEmpty = errors.New("the cluster is not empty")
@@ -39,12 +35,8 @@ func (writerSink) ID() string    { return "backup" }
 func (writerSink) Cancel() error { return nil }
 func (writerSink) Close() error  { return nil }
 
-// Backup writes a consistent snapshot of the state to w. Leader only: the
-// HTTP layer sends followers' callers to the leader.
-func (n *Node) Backup(ctx context.Context, w io.Writer) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
-	}
+// backup writes a consistent snapshot of the state to w, on the leader.
+func (n *Node) backup(ctx context.Context, w io.Writer) error {
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -83,14 +75,23 @@ func checkBackup(r io.Reader) (windows int, err error) {
 	return scratch.Stats().StoredWindows, nil
 }
 
-// RestoreBackup replaces the cluster's state with a backup of size bytes
-// read from r. Leader only. Unless force is set the cluster must hold no
-// windows: restore is for a new cluster, not for rolling one back. The
-// cluster's own node metadata (HTTP addresses) is kept, not the backup's.
-func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
+// Restored says what a restore installed, as the leader saw it.
+type Restored struct {
+	LiveWindows int    `json:"liveWindows"`
+	Digest      string `json:"digest"`
+	ServedBy    string `json:"servedBy"`
+}
+
+// restore is RestoreBackup on the leader.
+func (n *Node) restore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	if err := n.restoreOnLeader(ctx, r, size, force); err != nil {
+		return Restored{}, err
 	}
+	digest, _ := n.fsm.Digest()
+	return Restored{LiveWindows: n.fsm.Stats().StoredWindows, Digest: fmt.Sprintf("%016x", digest), ServedBy: n.cfg.ID}, nil
+}
+
+func (n *Node) restoreOnLeader(ctx context.Context, r io.Reader, size int64, force bool) error {
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -26,8 +25,7 @@ func hitCount(gs []group) int {
 	return n
 }
 
-// outcome is the fate of one group: a result or an error wrapping
-// ErrNotCounted or ErrOutcomeUnknown.
+// outcome is the fate of one group: a result or a *HitError.
 type outcome struct {
 	res CheckResult
 	err error
@@ -91,7 +89,7 @@ func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
+		return failAll(len(reqs), notCounted(nil, ErrClosed))
 	}
 	g.queue = append(g.queue, ws...)
 	g.mu.Unlock()
@@ -105,12 +103,12 @@ func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 		case out[i] = <-w.done:
 		case <-ctx.Done():
 			if w.state.CompareAndSwap(waiterQueued, waiterCancelled) {
-				out[i] = outcome{err: errors.Join(ErrNotCounted, fmt.Errorf("gave up before the hit was sent: %w", ctx.Err()))}
+				out[i] = outcome{err: notCounted(nil, fmt.Errorf("gave up before the hit was sent: %w", ctx.Err()))}
 			} else {
 				select {
 				case out[i] = <-w.done:
 				default:
-					out[i] = outcome{err: errors.Join(ErrOutcomeUnknown, fmt.Errorf("gave up waiting for the log: %w", ctx.Err()))}
+					out[i] = outcome{err: outcomeUnknown(fmt.Errorf("gave up waiting for the log: %w", ctx.Err()))}
 				}
 			}
 		}
@@ -199,7 +197,7 @@ func (g *groupCommit) close() {
 	close(g.stop)
 	for _, w := range rest {
 		if w.state.CompareAndSwap(waiterQueued, waiterTaken) {
-			w.done <- outcome{err: errors.Join(ErrNotCounted, ErrClosed)}
+			w.done <- outcome{err: notCounted(nil, ErrClosed)}
 		}
 	}
 	g.wg.Wait()

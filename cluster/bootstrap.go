@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,12 +33,6 @@ import (
 //     bootstraps would need two fully accepted claims sharing no node, so
 //     as long as N is more than half of the listed nodes there is exactly
 //     one cluster, whatever the start order, restarts or retries.
-
-// Bootstrap endpoints, served by the HTTP layer behind the cluster token.
-const (
-	BootstrapInfoPath  = "/internal/v1/bootstrap"
-	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
-)
 
 // BootstrapMember is one server of a symmetric bootstrap.
 type BootstrapMember struct {
@@ -124,17 +117,8 @@ func (n *Node) BootstrapInfo() BootstrapInfo {
 func (n *Node) AcceptClaim(c BootstrapClaim) error {
 	n.claimMu.Lock()
 	defer n.claimMu.Unlock()
-	if n.cfg.BootstrapExpect == 0 {
-		return fmt.Errorf("%w: this node was not started with --bootstrap-expect", ErrClaimRefused)
-	}
-	if !slices.ContainsFunc(c.Members, func(m BootstrapMember) bool { return m.ID == n.cfg.ID }) {
-		return fmt.Errorf("%w: %s is not among its members", ErrClaimRefused, n.cfg.ID)
-	}
-	if len(c.Members) != n.cfg.BootstrapExpect {
-		return fmt.Errorf("%w: it has %d members, this node expects %d", ErrClaimRefused, len(c.Members), n.cfg.BootstrapExpect)
-	}
-	if n.hasRaftState() {
-		return fmt.Errorf("%w: this node already belongs to a cluster", ErrClaimRefused)
+	if err := checkClaim(c, n.cfg.ID, n.cfg.BootstrapExpect, n.hasRaftState()); err != nil {
+		return err
 	}
 	have, err := n.readClaim()
 	if err != nil {
@@ -155,6 +139,22 @@ func (n *Node) AcceptClaim(c BootstrapClaim) error {
 		return fmt.Errorf("record claim: %w", err)
 	}
 	n.log.Info("accepted bootstrap claim", "by", c.By, "members", len(c.Members))
+	return nil
+}
+
+// checkClaim says why a node (id, expecting expect servers, with or
+// without Raft state) must refuse c, whatever it accepted before.
+func checkClaim(c BootstrapClaim, id string, expect int, hasState bool) error {
+	switch {
+	case expect == 0:
+		return fmt.Errorf("%w: this node was not started with --bootstrap-expect", ErrClaimRefused)
+	case !slices.ContainsFunc(c.Members, func(m BootstrapMember) bool { return m.ID == id }):
+		return fmt.Errorf("%w: %s is not among its members", ErrClaimRefused, id)
+	case len(c.Members) != expect:
+		return fmt.Errorf("%w: it has %d members, this node expects %d", ErrClaimRefused, len(c.Members), expect)
+	case hasState:
+		return fmt.Errorf("%w: this node already belongs to a cluster", ErrClaimRefused)
+	}
 	return nil
 }
 
@@ -182,7 +182,6 @@ func syncRename(tmp, path string) error {
 // a cluster, then records its metadata through an ordinary join.
 func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
 	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.TLS, n.cfg.PeerTransport)
-	pc.forwarding = false
 	defer pc.close()
 	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
 	if !n.hasRaftState() {
@@ -242,6 +241,28 @@ func (n *Node) probe(ctx context.Context, pc *peerClient, addrs []string) (out [
 	return out, unreached
 }
 
+// chooseClaim is the claim self makes from the nodes it met (infos), when
+// it is the claimer: the expect lowest ids among itself and the nodes
+// without Raft state that expect as many, led by self. Otherwise it says
+// why not.
+func chooseClaim(self BootstrapMember, expect int, infos []BootstrapInfo) (*BootstrapClaim, string) {
+	seen := []BootstrapMember{self}
+	for _, i := range infos {
+		if i.Expect == expect && !i.HasState {
+			seen = append(seen, i.BootstrapMember)
+		}
+	}
+	if len(seen) < expect {
+		return nil, fmt.Sprintf("met %d of %d nodes", len(seen), expect)
+	}
+	slices.SortFunc(seen, func(a, b BootstrapMember) int { return strings.Compare(a.ID, b.ID) })
+	members := seen[:expect]
+	if members[0].ID != self.ID {
+		return nil, fmt.Sprintf("waiting for %s to claim the bootstrap", members[0].ID)
+	}
+	return &BootstrapClaim{By: self.ID, Members: slices.Clone(members)}, ""
+}
+
 // tryClaim makes or renews this node's claim when it is the claimer, and
 // bootstraps once every member accepted. It reports whether it did and,
 // if not, why.
@@ -251,25 +272,14 @@ func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapIn
 		return false, err.Error()
 	}
 	if claim == nil {
-		seen := []BootstrapMember{n.self()}
-		for _, i := range infos {
-			if i.Expect == n.cfg.BootstrapExpect && !i.HasState {
-				seen = append(seen, i.BootstrapMember)
-			}
+		c, note := chooseClaim(n.self(), n.cfg.BootstrapExpect, infos)
+		if c == nil {
+			return false, note
 		}
-		if len(seen) < n.cfg.BootstrapExpect {
-			return false, fmt.Sprintf("met %d of %d nodes", len(seen), n.cfg.BootstrapExpect)
-		}
-		slices.SortFunc(seen, func(a, b BootstrapMember) int { return strings.Compare(a.ID, b.ID) })
-		members := seen[:n.cfg.BootstrapExpect]
-		if members[0].ID != n.cfg.ID {
-			return false, fmt.Sprintf("waiting for %s to claim the bootstrap", members[0].ID)
-		}
-		c := BootstrapClaim{By: n.cfg.ID, Members: slices.Clone(members)}
-		if err := n.AcceptClaim(c); err != nil {
+		if err := n.AcceptClaim(*c); err != nil {
 			return false, err.Error()
 		}
-		claim = &c
+		claim = c
 	}
 	if claim.By != n.cfg.ID {
 		return false, fmt.Sprintf("accepted the claim of %s; waiting to be contacted", claim.By)
@@ -295,12 +305,4 @@ func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapIn
 	}
 	n.log.Info("every member accepted the claim; bootstrapped the cluster", "members", len(servers))
 	return true, ""
-}
-
-// getJSON fetches url and decodes a 2xx JSON answer into out, giving the
-// peer at most 2 s.
-func (p *peerClient) getJSON(ctx context.Context, url string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return p.sendJSON(ctx, http.MethodGet, url, nil, out)
 }

@@ -68,15 +68,15 @@ func (n *Node) Check(ctx context.Context, policyName, client string, cost int64)
 
 // CheckAll checks hits all or nothing in one log entry: they count only if
 // every one is allowed. Any node can be asked: the leader decides through
-// its log, followers forward to it. Errors wrap ErrNotCounted or
-// ErrOutcomeUnknown.
+// its log, followers forward to it. Errors are *HitError, matching
+// ErrNotCounted or ErrOutcomeUnknown.
 func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 	if len(hits) == 0 || len(hits) > MaxGroup {
-		return CheckResult{}, errors.Join(ErrNotCounted, fmt.Errorf("%d hits in one check: want 1 to %d", len(hits), MaxGroup))
+		return CheckResult{}, notCounted(nil, fmt.Errorf("%d hits in one check: want 1 to %d", len(hits), MaxGroup))
 	}
 	for _, h := range hits {
 		if err := h.Validate(); err != nil {
-			return CheckResult{}, errors.Join(ErrNotCounted, err)
+			return CheckResult{}, notCounted(nil, err)
 		}
 	}
 	if n.holder != nil {
@@ -111,7 +111,7 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 	if n.clockCheck.skewed.Load() {
 		// Never stamp hits with a clock that is off: not counted, so
 		// the caller's node retries with the next leader.
-		err := errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+		err := notCounted(ErrNotLeader, ErrClockSkew)
 		return func() []outcome { return failAll(len(reqs), err) }
 	}
 	n.cfg.Observer.BatchApplied(len(hits))
@@ -132,9 +132,9 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 			return outs
 		case error:
 			// Committed but not applied (the state machine halted).
-			return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, resp))
+			return failAll(len(reqs), outcomeUnknown(resp))
 		default:
-			return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", resp)))
+			return failAll(len(reqs), outcomeUnknown(fmt.Errorf("unexpected apply response %T", resp)))
 		}
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,9 +32,6 @@ import (
 // skewed, no node can establish a majority and hits fail until a clock
 // is fixed or the voter returns. For a limiter that is the safe side.
 
-// ClockPath serves this node's clock to peers.
-const ClockPath = "/internal/v1/clock"
-
 // ClockReading is one node's clock as its peers see it.
 type ClockReading struct {
 	ID    string `json:"id"`
@@ -50,16 +45,10 @@ var ErrClockSkew = errors.New("this node cannot confirm its clock with a majorit
 // taken each second; a few may fail under load).
 const clockReadingTTL = 10 * time.Second
 
-type peerOffset struct {
-	offsetMs int64 // peer minus this node
-	boundMs  int64 // half the round trip
-	at       time.Time
-}
-
 // clockCheck is the node's view of its clock against its peers.
 type clockCheck struct {
-	mu      sync.Mutex
-	offsets map[string]peerOffset
+	// monitor holds the readings and judges them (clockmonitor.go).
+	monitor *clockMonitor
 	// skewed is set while this node is a voter that cannot establish its
 	// clock with a majority of the voters: it must not lead. It starts set
 	// (Open), so a restarted node does not stand before its first
@@ -174,16 +163,13 @@ func (n *Node) readClock(addr string) (ClockReading, peerOffset, bool) {
 		return rd, peerOffset{}, false
 	}
 	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
-	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1, at: time.Now()}, true
+	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, true
 }
 
+// recordOffset keeps a reading of member id's clock (the monitor stamps
+// it with its own clock).
 func (n *Node) recordOffset(id string, o peerOffset) {
-	n.clockCheck.mu.Lock()
-	defer n.clockCheck.mu.Unlock()
-	if n.clockCheck.offsets == nil {
-		n.clockCheck.offsets = map[string]peerOffset{}
-	}
-	n.clockCheck.offsets[id] = o
+	n.clockCheck.monitor.record(id, o.offsetMs, o.boundMs)
 }
 
 // judgeClock decides whether this node may lead: only while a majority of
@@ -202,13 +188,15 @@ func (n *Node) judgeClock() {
 			voters[string(s.ID)] = true
 		}
 	}
-	agree, agreeing := n.countAgreeing(voters)
-	quorum := len(voters)/2 + 1
-	skewed := voters[n.cfg.ID] && agree < quorum
+	v := n.clockCheck.monitor.judge(voters)
+	if v.haveEstimate {
+		n.clockCheck.estimate.Store(v.estimateMs)
+	}
+	skewed := v.skewed
 	was := n.clockCheck.skewed.Swap(skewed) && n.clockCheck.judged
 	n.clockCheck.judged = true
 	args := []any{"offset", time.Duration(n.clockCheck.estimate.Load()) * time.Millisecond, "max", n.cfg.MaxClockOffset,
-		"agreeing_voters", agree, "voters", len(voters), "need", quorum, "agreeing", agreeing}
+		"agreeing_voters", len(v.agreeing), "voters", v.voters, "need", v.quorum, "agreeing", v.agreeing}
 	switch {
 	case skewed && !was:
 		n.log.Error("CLOCK: this node cannot confirm its clock with a majority of the voters (a clock off by more than --max-clock-offset, "+
@@ -219,39 +207,6 @@ func (n *Node) judgeClock() {
 	if skewed && n.IsLeader() {
 		n.stepDownForClock()
 	}
-}
-
-// countAgreeing counts the voters (this node included, if a voter) whose
-// recent reading agrees with this node's clock, forgets readings of
-// servers that are no longer voters, and updates the median estimate.
-func (n *Node) countAgreeing(voters map[string]bool) (int, []string) {
-	maxOff := n.cfg.MaxClockOffset.Milliseconds()
-	agreeing := []string{}
-	if voters[n.cfg.ID] {
-		agreeing = append(agreeing, n.cfg.ID)
-	}
-	n.clockCheck.mu.Lock()
-	defer n.clockCheck.mu.Unlock()
-	var offs []int64
-	for id, o := range n.clockCheck.offsets {
-		if !voters[id] {
-			delete(n.clockCheck.offsets, id)
-			continue
-		}
-		if time.Since(o.at) > clockReadingTTL {
-			continue
-		}
-		offs = append(offs, o.offsetMs)
-		if abs(o.offsetMs)-o.boundMs <= maxOff {
-			agreeing = append(agreeing, id)
-		}
-	}
-	if len(offs) > 0 {
-		slices.Sort(offs)
-		n.clockCheck.estimate.Store(-offs[len(offs)/2])
-	}
-	slices.Sort(agreeing)
-	return len(agreeing), agreeing
 }
 
 // stepDownForClock hands leadership to the peer whose clock agrees best
@@ -277,42 +232,12 @@ func (n *Node) bestClockPeer() (raft.Server, bool) {
 	if cf.Error() != nil {
 		return raft.Server{}, false
 	}
-	n.clockCheck.mu.Lock()
-	defer n.clockCheck.mu.Unlock()
-	median := -n.clockCheck.estimate.Load()
-	var best raft.Server
-	bestDist := int64(-1)
-	for _, s := range cf.Configuration().Servers {
-		o, ok := n.clockCheck.offsets[string(s.ID)]
-		if s.ID == raft.ServerID(n.cfg.ID) || s.Suffrage != raft.Voter || !ok || time.Since(o.at) > clockReadingTTL ||
-			abs(o.offsetMs)-o.boundMs > n.cfg.MaxClockOffset.Milliseconds() {
-			continue
-		}
-		if d := abs(o.offsetMs - median); bestDist < 0 || d < bestDist {
-			best, bestDist = s, d
-		}
-	}
-	return best, bestDist >= 0
+	return n.clockCheck.monitor.best(cf.Configuration().Servers, -n.clockCheck.estimate.Load())
 }
 
 // peerSkewed reports whether this node measures id's clock as off by more
 // than MaxClockOffset from its own (used to refuse a transfer to it).
-func (n *Node) peerSkewed(id string) (bool, int64) {
-	n.clockCheck.mu.Lock()
-	defer n.clockCheck.mu.Unlock()
-	o, ok := n.clockCheck.offsets[id]
-	if !ok {
-		return false, 0
-	}
-	return abs(o.offsetMs)-o.boundMs > n.cfg.MaxClockOffset.Milliseconds(), o.offsetMs
-}
-
-func abs(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
+func (n *Node) peerSkewed(id string) (bool, int64) { return n.clockCheck.monitor.peerSkewed(id) }
 
 // voteGate is the node's Raft transport with one change: while the
 // node's clock is off it does not ask for votes, so it cannot win an

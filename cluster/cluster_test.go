@@ -31,7 +31,7 @@ func TestFollowersForwardAndShareOneBudget(t *testing.T) {
 	}
 	// A linearizable read through a follower sees every hit.
 	f := c.Followers(leader)[0]
-	p, err := f.Peek(context.Background(), "default", "alice", false, false)
+	p, err := f.Peek(context.Background(), "default", "alice", false)
 	if err != nil || p.Used != 6 || p.Remaining != 0 || p.ServedBy != leader.ID {
 		t.Fatalf("peek via follower: %+v %v; want used 6 served by the leader", p, err)
 	}
@@ -101,7 +101,7 @@ func TestPartitionedLeaderNeverAllows(t *testing.T) {
 	// Whatever the unknown hits did, every node agrees on dave's window.
 	used := int64(-1)
 	for _, n := range c.Live() {
-		p, err := n.Peek(context.Background(), "default", "dave", true, false)
+		p, err := n.Peek(context.Background(), "default", "dave", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestRemoveAndRejoinWiped(t *testing.T) {
 	c := apitest.Start(t, 3, clustertest.Options{Limit: 4, SnapshotThreshold: 50, TrailingLogs: 10, SnapshotInterval: 50 * time.Millisecond})
 	leader := c.Leader(5 * time.Second)
 	victim := c.Followers(leader)[0]
-	if err := leader.Remove(context.Background(), victim.ID, false); err != nil {
+	if err := leader.Remove(context.Background(), victim.ID); err != nil {
 		t.Fatal(err)
 	}
 	peers, _ := leader.Peers()
@@ -171,13 +171,13 @@ func TestRemoveAndRejoinWiped(t *testing.T) {
 }
 
 func TestJoinIsIdempotentAndReplaces(t *testing.T) {
-	c := apitest.Start(t, 3, clustertest.Options{})
+	c := clustertest.Start(t, 3, clustertest.Options{}) // no public API: joins travel on internal endpoints
 	leader := c.Leader(5 * time.Second)
 	f := c.Followers(leader)[0]
 	ctx := context.Background()
 	same := cluster.JoinRequest{ID: f.ID, RaftAddr: f.RaftAddr, HTTPAddr: f.HTTPAddr}
 	// Through a follower: forwarded to the leader; same id and address is a no-op.
-	if err := c.Followers(leader)[1].Join(ctx, same, false); err != nil {
+	if err := c.Followers(leader)[1].Join(ctx, same); err != nil {
 		t.Fatalf("idempotent join via follower: %v", err)
 	}
 	peers, _ := leader.Peers()
@@ -186,7 +186,7 @@ func TestJoinIsIdempotentAndReplaces(t *testing.T) {
 	}
 	// A server with the same id but a new address replaces the old entry.
 	moved := cluster.JoinRequest{ID: f.ID, RaftAddr: "127.0.0.1:1", HTTPAddr: f.HTTPAddr, Voter: new(bool)}
-	if err := leader.Join(ctx, moved, false); err != nil {
+	if err := leader.Join(ctx, moved); err != nil {
 		t.Fatal(err)
 	}
 	peers, _ = leader.Peers()
@@ -201,14 +201,14 @@ func TestJoinIsIdempotentAndReplaces(t *testing.T) {
 }
 
 func TestTransferLeadership(t *testing.T) {
-	c := apitest.Start(t, 3, clustertest.Options{})
+	c := clustertest.Start(t, 3, clustertest.Options{})
 	leader := c.Leader(5 * time.Second)
 	target := c.Followers(leader)[1]
-	res, err := c.Followers(leader)[0].TransferLeadership(context.Background(), target.ID, false)
+	res, err := c.Followers(leader)[0].TransferLeadership(context.Background(), target.ID)
 	if err != nil || res.LeaderID != target.ID {
 		t.Fatalf("transfer to %s: %+v %v", target.ID, res, err)
 	}
-	if _, err := leader.TransferLeadership(context.Background(), "nope", false); err == nil {
+	if _, err := leader.TransferLeadership(context.Background(), "nope"); err == nil {
 		t.Fatal("transfer to an unknown server succeeded")
 	}
 }
@@ -224,7 +224,7 @@ func TestLaggingLeaderClockNeverReopensEarly(t *testing.T) {
 	third := c.AddNode(false)
 	leader := c.WaitReady(10 * time.Second)
 	if leader == third {
-		res, err := leader.TransferLeadership(context.Background(), c.Nodes[0].ID, false)
+		res, err := leader.TransferLeadership(context.Background(), c.Nodes[0].ID)
 		if err != nil {
 			t.Fatalf("move leadership off the laggard: %v %+v", err, res)
 		}
@@ -236,7 +236,7 @@ func TestLaggingLeaderClockNeverReopensEarly(t *testing.T) {
 	resetAt := time.UnixMilli(clustertest.MustAllow(t, leader, "gina", 1).Body.ResetAt)
 	clustertest.MustAllow(t, leader, "gina", 0)
 	clustertest.MustRefuse(t, leader, "gina")
-	if _, err := leader.TransferLeadership(context.Background(), third.ID, false); err != nil {
+	if _, err := leader.TransferLeadership(context.Background(), third.ID); err != nil {
 		t.Fatal(err)
 	}
 	c.Leader(5 * time.Second)

@@ -40,16 +40,74 @@ var (
 	ErrConflict = errors.New("refused in the cluster's current state")
 )
 
+// HitError is why a hit (one all-or-nothing group of a check) failed: its
+// outcome, the reason a caller acts on, and the cause in words. Every
+// failure of the hit path is one; errors.Is matches its outcome
+// (ErrNotCounted or ErrOutcomeUnknown), its reason and its cause.
+type HitError struct {
+	// Outcome is ErrNotCounted or ErrOutcomeUnknown.
+	Outcome error
+	// Reason, when set, is ErrNoLeader (no leader known) or ErrNotLeader
+	// (the node asked does not lead, or lost leadership before the entry
+	// was appended): what a front end names in its answer.
+	Reason error
+	// Cause is what failed, for the caller to read; nil when Reason says
+	// it all.
+	Cause error
+}
+
+func notCounted(reason, cause error) *HitError {
+	return &HitError{Outcome: ErrNotCounted, Reason: reason, Cause: cause}
+}
+
+func outcomeUnknown(cause error) *HitError {
+	return &HitError{Outcome: ErrOutcomeUnknown, Cause: cause}
+}
+
+func (e *HitError) Error() string {
+	if why := e.Why(); why != "" {
+		return e.Outcome.Error() + ": " + why
+	}
+	return e.Outcome.Error()
+}
+
+// Why is the reason and the cause in words, without the outcome: what a
+// front end adds to its own sentence about the outcome.
+func (e *HitError) Why() string {
+	switch {
+	case e.Reason != nil && e.Cause != nil:
+		return e.Reason.Error() + ": " + e.Cause.Error()
+	case e.Reason != nil:
+		return e.Reason.Error()
+	case e.Cause != nil:
+		return e.Cause.Error()
+	}
+	return ""
+}
+
+// Unwrap lets errors.Is and errors.As see the outcome, the reason and
+// the cause.
+func (e *HitError) Unwrap() []error {
+	errs := []error{e.Outcome}
+	if e.Reason != nil {
+		errs = append(errs, e.Reason)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
 // classifyApply maps a failed raft apply onto the two hit failures: raft
 // returns ErrNotLeader, ErrEnqueueTimeout and ErrLeadershipTransferInProgress
 // before the entry is appended, so those were never counted.
-func classifyApply(err error) error {
+func classifyApply(err error) *HitError {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return errors.Join(ErrNotCounted, ErrNotLeader, err)
+		return notCounted(ErrNotLeader, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return errors.Join(ErrNotCounted, err)
+		return notCounted(nil, err)
 	default:
-		return errors.Join(ErrOutcomeUnknown, err)
+		return outcomeUnknown(err)
 	}
 }

@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"time"
-
-	"github.com/rlnode/rlnode/policy"
 )
 
 // Forwarding is how a node that does not lead reaches the one that does. It
 // is one unit: the peer client (peer.go), the wire codec of forwarded hits
-// (wire.go), the retry rules below, and the internal endpoint on which the
-// leader serves forwarded hits (InternalHandler, mounted by the binary next
-// to the public API). Followers never decide; they forward and pass the
-// leader's answer on.
+// (wire.go) and its retry rules below, the leader operations and their
+// codec (leaderops.go), and the internal endpoints on which the leader
+// serves them (internal.go). Followers never decide; they forward and pass
+// the leader's answer on.
 
 // localNode is what forwarding needs from its own node.
 type localNode interface {
@@ -57,12 +54,12 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	backoff := 10 * time.Millisecond
-	var last error = ErrNoLeader
+	last := notCounted(ErrNoLeader, nil)
 	var leaderless time.Time
 	for {
 		select {
 		case <-f.stop:
-			return failAll(len(reqs), errors.Join(ErrNotCounted, ErrClosed))
+			return failAll(len(reqs), notCounted(nil, ErrClosed))
 		default:
 		}
 		id, addr := f.node.Leader()
@@ -73,7 +70,7 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 			if !anyNotLeader(outs) {
 				return outs
 			}
-			last = ErrNotLeader
+			last = notCounted(ErrNotLeader, nil)
 		case id != "" && addr != "":
 			leaderless = time.Time{}
 			outs, err := f.once(ctx, addr, reqs)
@@ -87,20 +84,20 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 			case isDefinite(err):
 				// The leader answered and refused the request itself (bad
 				// request, wrong token): nothing was counted.
-				return failAll(len(reqs), errors.Join(ErrNotCounted, err))
+				return failAll(len(reqs), notCounted(nil, err))
 			case !isDialError(err):
-				return failAll(len(reqs), errors.Join(ErrOutcomeUnknown, fmt.Errorf("forward to leader %s: %w", id, err)))
+				return failAll(len(reqs), outcomeUnknown(fmt.Errorf("forward to leader %s: %w", id, err)))
 			}
-			last = fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err)
+			last = notCounted(nil, fmt.Errorf("leader %s at %s unreachable: %w", id, addr, err))
 		default:
 			if leaderless.IsZero() {
 				leaderless = time.Now()
 			} else if time.Since(leaderless) > f.cfg.NoLeaderWait {
-				return failAll(len(reqs), errors.Join(ErrNotCounted, ErrNoLeader))
+				return failAll(len(reqs), notCounted(ErrNoLeader, nil))
 			}
 		}
 		if time.Now().Add(backoff).After(deadline) {
-			return failAll(len(reqs), errors.Join(ErrNotCounted, last))
+			return failAll(len(reqs), last)
 		}
 		select {
 		case <-time.After(backoff):
@@ -161,7 +158,7 @@ func (f *forwarder) once(ctx context.Context, addr string, reqs []group) ([]outc
 		return nil, fmt.Errorf("read forward response: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, decodeHTTPError(resp.StatusCode, b)
+		return nil, decodeHTTPError(resp, b)
 	}
 	return decodeForwardResponse(b, reqs)
 }
@@ -179,7 +176,7 @@ func (f *forwarder) serve(ctx context.Context, body []byte) ([]byte, error) {
 	if f.node.IsLeader() {
 		outs = f.node.submitLocal(ctx, reqs...)
 	} else {
-		outs = failAll(len(reqs), errors.Join(ErrNotCounted, ErrNotLeader))
+		outs = failAll(len(reqs), notCounted(ErrNotLeader, nil))
 	}
 	return encodeForwardResponse(make([]byte, 0, 16+hitCount(reqs)*64), f.cfg.ID, outs), nil
 }
@@ -191,112 +188,112 @@ func isDefinite(err error) bool {
 	return errors.As(err, &he) && he.Status >= 400 && he.Status < 500
 }
 
-// peek sends a linearizable read to the leader.
-func (f *forwarder) peek(ctx context.Context, policyName, client string) (PeekResult, error) {
-	base, err := f.leaderURL()
-	if err != nil {
-		return PeekResult{}, err
-	}
-	resp, err := f.peers.do(ctx, http.MethodGet, base+PeekPath+url.PathEscape(policyName)+"/"+url.PathEscape(client), "", nil)
-	if err != nil {
-		return PeekResult{}, fmt.Errorf("forward read to leader: %w", err)
-	}
-	defer resp.Body.Close()
-	var r PeekResult
-	if resp.StatusCode != http.StatusOK {
-		b := make([]byte, 64<<10)
-		k, _ := resp.Body.Read(b)
-		herr := decodeHTTPError(resp.StatusCode, b[:k])
-		if he := herr.(*HTTPError); he.Code == "unknown_policy" {
-			return r, fmt.Errorf("%w: %s", ErrUnknownPolicy, he.Detail)
+// leader returns the leader's id and base URL. With wait it waits up to 2
+// s for one to be known (right after an election the leader is briefly
+// unknown, and an admin call is rare enough to wait for it).
+func (f *forwarder) leader(ctx context.Context, wait bool) (id, base string, err error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		id, addr := f.node.Leader()
+		if id != "" && addr != "" {
+			return id, BaseURL(addr), nil
 		}
-		return r, fmt.Errorf("forward read to leader: %w", herr)
-	}
-	if err := decodeJSON(resp.Body, &r); err != nil {
-		return r, fmt.Errorf("forward read to leader: %w", err)
-	}
-	return r, nil
-}
-
-// leaderURL returns the leader's base URL, or an error when it is unknown.
-func (f *forwarder) leaderURL() (string, error) {
-	id, addr := f.node.Leader()
-	if id == "" || addr == "" {
-		return "", ErrNoLeader
-	}
-	return BaseURL(addr), nil
-}
-
-// admin sends an admin request on to the leader, unless it already is
-// a forwarded one (then the sender's view of the leader was stale).
-func (f *forwarder) admin(ctx context.Context, forwarded bool, path string, in, out any) error {
-	if forwarded {
-		return ErrNotLeader
-	}
-	url, err := f.waitLeaderURL(ctx)
-	if err != nil {
-		return err
-	}
-	if err := f.peers.postJSON(ctx, url+path, in, out); err != nil {
-		return fmt.Errorf("forward to leader: %w", err)
-	}
-	return nil
-}
-
-// waitLeaderURL returns the leader's base URL. Right after an election the
-// leader is briefly unknown; an admin call is rare enough to wait for it.
-func (f *forwarder) waitLeaderURL(ctx context.Context) (string, error) {
-	url, err := f.leaderURL()
-	for wait := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(wait); url, err = f.leaderURL() {
+		if !wait || time.Now().After(deadline) {
+			return "", "", ErrNoLeader
+		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return url, err
 }
 
-// adminMethod is admin for any method.
-func (f *forwarder) adminMethod(ctx context.Context, forwarded bool, method, path string, in, out any) error {
-	if forwarded {
-		return ErrNotLeader
-	}
-	base, err := f.waitLeaderURL(ctx)
+// call sends a leader operation (leaderops.go) to the leader and decodes
+// its answer into out. An error the leader answered is returned as it
+// sent it (an *HTTPError matching the cluster errors it names).
+func (f *forwarder) call(ctx context.Context, wait bool, path string, in, out any) error {
+	id, base, err := f.leader(ctx, wait)
 	if err != nil {
 		return err
 	}
-	if err := f.peers.sendJSON(ctx, method, base+path, in, out); err != nil {
-		var he *HTTPError
-		if errors.As(err, &he) && he.Code == "unknown_policy" {
-			return fmt.Errorf("%w: %s", ErrUnknownPolicy, he.Detail)
-		}
-		return fmt.Errorf("forward to leader: %w", err)
+	if err := f.peers.sendJSON(ctx, http.MethodPost, base+path, in, out); err != nil {
+		return fromLeader(id, err)
 	}
 	return nil
 }
 
-// readPolicies reads the policy table on the leader.
-func (f *forwarder) readPolicies(ctx context.Context) ([]policy.Policy, error) {
-	base, err := f.waitLeaderURL(ctx)
-	if err != nil {
-		return nil, err
+// fromLeader wraps a failure to reach the leader; the leader's own answer
+// stays as it is.
+func fromLeader(id string, err error) error {
+	var he *HTTPError
+	switch {
+	case errors.As(err, &he) && he.Status == http.StatusNotFound && he.Code == "not_found":
+		return fmt.Errorf("leader %s does not serve this operation: it runs an older rlnode; upgrade it, or transfer leadership to an upgraded node: %w", id, err)
+	case errors.As(err, &he):
+		return err
 	}
-	resp, err := f.peers.do(ctx, http.MethodGet, base+PoliciesPath, "", nil)
+	return fmt.Errorf("forward to leader %s: %w", id, err)
+}
+
+// backup streams the leader's backup into w.
+func (f *forwarder) backup(ctx context.Context, w io.Writer) error {
+	id, base, err := f.leader(ctx, true)
 	if err != nil {
-		return nil, fmt.Errorf("forward read to leader: %w", err)
+		return fmt.Errorf("backup: %w", err)
+	}
+	resp, err := f.peers.send(ctx, http.MethodGet, base+backupPath, "", nil, 0)
+	if err != nil {
+		return fromLeader(id, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b := make([]byte, 64<<10)
-		k, _ := resp.Body.Read(b)
-		return nil, fmt.Errorf("forward read to leader: %w", decodeHTTPError(resp.StatusCode, b[:k]))
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("backup from leader %s: %w", id, err)
 	}
-	var out struct {
-		Policies []policy.Policy `json:"policies"`
+	return nil
+}
+
+// restore streams a backup to the leader's restore.
+func (f *forwarder) restore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	var res Restored
+	id, base, err := f.leader(ctx, true)
+	if err != nil {
+		return res, fmt.Errorf("restore: %w", err)
 	}
-	if err := decodeJSON(resp.Body, &out); err != nil {
-		return nil, fmt.Errorf("forward read to leader: %w", err)
+	url := base + restorePath
+	if force {
+		url += "?force=true"
 	}
-	return out.Policies, nil
+	resp, err := f.peers.send(ctx, http.MethodPost, url, "application/octet-stream", r, size)
+	if err != nil {
+		return res, fromLeader(id, err)
+	}
+	defer resp.Body.Close()
+	if err := decodeJSON(resp.Body, &res); err != nil {
+		return res, fmt.Errorf("restore on leader %s: read its answer: %w", id, err)
+	}
+	return res, nil
+}
+
+// ServeHTTP is the leader's ForwardPath: a batch of forwarded hits in, their
+// outcomes out (wire.go).
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeProblem(w, http.StatusMethodNotAllowed, "invalid_request", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err != nil {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "invalid_request", "forward body: "+err.Error())
+		return
+	}
+	out, err := f.serve(r.Context(), body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	f.cfg.Observer.ForwardServed()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,12 +9,6 @@ import (
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/window"
-)
-
-// Paths of the lease endpoints followers forward grants and returns on.
-const (
-	GrantPath  = "/internal/v1/grant"
-	ReturnPath = "/internal/v1/return"
 )
 
 // Lease timing. The holder's deadline is Valid minus a margin for clock
@@ -145,15 +138,10 @@ func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, i
 	if lease == 0 {
 		lease = DefaultLease
 	}
+	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
 	var out []Grant
 	err := n.leaseCall(ctx, func(ctx context.Context) error {
-		var err error
-		if n.IsLeader() {
-			out, err = n.grantLocal(holder, lease, items)
-			return err
-		}
-		var wire grantWire
-		err = n.forwardLease(ctx, GrantPath, grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}, &wire)
+		wire, err := opGrant.do(ctx, n, req)
 		out = wire.Grants
 		if err == nil && len(out) != len(items) {
 			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d grants for %d items", len(out), len(items)))
@@ -172,6 +160,21 @@ func validateGrants(holder string, lease time.Duration, items []GrantItem) error
 	}
 	if len(items) == 0 || len(items) > maxGrantItems {
 		return fmt.Errorf("%d grant items: want 1 to %d", len(items), maxGrantItems)
+	}
+	for _, it := range items {
+		if err := it.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateReturns(holder string, items []fsm.ReturnItem) error {
+	if err := fsm.ValidateHolder(holder); err != nil {
+		return err
+	}
+	if len(items) == 0 || len(items) > maxGrantItems {
+		return fmt.Errorf("%d return items: want 1 to %d", len(items), maxGrantItems)
 	}
 	for _, it := range items {
 		if err := it.Validate(); err != nil {
@@ -240,36 +243,12 @@ func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 // Returns gives back unspent units of several grants of one holder in one
 // entry.
 func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
-	if err := fsm.ValidateHolder(holder); err != nil {
+	if err := validateReturns(holder, items); err != nil {
 		return nil, errors.Join(ErrNotCounted, err)
-	}
-	if len(items) == 0 || len(items) > maxGrantItems {
-		return nil, errors.Join(ErrNotCounted, fmt.Errorf("%d return items: want 1 to %d", len(items), maxGrantItems))
-	}
-	for _, it := range items {
-		if err := it.Validate(); err != nil {
-			return nil, errors.Join(ErrNotCounted, err)
-		}
 	}
 	var out []int64
 	err := n.leaseCall(ctx, func(ctx context.Context) error {
-		if n.IsLeader() {
-			res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
-			if err != nil {
-				return err
-			}
-			rr, ok := res.(*fsm.ReturnsResult)
-			if !ok {
-				return errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
-			}
-			out = rr.Returned
-			for i, u := range out {
-				n.leaseObs.LeaseReturned(items[i].Policy, u)
-			}
-			return nil
-		}
-		var wire returnWire
-		err := n.forwardLease(ctx, ReturnPath, returnWire{Holder: holder, Items: items}, &wire)
+		wire, err := opReturn.do(ctx, n, returnWire{Holder: holder, Items: items})
 		out = wire.Returned
 		if err == nil && len(out) != len(items) {
 			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d returns for %d items", len(out), len(items)))
@@ -279,14 +258,31 @@ func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnIte
 	return out, err
 }
 
-// leaseCall runs call until it succeeds, fails otherwise than not counted,
-// or ApplyTimeout (or ctx) ends: a not-counted grant or return never
-// reached the log, so asking the next leader is safe.
+// returnLocal writes the return entry on the leader.
+func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, error) {
+	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := res.(*fsm.ReturnsResult)
+	if !ok {
+		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+	}
+	for i, u := range rr.Returned {
+		n.leaseObs.LeaseReturned(items[i].Policy, u)
+	}
+	return rr.Returned, nil
+}
+
+// leaseCall runs call until it succeeds or fails otherwise than not
+// counted, or ApplyTimeout (or ctx) ends: a grant or return that never
+// reached the log (no leader, the leader moved, the dial failed) is asked
+// of the next leader.
 func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	for {
-		err := call(ctx)
+		err := leaseError(call(ctx))
 		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) {
 			return err
 		}
@@ -298,6 +294,21 @@ func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) 
 		case <-time.After(leaseRetryInterval):
 		}
 	}
+}
+
+// leaseError sorts a failed grant or return into not counted (it never
+// reached the log) or outcome unknown.
+func leaseError(err error) error {
+	var he *HTTPError
+	switch {
+	case err == nil, errors.Is(err, ErrNotCounted), errors.Is(err, ErrOutcomeUnknown):
+		return err
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClockSkew), isDialError(err):
+		return errors.Join(ErrNotCounted, err)
+	case errors.As(err, &he) && he.Status/100 == 4:
+		return errors.Join(ErrNotCounted, err)
+	}
+	return errors.Join(ErrOutcomeUnknown, err)
 }
 
 // applyLease writes one lease entry stamped by the leader clock, never
@@ -331,81 +342,29 @@ type returnWire struct {
 	Returned []int64          `json:"returned,omitempty"`
 }
 
-// forwardLease posts a lease request to the leader. A refused dial or a
-// not-leader answer was not counted; any other failure may have been.
-func (n *Node) forwardLease(ctx context.Context, path string, in, out any) error {
-	base, err := n.fwd.leaderURL()
-	if err != nil {
-		return errors.Join(ErrNotCounted, err)
-	}
-	err = n.fwd.peers.postJSON(ctx, base+path, in, out)
-	var he *HTTPError
-	switch {
-	case err == nil:
-		return nil
-	case isDialError(err):
-		return errors.Join(ErrNotCounted, err)
-	case errors.As(err, &he) && he.Code == "not_leader":
-		return errors.Join(ErrNotCounted, ErrNotLeader, err)
-	case errors.As(err, &he) && he.Status/100 == 4:
-		return errors.Join(ErrNotCounted, err)
-	}
-	return errors.Join(ErrOutcomeUnknown, err)
-}
+// The leader operations of leases (the forwarding rule of leaderops.go).
+var (
+	opGrant = leaderOp[grantWire, grantWire]{name: "grant",
+		check: func(r grantWire) error {
+			if r.LeaseMs < 1 {
+				return fmt.Errorf("grant: leaseMs %d", r.LeaseMs)
+			}
+			return validateGrants(r.Holder, time.Duration(r.LeaseMs)*time.Millisecond, r.Items)
+		},
+		run: func(n *Node, _ context.Context, r grantWire) (grantWire, error) {
+			gs, err := n.grantLocal(r.Holder, time.Duration(r.LeaseMs)*time.Millisecond, r.Items)
+			return grantWire{Holder: r.Holder, Grants: gs}, err
+		}}
+	opReturn = leaderOp[returnWire, returnWire]{name: "return",
+		check: func(r returnWire) error { return validateReturns(r.Holder, r.Items) },
+		run: func(n *Node, _ context.Context, r returnWire) (returnWire, error) {
+			got, err := n.returnLocal(r.Holder, r.Items)
+			return returnWire{Holder: r.Holder, Returned: got}, err
+		}}
+)
 
-// serveGrant and serveReturn are the leader's side of GrantPath and
-// ReturnPath. A node that is not the leader answers not_leader (409), so
-// the follower asks again once it knows the new one.
-func (n *Node) serveGrant(w http.ResponseWriter, r *http.Request) {
-	var in grantWire
-	if !n.decodeLease(w, r, &in) {
-		return
-	}
-	if err := validateGrants(in.Holder, time.Duration(in.LeaseMs)*time.Millisecond, in.Items); err != nil || in.LeaseMs < 1 {
-		writeProblem(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("grant: %v (leaseMs %d)", err, in.LeaseMs))
-		return
-	}
-	gs, err := n.grantLocal(in.Holder, time.Duration(in.LeaseMs)*time.Millisecond, in.Items)
-	if n.leaseFailed(w, err) {
-		return
-	}
-	writeJSON(w, grantWire{Holder: in.Holder, Grants: gs})
-}
-
-func (n *Node) serveReturn(w http.ResponseWriter, r *http.Request) {
-	var in returnWire
-	if !n.decodeLease(w, r, &in) {
-		return
-	}
-	if !n.IsLeader() {
-		n.leaseFailed(w, ErrNotLeader)
-		return
-	}
-	got, err := n.Returns(r.Context(), in.Holder, in.Items)
-	if n.leaseFailed(w, err) {
-		return
-	}
-	writeJSON(w, returnWire{Holder: in.Holder, Returned: got})
-}
-
-func (n *Node) decodeLease(w http.ResponseWriter, r *http.Request, v any) bool {
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(v); err != nil {
-		writeProblem(w, http.StatusBadRequest, "invalid_request", "lease request: "+err.Error())
-		return false
-	}
-	return true
-}
-
-func (n *Node) leaseFailed(w http.ResponseWriter, err error) bool {
-	switch {
-	case err == nil:
-		return false
-	case errors.Is(err, ErrNotLeader):
-		writeProblem(w, http.StatusConflict, "not_leader", err.Error())
-	case errors.Is(err, ErrNotCounted):
-		writeProblem(w, http.StatusServiceUnavailable, "not_counted", err.Error())
-	default:
-		writeProblem(w, http.StatusServiceUnavailable, "outcome_unknown", err.Error())
-	}
-	return true
+// mountLeaseOps serves the lease operations for other nodes.
+func (n *Node) mountLeaseOps(mux *http.ServeMux) {
+	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
+	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
 }

@@ -38,10 +38,11 @@ const (
 )
 
 // DecidedLocal and DecidedLog say how a check was decided: from a lease
-// this node holds, or through the log.
+// this node holds, or through the log; HeaderDecided carries it.
 const (
-	DecidedLocal = "local"
-	DecidedLog   = "log"
+	DecidedLocal  = "local"
+	DecidedLog    = "log"
+	HeaderDecided = "X-Rlnode-Decided"
 )
 
 // keyID names a key without building a string per hit.
@@ -162,7 +163,7 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 			local = false
 			continue
 		}
-		k.dropExpired(now, h.obs, hit.Policy)
+		h.dropExpired(id, k, now)
 		need := hit.Cost
 		for j := range i { // duplicates in a group spend from one key
 			if hits[j].Policy == hit.Policy && hits[j].Client == hit.Client {
@@ -245,15 +246,20 @@ func (k *heldKey) available() int64 {
 }
 
 // dropExpired forgets grants whose deadline has passed: their units are
-// never spent after it, whatever happened to this process meanwhile.
-func (k *heldKey) dropExpired(now time.Time, obs LeaseObserver, policy string) {
+// never spent after it, whatever happened to this process meanwhile. What
+// they still held is given back: the promise never to spend it holds, and
+// a return that reaches the log before the grant's expiry (a token
+// bucket's lease runs max-clock-offset past the deadline) lifts its cap
+// early. Called with mu held.
+func (h *holder) dropExpired(id keyID, k *heldKey, now time.Time) {
 	i := 0
 	for ; i < len(k.grants) && !now.Before(k.grants[i].deadline); i++ {
 		if k.grants[i].left > 0 {
-			obs.LeaseExpired(policy, k.grants[i].left)
+			h.obs.LeaseExpired(id.policy, k.grants[i].left)
 		}
 	}
 	if i > 0 {
+		h.giveBack(id, k.grants[:i])
 		k.grants = append(k.grants[:0], k.grants[i:]...)
 	}
 }
@@ -434,7 +440,7 @@ func (h *holder) sweeper() {
 		h.mu.Lock()
 		now := time.Now()
 		for id, k := range h.keys {
-			k.dropExpired(now, h.obs, id.policy)
+			h.dropExpired(id, k, now)
 			if now.Sub(k.lastHit) < coolAfter || k.inflight {
 				continue
 			}

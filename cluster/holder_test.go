@@ -70,7 +70,7 @@ func TestHolderReturnsUnusedUnitsWhenKeyCools(t *testing.T) {
 		}
 	}
 	clustertest.Poll(t, 10*time.Second, func() error {
-		p, err := leader.Peek(ctx, "lf", "k", false, false)
+		p, err := leader.Peek(ctx, "lf", "k", false)
 		if err != nil {
 			return err
 		}

@@ -1,23 +1,52 @@
 package cluster
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
+
+	"github.com/rlnode/rlnode/internal/bearer"
+	"github.com/rlnode/rlnode/internal/problem"
 )
 
-// InternalPrefix starts every path of the node-to-node endpoints the
-// cluster serves itself (InternalHandler); the binary routes it there and
-// everything else to the public API.
-const InternalPrefix = "/internal/"
+// The node-to-node endpoints. The cluster owns and serves them
+// (InternalHandler); the binary mounts them beside the public API, which
+// lives in httpapi alone.
+const (
+	// InternalPrefix starts every node-to-node path.
+	InternalPrefix = "/internal/"
+	// ForwardPath is the leader's endpoint for forwarded hits (the binary
+	// codec of wire.go).
+	ForwardPath = "/internal/v1/hits"
+	// JoinPath is where a server that is not yet a member asks any member
+	// to add it; a follower passes the request on to the leader.
+	JoinPath = "/internal/v1/join"
+	// ProgressPath tells the leader's promoter how far a joining server's
+	// log reaches.
+	ProgressPath = "/internal/v1/progress"
+	// ClockPath serves this node's clock to peers.
+	ClockPath = "/internal/v1/clock"
+	// BootstrapInfoPath and BootstrapClaimPath serve the symmetric
+	// bootstrap (bootstrap.go).
+	BootstrapInfoPath  = "/internal/v1/bootstrap"
+	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
+	// leaderPrefix starts the operations only the leader runs
+	// (leaderops.go): a node that no longer leads refuses them, it never
+	// passes them on.
+	leaderPrefix = "/internal/v1/leader/"
+)
 
-// InternalHandler serves the node-to-node endpoints: today POST ForwardPath,
-// the batches of hits followers forward to the leader. With a cluster token
+// Progress is a server's answer on ProgressPath.
+type Progress struct {
+	ID           string `json:"id"`
+	LastLogIndex uint64 `json:"lastLogIndex"`
+}
+
+// InternalHandler serves the node-to-node endpoints. With a cluster token
 // every request must carry it. Errors are problem documents like the public
-// API's.
+// API's, naming the cluster's errors they stand for.
 func (n *Node) InternalHandler() http.Handler { return n.internal }
 
 // Mount returns a handler that sends InternalPrefix to InternalHandler and
@@ -29,61 +58,70 @@ func (n *Node) Mount(public http.Handler) http.Handler {
 			n.internal.ServeHTTP(w, r)
 			return
 		}
-		if r.URL.Path == JoinPath && r.Method == http.MethodPost {
-			if err := n.checkJoinCaller(r); err != nil {
-				writeProblem(w, http.StatusForbidden, "forbidden", err.Error())
-				return
-			}
-		}
 		public.ServeHTTP(w, r)
 	})
 }
 
-// ServeHTTP implements InternalHandler.
-func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != ForwardPath {
+// internalMux routes InternalPrefix, every endpoint behind the token.
+func (n *Node) internalMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "not_found", fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
-		return
+	})
+	mux.Handle(ForwardPath, n.fwd)
+	mux.HandleFunc("GET "+ClockPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, n.ClockReading())
+	})
+	mux.HandleFunc("GET "+ProgressPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, Progress{ID: n.cfg.ID, LastLogIndex: n.raft.LastIndex()})
+	})
+	mux.HandleFunc("GET "+BootstrapInfoPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, n.BootstrapInfo())
+	})
+	mux.HandleFunc("POST "+BootstrapClaimPath, func(w http.ResponseWriter, r *http.Request) {
+		var c BootstrapClaim
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&c); err != nil {
+			writeProblem(w, http.StatusBadRequest, "invalid_request", "bootstrap claim: "+err.Error())
+			return
+		}
+		if err := n.AcceptClaim(c); err != nil {
+			status := http.StatusInternalServerError
+			if errors.Is(err, ErrClaimRefused) {
+				status = http.StatusConflict
+			}
+			writeProblem(w, status, "invalid_request", err.Error())
+			return
+		}
+		writeJSON(w, map[string]string{"accepted": c.By})
+	})
+	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
+	n.mountLeaderOps(mux)
+	n.mountLeaseOps(mux)
+	return n.requireToken(mux)
+}
+
+// requireToken guards every node-to-node endpoint with the cluster token.
+func (n *Node) requireToken(h http.Handler) http.Handler {
+	tok := n.cfg.ClusterToken
+	if tok == "" {
+		return h
 	}
-	if r.Method != http.MethodPost {
-		writeProblem(w, http.StatusMethodNotAllowed, "invalid_request", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
-		return
-	}
-	if tok := f.cfg.ClusterToken; tok != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="rlnode"`)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !bearer.Valid(r.Header.Get("Authorization"), tok) {
+			w.Header().Set("WWW-Authenticate", bearer.Challenge)
 			writeProblem(w, http.StatusUnauthorized, "unauthorized", "this endpoint needs the cluster token: Authorization: Bearer <token>")
 			return
 		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<20))
-	if err != nil {
-		writeProblem(w, http.StatusRequestEntityTooLarge, "invalid_request", "forward body: "+err.Error())
-		return
-	}
-	out, err := f.serve(r.Context(), body)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "invalid_request", strings.ReplaceAll(err.Error(), "\n", "; "))
-		return
-	}
-	f.cfg.Observer.ForwardServed()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.WriteHeader(http.StatusOK)
-	w.Write(out)
+		h.ServeHTTP(w, r)
+	})
 }
 
-// writeProblem answers an RFC 9457 problem document, the shape the public
-// API uses.
-func writeProblem(w http.ResponseWriter, status int, code, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-		Code   string `json:"code"`
-	}{"about:blank", http.StatusText(status), status, detail, code})
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	problem.Write(w, problem.New(status, code, detail))
 }

@@ -13,14 +13,6 @@ import (
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
-// Admin paths, served by the HTTP layer and used here to forward admin
-// operations to the leader.
-const (
-	JoinPath     = "/v1/cluster/join"
-	RemovePath   = "/v1/cluster/remove"
-	TransferPath = "/v1/cluster/transfer-leadership"
-)
-
 // JoinRequest asks the cluster to add (or re-add) a server.
 type JoinRequest struct {
 	ID       string `json:"id"`
@@ -69,13 +61,16 @@ type TransferResult struct {
 // Join adds a server. A server with the same id and address is a no-op; one
 // that shares only the id or only the address is removed first. On a
 // follower the request goes to the leader.
-func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
-	if err := j.Validate(); err != nil {
-		return fmt.Errorf("join %s: %w", j.ID, err)
-	}
-	if !n.IsLeader() {
-		return n.fwd.admin(ctx, forwarded, JoinPath, j, nil)
-	}
+func (n *Node) Join(ctx context.Context, j JoinRequest) error {
+	_, err := opJoin.do(ctx, n, j)
+	return err
+}
+
+func (n *Node) join(_ context.Context, j JoinRequest) (none, error) {
+	return none{}, n.joinOnLeader(j)
+}
+
+func (n *Node) joinOnLeader(j JoinRequest) error {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("join %s: read configuration: %w", j.ID, err)
@@ -119,13 +114,16 @@ func (n *Node) Join(ctx context.Context, j JoinRequest, forwarded bool) error {
 }
 
 // Remove removes a server from the cluster (on the leader, or forwarded).
-func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
-	if id == "" {
-		return errors.New("remove: id is required")
-	}
-	if !n.IsLeader() {
-		return n.fwd.admin(ctx, forwarded, RemovePath, RemoveRequest{ID: id}, nil)
-	}
+func (n *Node) Remove(ctx context.Context, id string) error {
+	_, err := opRemove.do(ctx, n, RemoveRequest{ID: id})
+	return err
+}
+
+func (n *Node) remove(_ context.Context, r RemoveRequest) (none, error) {
+	return none{}, n.removeOnLeader(r.ID)
+}
+
+func (n *Node) removeOnLeader(id string) error {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
@@ -150,13 +148,15 @@ func (n *Node) Remove(ctx context.Context, id string, forwarded bool) error {
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date
-// follower when id is empty, and waits until a new leader is known.
-func (n *Node) TransferLeadership(ctx context.Context, id string, forwarded bool) (TransferResult, error) {
+// follower when id is empty, and waits until a new leader is known. On a
+// follower the request goes to the leader.
+func (n *Node) TransferLeadership(ctx context.Context, id string) (TransferResult, error) {
+	return opTransfer.do(ctx, n, TransferRequest{ID: id})
+}
+
+func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (TransferResult, error) {
 	var res TransferResult
-	if !n.IsLeader() {
-		err := n.fwd.admin(ctx, forwarded, TransferPath, TransferRequest{ID: id}, &res)
-		return res, err
-	}
+	id := r.ID
 	var f raft.Future
 	if best, ok := n.bestClockPeer(); id == "" && ok {
 		// Hand over to the peer whose clock agrees best, never to one
@@ -236,12 +236,12 @@ func (n *Node) Leave(ctx context.Context) error {
 		if err == nil && len(peers) == 1 {
 			return errors.New("leave: this is the only member; nothing to leave")
 		}
-		if _, err := n.TransferLeadership(ctx, "", false); err != nil {
+		if _, err := n.TransferLeadership(ctx, ""); err != nil {
 			return fmt.Errorf("leave: %w", err)
 		}
 	}
 	for {
-		err := n.Remove(ctx, n.cfg.ID, false)
+		err := n.Remove(ctx, n.cfg.ID)
 		if err == nil {
 			return nil
 		}
@@ -257,7 +257,6 @@ func (n *Node) Leave(ctx context.Context) error {
 // each in turn with backoff until one accepts or ctx ends.
 func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, src *tlsconf.Source, log func(msg string, args ...any)) error {
 	pc := newPeerClient(token, src, nil)
-	pc.forwarding = false
 	defer pc.close()
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {

@@ -12,36 +12,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/problem"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
-// Headers shared with the HTTP layer.
-const (
-	// HeaderForwarded marks a request one node sent to another, so a node
-	// that is no longer leader answers instead of forwarding again.
-	HeaderForwarded = "X-Rlnode-Forwarded"
-	// HeaderServedBy names the node that decided a hit.
-	HeaderServedBy = "X-Rlnode-Served-By"
-	// HeaderDecided says how a check was decided: DecidedLocal (from a
-	// lease the node holds) or DecidedLog.
-	HeaderDecided = "X-Rlnode-Decided"
-)
-
-// peerClient talks to other nodes' HTTP APIs over pooled keep-alive
-// connections.
+// peerClient talks to other nodes' internal endpoints over pooled
+// keep-alive connections.
 type peerClient struct {
 	token string
 	// tls: peers are reached over HTTPS, whatever scheme an address names.
 	tls    bool
 	client *http.Client
-	// forwarding marks requests with HeaderForwarded: set for a node passing
-	// a request on to the leader, not for a joining node's first request
-	// (which a follower must pass on).
-	forwarding bool
 }
 
 func newPeerClient(token string, src *tlsconf.Source, rt http.RoundTripper) *peerClient {
-	p := &peerClient{token: token, tls: src != nil, forwarding: true}
+	p := &peerClient{token: token, tls: src != nil}
 	if rt != nil {
 		p.client = &http.Client{Transport: rt}
 		return p
@@ -71,30 +56,48 @@ func BaseURL(addr string) string {
 	return "http://" + addr
 }
 
-// HTTPError is a non-2xx answer from a peer, with the problem detail it sent.
+// HTTPError is a non-2xx answer from a peer, with the problem detail it
+// sent. It matches (errors.Is) the cluster errors the peer named, so an
+// operation run on the leader fails on the follower as it would have here.
 type HTTPError struct {
 	Status int
 	Code   string
 	Detail string
+	// ServedBy is the node that answered, when it said.
+	ServedBy string
+	codes    []string
 }
 
 func (e *HTTPError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.Status, e.Detail)
 }
 
+// Unwrap returns the cluster errors the peer named.
+func (e *HTTPError) Unwrap() []error {
+	var errs []error
+	for _, c := range e.codes {
+		if err := codeError(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 func (p *peerClient) do(ctx context.Context, method, url, contentType string, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	return p.request(ctx, method, url, contentType, bytes.NewReader(body), int64(len(body)))
+}
+
+func (p *peerClient) request(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return nil, err
 	}
+	req.ContentLength = size
 	if p.tls && req.URL.Scheme == "http" {
 		req.URL.Scheme = "https"
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
-	}
-	if p.forwarding {
-		req.Header.Set(HeaderForwarded, "1")
 	}
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
@@ -102,9 +105,19 @@ func (p *peerClient) do(ctx context.Context, method, url, contentType string, bo
 	return p.client.Do(req)
 }
 
-// postJSON posts in as JSON and decodes a 2xx answer into out (if non-nil).
-func (p *peerClient) postJSON(ctx context.Context, url string, in, out any) error {
-	return p.sendJSON(ctx, http.MethodPost, url, in, out)
+// send sends one request and returns a 2xx answer; any other answer is an
+// *HTTPError.
+func (p *peerClient) send(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	resp, err := p.request(ctx, method, url, contentType, body, size)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, decodeHTTPError(resp, b)
+	}
+	return resp, nil
 }
 
 // sendJSON sends in (if non-nil) as JSON and decodes a 2xx answer into out
@@ -119,7 +132,7 @@ func (p *peerClient) sendJSON(ctx context.Context, method, url string, in, out a
 		}
 		contentType = "application/json"
 	}
-	resp, err := p.do(ctx, method, url, contentType, body)
+	resp, err := p.send(ctx, method, url, contentType, bytes.NewReader(body), int64(len(body)))
 	if err != nil {
 		return err
 	}
@@ -127,9 +140,6 @@ func (p *peerClient) sendJSON(ctx context.Context, method, url string, in, out a
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return fmt.Errorf("read answer from %s: %w", url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return decodeHTTPError(resp.StatusCode, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -139,17 +149,25 @@ func (p *peerClient) sendJSON(ctx context.Context, method, url string, in, out a
 	return nil
 }
 
-func decodeHTTPError(status int, body []byte) error {
-	var prob struct {
-		Detail string `json:"detail"`
-		Title  string `json:"title"`
-		Code   string `json:"code"`
-	}
-	e := &HTTPError{Status: status}
-	if json.Unmarshal(body, &prob) == nil && (prob.Detail != "" || prob.Title != "") {
-		e.Code, e.Detail = prob.Code, prob.Detail
+// getJSON fetches url and decodes a 2xx JSON answer into out, giving the
+// peer at most 2 s.
+func (p *peerClient) getJSON(ctx context.Context, url string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return p.sendJSON(ctx, http.MethodGet, url, nil, out)
+}
+
+// postJSON posts in as JSON and decodes a 2xx answer into out (if non-nil).
+func (p *peerClient) postJSON(ctx context.Context, url string, in, out any) error {
+	return p.sendJSON(ctx, http.MethodPost, url, in, out)
+}
+
+func decodeHTTPError(resp *http.Response, body []byte) error {
+	e := &HTTPError{Status: resp.StatusCode, ServedBy: resp.Header.Get(HeaderServedBy)}
+	if d, ok := problem.Decode(body); ok {
+		e.Code, e.Detail, e.codes = d.Code, d.Detail, d.Errors
 		if e.Detail == "" {
-			e.Detail = prob.Title
+			e.Detail = d.Title
 		}
 	} else {
 		e.Detail = strings.TrimSpace(string(body))

@@ -1,11 +1,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -74,11 +72,12 @@ func (n *Node) peerNode(r *http.Request) (string, error) {
 
 // requireNode guards /internal/: a node certificate, of a member except
 // on the bootstrap endpoints (nodes forming a cluster have no members
-// yet, and a node asking whether a cluster exists is not one).
+// yet, and a node asking whether a cluster exists is not one) and on
+// JoinPath, which checks its caller itself (AuthorizeJoin).
 func (n *Node) requireNode(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, err := n.peerNode(r)
-		if err == nil && name != "" && !strings.HasPrefix(r.URL.Path, BootstrapInfoPath) {
+		if err == nil && name != "" && !strings.HasPrefix(r.URL.Path, BootstrapInfoPath) && r.URL.Path != JoinPath {
 			err = n.authorizePeer(name)
 		}
 		if err != nil {
@@ -89,26 +88,24 @@ func (n *Node) requireNode(h http.Handler) http.Handler {
 	})
 }
 
-// checkJoinCaller: under mutual TLS a join must come from the joining
-// node's own certificate, or from a member's (a follower forwarding it to
-// the leader). An operator adding a node that waits (--wait-for-join) runs
-// `rlnode join` with that node's certificate.
-func (n *Node) checkJoinCaller(r *http.Request) error {
+// ErrForbidden marks a request whose caller may not ask for it.
+var ErrForbidden = errors.New("forbidden")
+
+// AuthorizeJoin checks who asks to join id (r is the request, public or
+// internal): under mutual TLS a join must come from the joining node's own
+// certificate, or from a member's (a follower passing it on). An operator
+// adding a node that waits (--wait-for-join) runs `rlnode join` with that
+// node's certificate. Errors wrap ErrForbidden.
+func (n *Node) AuthorizeJoin(r *http.Request, id string) error {
 	name, err := n.peerNode(r)
-	if err != nil || name == "" {
-		return err
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("read join request: %w", err)
+		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var j JoinRequest
-	if json.Unmarshal(body, &j) == nil && j.ID == name {
+	if name == "" || name == id {
 		return nil
 	}
 	if err := n.authorizePeer(name); err != nil {
-		return fmt.Errorf("join of %q: the certificate names node %q, which is neither the joining node nor a member", j.ID, name)
+		return fmt.Errorf("%w: join of %q: the certificate names node %q, which is neither the joining node nor a member", ErrForbidden, id, name)
 	}
 	return nil
 }

@@ -81,22 +81,19 @@ func (p *promoter) clear() {
 	p.staged = nil
 }
 
-// runPromoter is owned by the Node (started in Open, stopped by Close).
-func (n *Node) runPromoter() {
-	defer n.wg.Done()
+// runPromoter is a leader routine (watchLeadership starts it on gaining
+// leadership and stops it on losing it).
+func (n *Node) runPromoter(ctx context.Context) {
+	// A new leader learns of pending joins from the joining servers,
+	// which ask again until they are voters.
+	defer n.promoter.clear()
 	t := time.NewTicker(promoteInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if !n.IsLeader() {
-			// A new leader learns of pending joins from the joining
-			// servers, which ask again until they are voters.
-			n.promoter.clear()
-			continue
 		}
 		for id, s := range n.promoter.snapshot() {
 			n.promoteOne(id, s)
@@ -120,22 +117,19 @@ func (n *Node) promoteOne(id string, s staged) {
 		return
 	}
 	applied, err := n.peerApplied(id)
-	if err == nil && applied >= s.target {
-		if commit := n.raft.CommitIndex(); commit > applied+maxPromoteLag {
-			// It reached its goal but the cluster ran far ahead
-			// meanwhile: chase the commit index once more.
-			n.promoter.retarget(id, commit)
-			return
-		}
+	commit := n.raft.CommitIndex()
+	switch s.next(applied, err, commit, time.Now(), n.cfg.JoinCatchupTimeout) {
+	case keepWaiting:
+	case chase:
+		n.promoter.retarget(id, commit)
+	case promote:
 		if err := n.raft.AddVoter(srv.ID, srv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 			n.log.Warn("promote caught-up server", "id", id, "error", err)
 			return
 		}
 		n.promoter.done(id)
 		n.log.Info("server caught up; promoted to voter", "id", id, "applied", applied, "after", time.Since(s.since).Round(time.Millisecond))
-		return
-	}
-	if time.Since(s.since) > n.cfg.JoinCatchupTimeout {
+	case giveUp:
 		n.log.Warn("joining server did not catch up in time; removing it", "id", id, "timeout", n.cfg.JoinCatchupTimeout, "applied", applied, "want", s.target, "last_error", err)
 		if err := n.raft.RemoveServer(srv.ID, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 			n.log.Warn("remove server that did not catch up", "id", id, "error", err)
@@ -146,6 +140,34 @@ func (n *Node) promoteOne(id string, s staged) {
 		}
 		n.promoter.done(id)
 	}
+}
+
+// promoteStep is what the promoter does next with a staged server.
+type promoteStep int
+
+const (
+	keepWaiting promoteStep = iota
+	// chase: it reached its target but the cluster ran far ahead
+	// meanwhile: aim at the commit index once more.
+	chase
+	promote
+	// giveUp: it did not catch up within the join timeout: remove it.
+	giveUp
+)
+
+// next decides a staged server's fate from how far its log reaches
+// (applied, or err when it could not be asked), the leader's commit index
+// and the time.
+func (s staged) next(applied uint64, err error, commit uint64, now time.Time, timeout time.Duration) promoteStep {
+	switch {
+	case err == nil && applied >= s.target && commit > applied+maxPromoteLag:
+		return chase
+	case err == nil && applied >= s.target:
+		return promote
+	case now.Sub(s.since) > timeout:
+		return giveUp
+	}
+	return keepWaiting
 }
 
 // peerApplied asks a server how far its log reaches (ProgressPath).

@@ -10,9 +10,6 @@ import (
 	"github.com/rlnode/rlnode/window"
 )
 
-// PeekPath is the public linearizable read of one client's window.
-const PeekPath = "/v1/status/"
-
 // PeekResult is a client's state under a policy as a read sees it. The
 // top-level limit fields describe the most constraining limit; Limits has
 // every limit in the policy's order.
@@ -52,16 +49,19 @@ type PeekLimit struct {
 // the read is linearizable: the leader confirms it still leads with a quorum
 // and waits until it has applied everything committed when the read began
 // (read-index); followers forward to the leader.
-func (n *Node) Peek(ctx context.Context, policyName, client string, stale, forwarded bool) (PeekResult, error) {
-	if err := (Hit{Policy: policyName, Client: client, Cost: 1}).Validate(); err != nil {
-		return PeekResult{}, err
-	}
-	if !stale && !n.IsLeader() {
-		if forwarded {
-			return PeekResult{}, ErrNotLeader
+func (n *Node) Peek(ctx context.Context, policyName, client string, stale bool) (PeekResult, error) {
+	if stale {
+		if err := (Hit{Policy: policyName, Client: client, Cost: 1}).Validate(); err != nil {
+			return PeekResult{}, err
 		}
-		return n.fwd.peek(ctx, policyName, client)
+		return n.peek(ctx, policyName, client, true)
 	}
+	return opPeek.do(ctx, n, keyRequest{policyName, client})
+}
+
+// peek reads a client's state here: after a read barrier (on the leader)
+// unless stale.
+func (n *Node) peek(ctx context.Context, policyName, client string, stale bool) (PeekResult, error) {
 	if !stale {
 		if err := n.readBarrier(ctx); err != nil {
 			return PeekResult{}, err

@@ -31,9 +31,6 @@ const (
 	statusUnknown    byte = 2
 )
 
-// ForwardPath is the leader's internal endpoint for forwarded hits.
-const ForwardPath = "/internal/v1/hits"
-
 // ErrBadForward is returned for a forwarding request that does not decode.
 var ErrBadForward = errors.New("malformed forwarding request")
 
@@ -114,10 +111,10 @@ func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
 			}
 		case errors.Is(o.err, ErrNotCounted):
 			dst = append(dst, statusNotCounted)
-			dst = appendStr(dst, o.err.Error())
+			dst = appendStr(dst, why(o.err))
 		default:
 			dst = append(dst, statusUnknown)
-			dst = appendStr(dst, o.err.Error())
+			dst = appendStr(dst, why(o.err))
 		}
 	}
 	return dst
@@ -128,6 +125,16 @@ func boolByte(b bool) byte {
 		return 1
 	}
 	return 0
+}
+
+// why is a failed hit's message without its outcome, which the status
+// byte already carries.
+func why(err error) string {
+	var he *HitError
+	if errors.As(err, &he) && he.Why() != "" {
+		return he.Why()
+	}
+	return err.Error()
 }
 
 // remoteError is an error reported by the leader for a forwarded hit.
@@ -151,9 +158,9 @@ func decodeForwardResponse(b []byte, reqs []group) ([]outcome, error) {
 		case statusDecided:
 			outs[i].res = r.checkResult(reqs[i], servedBy)
 		case statusNotCounted:
-			outs[i].err = errors.Join(ErrNotCounted, remoteError{r.str(1 << 16)})
+			outs[i].err = notCounted(nil, remoteError{r.str(1 << 16)})
 		case statusUnknown:
-			outs[i].err = errors.Join(ErrOutcomeUnknown, remoteError{r.str(1 << 16)})
+			outs[i].err = outcomeUnknown(remoteError{r.str(1 << 16)})
 		default:
 			r.err = fmt.Errorf("status %d", status)
 		}
@@ -209,24 +216,17 @@ func (r *wireReader) byte() byte {
 	return r.b[r.off-1]
 }
 
-func (r *wireReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b[r.off:])
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.off += n
-	return v
-}
+func (r *wireReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *wireReader) varint() int64 {
+func (r *wireReader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint reads one varint of either kind (binary.Uvarint or
+// binary.Varint).
+func readVarint[T uint64 | int64](r *wireReader, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b[r.off:])
+	v, n := read(r.b[r.off:])
 	if n <= 0 {
 		r.err = errors.New("bad varint")
 		return 0

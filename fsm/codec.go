@@ -216,24 +216,17 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.buf[d.off:])
-	if n <= 0 {
-		d.fail("bad %s", what)
-		return 0
-	}
-	d.off += n
-	return v
-}
+func (d *decoder) uvarint(what string) uint64 { return readVarint(d, what, binary.Uvarint) }
 
-func (d *decoder) varint(what string) int64 {
+func (d *decoder) varint(what string) int64 { return readVarint(d, what, binary.Varint) }
+
+// readVarint reads one varint of either kind (binary.Uvarint or
+// binary.Varint).
+func readVarint[T uint64 | int64](d *decoder, what string, read func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.buf[d.off:])
+	v, n := read(d.buf[d.off:])
 	if n <= 0 {
 		d.fail("bad %s", what)
 		return 0

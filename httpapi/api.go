@@ -6,7 +6,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/bearer"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -35,24 +35,29 @@ type Limiter interface {
 
 // Reader reads state without counting.
 type Reader interface {
-	Peek(ctx context.Context, policy, client string, stale, forwarded bool) (cluster.PeekResult, error)
-	ReadPolicies(ctx context.Context, stale, forwarded bool) ([]policy.Policy, error)
+	Peek(ctx context.Context, policy, client string, stale bool) (cluster.PeekResult, error)
+	ReadPolicies(ctx context.Context, stale bool) ([]policy.Policy, error)
 }
 
 // PolicyAdmin changes the policy table and resets keys.
 type PolicyAdmin interface {
-	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
-	DeletePolicy(ctx context.Context, name string, forwarded bool) error
-	ResetKey(ctx context.Context, policy, client string, forwarded bool) (bool, error)
+	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
+	DeletePolicy(ctx context.Context, name string) error
+	ResetKey(ctx context.Context, policy, client string) (bool, error)
 }
 
-// ClusterAdmin changes membership and takes snapshots.
+// ClusterAdmin changes membership, takes snapshots, backs up and restores.
 type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
-	Join(ctx context.Context, j cluster.JoinRequest, forwarded bool) error
-	Remove(ctx context.Context, id string, forwarded bool) error
-	TransferLeadership(ctx context.Context, id string, forwarded bool) (cluster.TransferResult, error)
+	// AuthorizeJoin refuses a join whose caller may not ask for it
+	// (under mutual TLS: neither the joining node nor a member).
+	AuthorizeJoin(r *http.Request, id string) error
+	Join(ctx context.Context, j cluster.JoinRequest) error
+	Remove(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, id string) (cluster.TransferResult, error)
 	Snapshot() (string, error)
+	Backup(ctx context.Context, w io.Writer) error
+	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (cluster.Restored, error)
 }
 
 // Health is the node's view of itself for probes and status.
@@ -66,8 +71,6 @@ type Health interface {
 type Debug interface {
 	SetClockOffset(d time.Duration)
 	ClockOffset() time.Duration
-	Backup(ctx context.Context, w io.Writer) error
-	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) error
 }
 
 // Node is every role; *cluster.Node implements it.
@@ -160,10 +163,10 @@ func New(cfg Config) *API {
 	e.GET("/check/", a.emptyClient)
 	e.GET("/check", a.emptyClient)
 	e.POST("/v1/check", a.checkMany)
-	e.GET(cluster.PeekPath+":a", a.peekDefault)
-	e.GET(cluster.PeekPath+":a/:b", a.peekNamed)
-	e.GET(cluster.PoliciesPath, a.listPolicies)
-	e.GET(cluster.PoliciesPath+"/:name", a.getPolicy)
+	e.GET(PeekPath+":a", a.peekDefault)
+	e.GET(PeekPath+":a/:b", a.peekNamed)
+	e.GET(PoliciesPath, a.listPolicies)
+	e.GET(PoliciesPath+"/:name", a.getPolicy)
 	e.GET("/livez", a.livez)
 	e.GET("/healthz", a.livez)
 	e.GET("/readyz", a.readyz)
@@ -178,15 +181,15 @@ func New(cfg Config) *API {
 	}
 
 	guarded := e.Group("/", a.requireToken)
-	guarded.POST(cluster.JoinPath, a.join)
-	guarded.POST(cluster.RemovePath, a.remove)
-	guarded.POST(cluster.TransferPath, a.transfer)
+	guarded.POST(JoinPath, a.join)
+	guarded.POST(RemovePath, a.remove)
+	guarded.POST(TransferPath, a.transfer)
 	guarded.POST("/v1/cluster/snapshot", a.snapshot)
-	guarded.PUT(cluster.PoliciesPath+"/:name", a.putPolicy)
-	guarded.DELETE(cluster.PoliciesPath+"/:name", a.deletePolicy)
-	guarded.DELETE(cluster.WindowsPath+"/:policy/:client", a.resetKey)
-	guarded.GET(cluster.BackupPath, a.backup)
-	guarded.POST(cluster.RestorePath, a.restore)
+	guarded.PUT(PoliciesPath+"/:name", a.putPolicy)
+	guarded.DELETE(PoliciesPath+"/:name", a.deletePolicy)
+	guarded.DELETE(WindowsPath+"/:policy/:client", a.resetKey)
+	guarded.GET(BackupPath, a.backup)
+	guarded.POST(RestorePath, a.restore)
 	if cfg.DebugEndpoints {
 		guarded.GET("/debug/clock-offset", a.getClockOffset)
 		guarded.POST("/debug/clock-offset", a.setClockOffset)
@@ -218,9 +221,8 @@ func (a *API) requireToken(c *gin.Context) {
 	if a.cfg.Token == "" {
 		return
 	}
-	got, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
-		c.Header("WWW-Authenticate", `Bearer realm="rlnode"`)
+	if !bearer.Valid(c.GetHeader("Authorization"), a.cfg.Token) {
+		c.Header("WWW-Authenticate", bearer.Challenge)
 		writeProblem(c, http.StatusUnauthorized, CodeUnauthorized, "this endpoint needs the cluster token: Authorization: Bearer <token> (the rlnode commands send the one in $RLNODE_CLUSTER_TOKEN_FILE, --cluster-token-file or $RLNODE_CLUSTER_TOKEN)")
 	}
 }
@@ -285,23 +287,35 @@ func bindJSON(c *gin.Context, v any, allowEmpty bool) bool {
 }
 
 func (a *API) adminError(c *gin.Context, what string, err error) {
+	detail := withContext(what, detailOf(err))
 	var he *cluster.HTTPError
 	switch {
-	case errors.As(err, &he) && he.Status < 500:
-		writeProblem(c, he.Status, he.Code, withContext(what, he.Detail))
 	case errors.Is(err, cluster.ErrConflict):
-		writeProblem(c, http.StatusConflict, CodeConflict, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusConflict, CodeConflict, detail)
 	case errors.Is(err, policy.ErrTooManyPolicies):
-		writeProblem(c, http.StatusConflict, CodeTooManyPolicies, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusConflict, CodeTooManyPolicies, detail)
 	case errors.Is(err, cluster.ErrUnknownServer):
-		writeProblem(c, http.StatusNotFound, CodeNotFound, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusNotFound, CodeNotFound, detail)
 	case errors.Is(err, cluster.ErrNoLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, detail)
 	case errors.Is(err, cluster.ErrNotLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNotLeader, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusServiceUnavailable, CodeNotLeader, detail)
+	case errors.As(err, &he) && he.Status < 500:
+		// The leader refused a forwarded request as the sender's fault.
+		writeProblem(c, he.Status, CodeInvalidRequest, detail)
 	default:
-		writeProblem(c, http.StatusInternalServerError, CodeInternal, withContext(what, firstLine(err)))
+		writeProblem(c, http.StatusInternalServerError, CodeInternal, detail)
 	}
+}
+
+// detailOf is err for a problem detail: the leader's own words for an
+// operation it refused, else err on one line.
+func detailOf(err error) string {
+	var he *cluster.HTTPError
+	if errors.As(err, &he) {
+		return he.Detail
+	}
+	return firstLine(err)
 }
 
 // withContext prefixes detail with what, unless the node (or the leader it
@@ -313,8 +327,6 @@ func withContext(what, detail string) string {
 	return what + ": " + detail
 }
 
-func forwarded(c *gin.Context) bool { return c.GetHeader(cluster.HeaderForwarded) != "" }
-
 func (a *API) join(c *gin.Context) {
 	var j cluster.JoinRequest
 	if !bindJSON(c, &j, false) {
@@ -324,9 +336,13 @@ func (a *API) join(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "join: "+firstLine(err))
 		return
 	}
+	if err := a.cfg.Node.AuthorizeJoin(c.Request, j.ID); err != nil {
+		writeProblem(c, http.StatusForbidden, "forbidden", err.Error())
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)
 	defer cancel()
-	if err := a.cfg.Node.Join(ctx, j, forwarded(c)); err != nil {
+	if err := a.cfg.Node.Join(ctx, j); err != nil {
 		a.adminError(c, "join "+j.ID, err)
 		return
 	}
@@ -344,7 +360,7 @@ func (a *API) remove(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)
 	defer cancel()
-	if err := a.cfg.Node.Remove(ctx, r.ID, forwarded(c)); err != nil {
+	if err := a.cfg.Node.Remove(ctx, r.ID); err != nil {
 		a.adminError(c, "remove "+r.ID, err)
 		return
 	}
@@ -358,7 +374,7 @@ func (a *API) transfer(c *gin.Context) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)
 	defer cancel()
-	res, err := a.cfg.Node.TransferLeadership(ctx, r.ID, forwarded(c))
+	res, err := a.cfg.Node.TransferLeadership(ctx, r.ID)
 	if err != nil {
 		a.adminError(c, "transfer leadership", err)
 		return

@@ -10,7 +10,8 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 )
 
-// backup streams a consistent snapshot of the state from the leader. An
+// backup streams a consistent snapshot of the state from the leader (a
+// follower streams it through). An
 // error after the first byte aborts the connection, so a client never
 // mistakes a cut stream for a whole backup (the format ends in a CRC too).
 func (a *API) backup(c *gin.Context) {
@@ -50,20 +51,21 @@ func (a *API) restore(c *gin.Context) {
 	}
 	noDeadlines(c)
 	force := c.Query("force") == "true"
-	if err := a.cfg.Node.RestoreBackup(c.Request.Context(), c.Request.Body, c.Request.ContentLength, force); err != nil {
+	res, err := a.cfg.Node.RestoreBackup(c.Request.Context(), c.Request.Body, c.Request.ContentLength, force)
+	if err != nil {
 		if errors.Is(err, cluster.ErrNotEmpty) {
-			writeProblem(c, http.StatusConflict, CodeInvalidRequest, firstLine(err))
+			writeProblem(c, http.StatusConflict, CodeInvalidRequest, detailOf(err))
 			return
 		}
 		if errors.Is(err, cluster.ErrInvalidBackup) {
-			writeProblem(c, http.StatusBadRequest, CodeInvalidBackup, firstLine(err))
+			writeProblem(c, http.StatusBadRequest, CodeInvalidBackup, detailOf(err))
 			return
 		}
 		a.adminError(c, "restore", err)
 		return
 	}
-	st := a.cfg.Node.Status()
-	c.JSON(http.StatusOK, gin.H{"restored": true, "liveWindows": st.LiveWindows, "digest": st.Digest, "at": time.Now().UTC()})
+	c.Header(cluster.HeaderServedBy, res.ServedBy)
+	c.JSON(http.StatusOK, gin.H{"restored": true, "liveWindows": res.LiveWindows, "digest": res.Digest, "servedBy": res.ServedBy, "at": time.Now().UTC()})
 }
 
 // noDeadlines lifts the server's read and write timeouts for a transfer

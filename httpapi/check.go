@@ -500,19 +500,15 @@ func firstLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
-// cause is " (why)" for a failed hit: the joined error without the
-// classifying sentinels, which the detail already says in words.
+// cause is " (why)" for a failed hit: its cause, without the outcome and
+// the reason, which the detail already says in words.
 func cause(err error) string {
-	var why []string
-	for _, line := range strings.Split(err.Error(), "\n") {
-		switch line {
-		case cluster.ErrOutcomeUnknown.Error(), cluster.ErrNotCounted.Error(), cluster.ErrNoLeader.Error(), cluster.ErrNotLeader.Error(), "":
-		default:
-			why = append(why, line)
-		}
-	}
-	if len(why) == 0 {
+	var he *cluster.HitError
+	switch {
+	case !errors.As(err, &he):
+		return " (" + firstLine(err) + ")"
+	case he.Cause == nil:
 		return ""
 	}
-	return " (" + strings.Join(why, "; ") + ")"
+	return " (" + firstLine(he.Cause) + ")"
 }

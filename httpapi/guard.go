@@ -10,7 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/rlnode/rlnode/cluster"
+	problemdoc "github.com/rlnode/rlnode/internal/problem"
 )
 
 // Header limits. net/http itself answers a plain-text 431 (before any
@@ -61,7 +61,7 @@ func ignoresBody(r *http.Request) bool {
 
 // writeProblemHTTP is writeProblem for plain net/http handlers.
 func writeProblemHTTP(w http.ResponseWriter, status int, code, detail string) {
-	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
+	b, _ := json.Marshal(problemdoc.New(status, code, detail))
 	w.Header().Set("Content-Type", problemJSON)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -99,27 +99,27 @@ func rejectAmbiguousQuery(c *gin.Context) {
 // (?COST=9) is not silently ignored. Forward-auth (/v1/auth/...) is not
 // listed: Envoy appends the original request's path and query to it.
 var queryParams = map[string][]string{
-	"GET /check/:a":                                      {"cost"},
-	"GET /check/:a/:b":                                   {"cost"},
-	"POST /v1/check":                                     nil,
-	"GET " + cluster.PeekPath + ":a":                     {"stale"},
-	"GET " + cluster.PeekPath + ":a/:b":                  {"stale"},
-	"GET " + cluster.PoliciesPath:                        {"stale"},
-	"GET " + cluster.PoliciesPath + "/:name":             {"stale"},
-	"PUT " + cluster.PoliciesPath + "/:name":             nil,
-	"DELETE " + cluster.PoliciesPath + "/:name":          nil,
-	"DELETE " + cluster.WindowsPath + "/:policy/:client": nil,
-	"GET /livez":                                         nil,
-	"GET /healthz":                                       nil,
-	"GET /readyz":                                        nil,
-	"GET /v1/status":                                     nil,
-	"GET /v1/cluster/peers":                              nil,
-	"POST " + cluster.JoinPath:                           nil,
-	"POST " + cluster.RemovePath:                         nil,
-	"POST " + cluster.TransferPath:                       nil,
-	"POST /v1/cluster/snapshot":                          nil,
-	"GET " + cluster.BackupPath:                          nil,
-	"POST " + cluster.RestorePath:                        {"force"},
+	"GET /check/:a":                              {"cost"},
+	"GET /check/:a/:b":                           {"cost"},
+	"POST /v1/check":                             nil,
+	"GET " + PeekPath + ":a":                     {"stale"},
+	"GET " + PeekPath + ":a/:b":                  {"stale"},
+	"GET " + PoliciesPath:                        {"stale"},
+	"GET " + PoliciesPath + "/:name":             {"stale"},
+	"PUT " + PoliciesPath + "/:name":             nil,
+	"DELETE " + PoliciesPath + "/:name":          nil,
+	"DELETE " + WindowsPath + "/:policy/:client": nil,
+	"GET /livez":                                 nil,
+	"GET /healthz":                               nil,
+	"GET /readyz":                                nil,
+	"GET /v1/status":                             nil,
+	"GET /v1/cluster/peers":                      nil,
+	"POST " + JoinPath:                           nil,
+	"POST " + RemovePath:                         nil,
+	"POST " + TransferPath:                       nil,
+	"POST /v1/cluster/snapshot":                  nil,
+	"GET " + BackupPath:                          nil,
+	"POST " + RestorePath:                        {"force"},
 }
 
 func unknownParam(k string, known []string) string {

@@ -29,7 +29,7 @@ func (a *API) peek(c *gin.Context, policyName, client string) {
 	stale := c.Query("stale") == "true" || c.Query("stale") == "1"
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.Peek(ctx, policyName, client, stale, forwarded(c))
+	res, err := a.cfg.Node.Peek(ctx, policyName, client, stale)
 	if err != nil {
 		if errors.Is(err, cluster.ErrUnknownPolicy) {
 			unknownPolicy(c, policyName)
@@ -52,7 +52,7 @@ func (a *API) readPolicies(c *gin.Context) ([]policy.Policy, bool) {
 	stale := c.Query("stale") == "true" || c.Query("stale") == "1"
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	ps, err := a.cfg.Node.ReadPolicies(ctx, stale, forwarded(c))
+	ps, err := a.cfg.Node.ReadPolicies(ctx, stale)
 	if err != nil {
 		code := CodeNotLeader
 		if errors.Is(err, cluster.ErrNoLeader) {
@@ -110,7 +110,7 @@ func (a *API) putPolicy(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.SetPolicy(ctx, p, forwarded(c))
+	res, err := a.cfg.Node.SetPolicy(ctx, p)
 	if err != nil {
 		a.adminError(c, "set policy "+p.Name, err)
 		return
@@ -122,7 +122,7 @@ func (a *API) deletePolicy(c *gin.Context) {
 	name := c.Param("name")
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	if err := a.cfg.Node.DeletePolicy(ctx, name, forwarded(c)); err != nil {
+	if err := a.cfg.Node.DeletePolicy(ctx, name); err != nil {
 		if errors.Is(err, cluster.ErrUnknownPolicy) {
 			unknownPolicy(c, name)
 			return
@@ -148,7 +148,7 @@ func (a *API) resetKey(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	found, err := a.cfg.Node.ResetKey(ctx, pol, client, forwarded(c))
+	found, err := a.cfg.Node.ResetKey(ctx, pol, client)
 	if err != nil {
 		if errors.Is(err, cluster.ErrUnknownPolicy) {
 			unknownPolicy(c, pol)

@@ -1,14 +1,14 @@
 package httpapi
 
 import (
-	"net/http"
-
 	"github.com/gin-gonic/gin"
+
+	problemdoc "github.com/rlnode/rlnode/internal/problem"
 )
 
 // Every error rlnode answers is an RFC 9457 problem document, so clients
 // parse one shape whatever went wrong.
-const problemJSON = "application/problem+json"
+const problemJSON = problemdoc.ContentType
 
 // Problem codes: stable, machine-readable reasons in the "code" member.
 const (
@@ -30,18 +30,12 @@ const (
 	CodeInternal         = "internal"
 )
 
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   string `json:"code"`
-}
+// problem is the one problem document type, shared with the cluster's
+// internal endpoints.
+type problem = problemdoc.Doc
 
 func writeProblem(c *gin.Context, status int, code, detail string) {
 	c.Header("Cache-Control", "no-store")
-	c.Render(status, jsonRender{contentType: problemJSON, v: problem{
-		Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
-	}})
+	c.Render(status, jsonRender{contentType: problemJSON, v: problemdoc.New(status, code, detail)})
 	c.Abort()
 }

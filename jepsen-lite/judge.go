@@ -13,7 +13,11 @@ import (
 // judge runs the checker, writes the report and returns the exit code and
 // the verdict line.
 func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, finalEnd float64) (int, string) {
-	res := r.checkHistory(history)
+	res := r.checkHistory(history, faults)
+	r.sum.LeasedFill = leasedFillByFault(res.Leased, faults, r.t0)
+	for _, f := range r.sum.LeasedFill {
+		r.log.Printf("leased under-admission during %s: %d full windows filled %.0f%% on average, %.0f%% at least", f.Fault, f.Windows, f.Fill*100, f.MinFill*100)
+	}
 	r.sum.Counts = countOps(history)
 	r.sum.Availability = computeAvailability(history, faults, finalStart, finalEnd)
 	r.sum.Crashes = append(r.sum.Crashes, r.cl.crashList()...)
@@ -26,9 +30,10 @@ func (r *runner) judge(history []opRecord, faults []faultRecord, finalStart, fin
 
 // checkHistory runs the checker over the ok and unknown ops and, when it
 // finds violations, writes porcupine's visualizations of them.
-func (r *runner) checkHistory(history []opRecord) checker.Result {
+func (r *runner) checkHistory(history []opRecord, faults []faultRecord) checker.Result {
 	o := r.o
-	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout, StartUnixMs: r.t0.UnixMilli()}
+	cfg := checker.Config{Limit: o.limit, WindowMs: o.window.Milliseconds(), Timeout: o.checkTimeout, StartUnixMs: r.t0.UnixMilli(),
+		ClockJumps: clockJumps(faults, o.skew)}
 	if r.pols != nil {
 		cfg.Policies = r.pols.checkerPolicies()
 		r.sum.Policies = cfg.Policies
@@ -184,4 +189,64 @@ func (r *runner) writeSummary() {
 	if err := writeJSON(filepath.Join(o.out, "summary.json"), r.sum); err != nil {
 		r.log.Printf("%v", err)
 	}
+}
+
+// leasedFill is the under-admission of leased keys' full windows that
+// overlapped one kind of fault ("none": no fault).
+type leasedFill struct {
+	Fault   string  `json:"fault"`
+	Windows int     `json:"windows"`
+	Fill    float64 `json:"fill"`
+	MinFill float64 `json:"minFill"`
+}
+
+// leasedFillByFault groups the leased keys' full windows by the faults
+// active during them (a window overlapping several counts for each).
+func leasedFillByFault(leased []checker.LeasedResult, faults []faultRecord, t0 time.Time) []leasedFill {
+	by := map[string]*leasedFill{}
+	var order []string
+	add := func(name string, fill float64) {
+		f := by[name]
+		if f == nil {
+			f = &leasedFill{Fault: name, MinFill: 1}
+			by[name] = f
+			order = append(order, name)
+		}
+		f.Fill = (f.Fill*float64(f.Windows) + fill) / float64(f.Windows+1)
+		f.Windows++
+		f.MinFill = min(f.MinFill, fill)
+	}
+	base := t0.UnixMilli()
+	for _, l := range leased {
+		for _, w := range l.Windows {
+			hit := false
+			for _, f := range faults {
+				fs, fe := base+int64(f.Start*1000), base+int64(f.End*1000)
+				if w.Start < fe && fs < w.End {
+					add(f.Name, w.Fill)
+					hit = true
+				}
+			}
+			if !hit {
+				add("none", w.Fill)
+			}
+		}
+	}
+	out := make([]leasedFill, 0, len(order))
+	for _, n := range order {
+		out = append(out, *by[n])
+	}
+	return out
+}
+
+// clockJumps are the faults that skewed a leader's clock ahead: cluster
+// time may jump forward by up to skew while one is applied or healed.
+func clockJumps(faults []faultRecord, skew time.Duration) []checker.ClockJump {
+	var out []checker.ClockJump
+	for _, f := range faults {
+		if f.Name == nemClockForward {
+			out = append(out, checker.ClockJump{From: int64(f.Start * 1e9), To: int64(f.End*1e9) + int64(time.Second), Ms: skew.Milliseconds()})
+		}
+	}
+	return out
 }

@@ -26,9 +26,11 @@ func recheck(dir string, timeout time.Duration, stdout io.Writer) (int, error) {
 			Flags struct {
 				Limit  int64  `json:"limit"`
 				Window string `json:"window"`
+				Skew   string `json:"skew"`
 			} `json:"flags"`
 		} `json:"run"`
 		Policies map[string]checker.Policy `json:"policies"`
+		Faults   []faultRecord             `json:"faults"`
 	}
 	if err := json.Unmarshal(b, &sum); err != nil {
 		return exitUsage, fmt.Errorf("recheck: summary.json: %w", err)
@@ -42,6 +44,9 @@ func recheck(dir string, timeout time.Duration, stdout io.Writer) (int, error) {
 		return exitUsage, err
 	}
 	cfg := checker.Config{Limit: sum.Run.Flags.Limit, WindowMs: window.Milliseconds(), Timeout: timeout, Policies: sum.Policies}
+	if skew, err := time.ParseDuration(sum.Run.Flags.Skew); err == nil {
+		cfg.ClockJumps = clockJumps(sum.Faults, skew)
+	}
 	hist := checkerHistory(recs)
 	res := checker.Check(cfg, hist)
 	for _, v := range res.Violations {

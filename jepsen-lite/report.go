@@ -183,7 +183,8 @@ type summary struct {
 	Faults           []faultRecord             `json:"faults"`
 	Counts           counts                    `json:"counts"`
 	Availability     availability              `json:"availability"`
-	Policies         map[string]checker.Policy `json:"policies,omitempty"` // every version the checker judged against
+	LeasedFill       []leasedFill              `json:"leasedFill,omitempty"` // leased keys' under-admission by fault
+	Policies         map[string]checker.Policy `json:"policies,omitempty"`   // every version the checker judged against
 	Checker          checkerSummary            `json:"checker"`
 	Violations       []checker.Violation       `json:"violations"`
 	Convergence      convergence               `json:"convergence"`

@@ -123,3 +123,18 @@ func TestWritePicture(t *testing.T) {
 		t.Fatalf("picture: %v %v", fi, err)
 	}
 }
+
+func TestLeasedFillByFault(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_000)
+	faults := []faultRecord{{Name: nemPause, Start: 10, End: 14}}
+	leased := []checker.LeasedResult{{Windows: []checker.LeasedWindow{
+		{Start: t0.UnixMilli() + 1000, End: t0.UnixMilli() + 3000, Fill: 1},     // before the pause
+		{Start: t0.UnixMilli() + 11000, End: t0.UnixMilli() + 13000, Fill: 0.5}, // during it
+		{Start: t0.UnixMilli() + 13000, End: t0.UnixMilli() + 15000, Fill: 0.7}, // overlapping its end
+	}}}
+	got := leasedFillByFault(leased, faults, t0)
+	if len(got) != 2 || got[0].Fault != "none" || got[0].Windows != 1 || got[1].Fault != nemPause || got[1].Windows != 2 ||
+		got[1].MinFill != 0.5 || got[1].Fill < 0.599 || got[1].Fill > 0.601 {
+		t.Fatalf("fill by fault: %+v", got)
+	}
+}

@@ -167,7 +167,7 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 	p := policy.Fixed(name, int64(o.GetRequestsPerUnit()), w)
 	p.Align = policy.AlignEpoch // as envoyproxy/ratelimit counts overrides too
 	p.Envoy = &policy.Envoy{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
-	if _, err := s.cfg.Limiter.SetPolicy(ctx, p, false); err != nil {
+	if _, err := s.cfg.Limiter.SetPolicy(ctx, p); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "add policy %s for a limit override: %v", name, err)
 	}
 	s.addedOverrides[name] = time.Now()
@@ -225,7 +225,7 @@ func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []clu
 			waits++
 			go func() {
 				var err error
-				p.peek, err = s.cfg.Limiter.Peek(ctx, p.hit.Policy, p.hit.Client, false, false)
+				p.peek, err = s.cfg.Limiter.Peek(ctx, p.hit.Policy, p.hit.Client, false)
 				if errors.Is(err, cluster.ErrUnknownPolicy) {
 					p.pol, err = nil, nil // deleted since the tree was built
 				}

@@ -6,7 +6,6 @@ package rls
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/bearer"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -35,10 +35,10 @@ type Limiter interface {
 	Policies() []policy.Policy
 	PolicyVersion() uint64
 	Policy(name string) (policy.Policy, bool)
-	SetPolicy(ctx context.Context, p policy.Policy, forwarded bool) (string, error)
+	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
 	Ready(wait time.Duration) error
 	// Peek reads a key without counting (a descriptor's hits_addend 0).
-	Peek(ctx context.Context, policyName, client string, stale, forwarded bool) (cluster.PeekResult, error)
+	Peek(ctx context.Context, policyName, client string, stale bool) (cluster.PeekResult, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)
@@ -168,7 +168,7 @@ func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 {
+		if bearer.Valid(v, s.cfg.Token) {
 			return h(ctx, req)
 		}
 	}

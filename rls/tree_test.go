@@ -5,11 +5,10 @@ import (
 	"testing"
 
 	"github.com/rlnode/rlnode/metrics"
-	"github.com/rlnode/rlnode/policy"
 )
 
 func TestTreeMatch(t *testing.T) {
-	_, rules, err := policy.ParseEnvoy([]byte(`
+	ps := envoyPolicies(t, `
 domain: d
 descriptors:
   - key: k
@@ -26,14 +25,7 @@ descriptors:
         descriptors:
           - key: c
             rate_limit: {unit: second, requests_per_unit: 4}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ps []policy.Policy
-	for _, r := range rules {
-		ps = append(ps, r.Policy(false))
-	}
+`)
 	tr := buildTree(ps)
 	for _, c := range []struct {
 		domain  string
@@ -108,14 +100,7 @@ descriptors:
 `
 
 func TestTreeMatchWildcards(t *testing.T) {
-	_, rules, err := policy.ParseEnvoy([]byte(wildConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ps []policy.Policy
-	for _, r := range rules {
-		ps = append(ps, r.Policy(false))
-	}
+	ps := envoyPolicies(t, wildConfig)
 	tr := buildTree(ps)
 	for _, c := range []struct {
 		entries []entry
@@ -196,15 +181,7 @@ func TestLimitStats(t *testing.T) {
 // BenchmarkTreeMatch: one descriptor matched and named for metrics, the
 // per-request work the configuration features add before the log entry.
 func BenchmarkTreeMatch(b *testing.B) {
-	_, rules, err := policy.ParseEnvoy([]byte(wildConfig))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var ps []policy.Policy
-	for _, r := range rules {
-		ps = append(ps, r.Policy(false))
-	}
-	tr := buildTree(ps)
+	tr := buildTree(envoyPolicies(b, wildConfig))
 	for _, c := range []struct {
 		name    string
 		entries []entry

@@ -342,7 +342,7 @@ func (c *Cluster) Leader(timeout time.Duration) *Node {
 	Poll(c.t, timeout, func() error {
 		for _, n := range c.Live() {
 			if n.IsLeader() && !c.isCut(n.ID, "") {
-				if _, err := n.Peek(context.Background(), policy.Default, "leader-probe", false, false); err == nil {
+				if _, err := n.Peek(context.Background(), policy.Default, "leader-probe", false); err == nil {
 					leader = n
 					return nil
 				}

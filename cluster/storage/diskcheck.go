@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
 	"github.com/rlnode/rlnode/fsm"
@@ -133,9 +134,6 @@ func CheckBoltFile(path string) error {
 // ErrLocked means another process holds the data dir's Raft log open.
 var ErrLocked = errors.New("locked by another process (is another rlnode using this data dir?)")
 
-// isLocked reports whether opening the stores failed on Bolt's file lock.
-func isLocked(err error) bool { return strings.Contains(err.Error(), "locked by another process") }
-
 func walkBolt(path string) error {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -183,7 +181,7 @@ func walkBolt(path string) error {
 func CheckLogStore(file string, logs raft.LogStore, stable raft.StableStore) error {
 	return Guard(file, func() error {
 		for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
-			if _, err := stable.GetUint64([]byte(k)); err != nil && !strings.Contains(err.Error(), "not found") {
+			if _, err := stable.GetUint64([]byte(k)); err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
 				return &CorruptError{File: file, Err: fmt.Errorf("read %s: %w", k, err)}
 			}
 		}

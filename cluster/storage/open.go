@@ -85,7 +85,7 @@ func openChecked(opts Options, log hclog.Logger) (*DataDir, error) {
 	stores, err := OpenStores(opts.Dir, opts.Kind, log)
 	if err != nil {
 		var mismatch *MismatchError
-		if errors.As(err, &mismatch) || isLocked(err) {
+		if errors.As(err, &mismatch) || errors.Is(err, ErrLocked) {
 			return nil, err
 		}
 		return nil, &CorruptError{File: LogPath(opts.Dir), Err: err}

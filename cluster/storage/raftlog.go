@@ -191,7 +191,7 @@ func openBolt(path string) (*raftboltdb.BoltStore, error) {
 	b, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("open raft log in %s: it is locked by another process (is another rlnode using this data dir?)", filepath.Dir(path))
+			return nil, fmt.Errorf("open raft log in %s: it is %w", filepath.Dir(path), ErrLocked)
 		}
 		return nil, fmt.Errorf("open raft log %s (corrupt or not a Bolt file?): %w", path, err)
 	}

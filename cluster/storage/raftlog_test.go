@@ -158,3 +158,22 @@ func TestWALMissingIsALostLog(t *testing.T) {
 		t.Fatalf("converted back to bolt: %+v", got)
 	}
 }
+
+// A data dir held by another process (here: another open of the same
+// stores) is refused as locked, never reported as corrupt.
+func TestLockedDataDirIsLockedNotCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStores(dir, Bolt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := OpenStores(dir, "", nil); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of the stores: %v, want ErrLocked", err)
+	}
+	_, err = Open(Options{Dir: dir, ID: "n1"})
+	var corrupt *CorruptError
+	if !errors.Is(err, ErrLocked) || errors.As(err, &corrupt) {
+		t.Fatalf("open of a locked data dir: %v, want ErrLocked and no CorruptError", err)
+	}
+}

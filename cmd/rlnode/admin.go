@@ -19,6 +19,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -91,52 +92,38 @@ func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// url is path on the node at --addr.
+func (a *adminFlags) url(path string) string {
+	url := cluster.BaseURL(a.addr) + path
+	if a.tls.Enabled() {
+		url = strings.Replace(url, "http://", "https://", 1)
+	}
+	return url
+}
+
 // call sends one request to a node and decodes a 2xx JSON answer into out.
 func (a *adminFlags) call(ctx context.Context, method, path string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	var body io.Reader
+	var size int64
+	contentType := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body, size, contentType = bytes.NewReader(b), int64(len(b)), "application/json"
 	}
-	if err := a.prepare(); err != nil {
+	url := a.url(path)
+	resp, err := a.send(ctx, method, url, contentType, body, size)
+	if err != nil {
 		return err
-	}
-	url := cluster.BaseURL(a.addr) + path
-	if a.tls.Enabled() {
-		url = strings.Replace(url, "http://", "https://", 1)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return usageErr("bad --addr %q: %v", a.addr, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return reachError(method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Detail string `json:"detail"`
-		}
-		if json.Unmarshal(b, &p) == nil && p.Detail != "" {
-			return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, p.Detail)
-		}
-		return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -144,6 +131,47 @@ func (a *adminFlags) call(ctx context.Context, method, path string, in, out any)
 		}
 	}
 	return nil
+}
+
+// send is the one request every admin command makes: to url with the
+// token, returning a 2xx answer for the caller to read, or an error
+// carrying the problem detail of any other.
+func (a *adminFlags) send(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	if err := a.prepare(); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, usageErr("bad --addr %q: %v", a.addr, err)
+	}
+	req.ContentLength = size
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return nil, reachError(method, url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, problemDetail(b))
+	}
+	return resp, nil
+}
+
+// problemDetail returns the detail of a problem+json body, or the body.
+func problemDetail(b []byte) string {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
+		return p.Detail
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // reachError says once which node could not be reached and why (the
@@ -300,7 +328,7 @@ func runJoin(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := j.Validate(); err != nil {
 		return usageErr("%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
-	if err := a.call(ctx, http.MethodPost, cluster.JoinPath, j, nil); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.JoinPath, j, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -323,7 +351,7 @@ func runRemove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageErr("remove takes one argument, the server ID: rlnode remove [--addr URL] ID")
 	}
-	if err := a.call(ctx, http.MethodPost, cluster.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.RemovePath, cluster.RemoveRequest{ID: pos[0]}, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -347,7 +375,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		req.ID = pos[0]
 	}
 	var res cluster.TransferResult
-	if err := a.call(ctx, http.MethodPost, cluster.TransferPath, req, &res); err != nil {
+	if err := a.call(ctx, http.MethodPost, httpapi.TransferPath, req, &res); err != nil {
 		return err
 	}
 	if a.json {

@@ -8,56 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
 )
-
-// leaderURL asks the node at --addr who leads; backup and restore talk to
-// the leader directly (the stream never takes a detour through a follower).
-func (a *adminFlags) leaderURL(ctx context.Context) (string, error) {
-	var st cluster.Status
-	if err := a.call(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
-		return "", err
-	}
-	if st.LeaderHTTPAddr == "" {
-		return "", fmt.Errorf("%s knows no leader right now: %w", a.addr, cluster.ErrNoLeader)
-	}
-	url := cluster.BaseURL(st.LeaderHTTPAddr)
-	if a.tls.Enabled() {
-		url = strings.Replace(url, "http://", "https://", 1)
-	}
-	return url, nil
-}
-
-// stream sends one request to url with the token and returns the answer,
-// or an error carrying the problem detail of a non-2xx answer.
-func (a *adminFlags) stream(ctx context.Context, method, url string, body io.Reader, size int64) (*http.Response, error) {
-	if err := a.prepare(); err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return nil, err
-	}
-	req.ContentLength = size
-	if body != nil {
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, problemDetail(b))
-	}
-	return resp, nil
-}
 
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("backup", "--out FILE", stdout)
@@ -69,11 +23,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	leader, err := a.leaderURL(ctx)
-	if err != nil {
-		return err
-	}
-	resp, err := a.stream(ctx, http.MethodGet, leader+cluster.BackupPath, nil, 0)
+	// Any node will do: a follower streams the leader's backup through.
+	resp, err := a.send(ctx, http.MethodGet, a.url(httpapi.BackupPath), "", nil, 0)
 	if err != nil {
 		return err
 	}
@@ -91,19 +42,19 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("backup from %s: %w", leader, err)
+		return fmt.Errorf("backup via %s: %w", a.addr, err)
 	}
 	windows, err := cluster.VerifyBackup(tmp.Name())
 	if err != nil {
-		return fmt.Errorf("backup from %s arrived damaged: %w", leader, err)
+		return fmt.Errorf("backup via %s arrived damaged: %w", a.addr, err)
 	}
 	if err := os.Rename(tmp.Name(), *out); err != nil {
 		return err
 	}
 	if a.json {
-		return printJSON(stdout, map[string]any{"file": *out, "bytes": n, "windows": windows, "leader": leader})
+		return printJSON(stdout, map[string]any{"file": *out, "bytes": n, "windows": windows, "via": a.addr})
 	}
-	fmt.Fprintf(stdout, "backup of %d windows (%d bytes) from %s written to %s\n", windows, n, leader, *out)
+	fmt.Fprintf(stdout, "backup of %d windows (%d bytes) via %s written to %s\n", windows, n, a.addr, *out)
 	return nil
 }
 
@@ -133,15 +84,12 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	leader, err := a.leaderURL(ctx)
-	if err != nil {
-		return err
-	}
-	url := leader + cluster.RestorePath
+	// Any node will do: a follower streams the backup on to the leader.
+	url := a.url(httpapi.RestorePath)
 	if *force {
 		url += "?force=true"
 	}
-	resp, err := a.stream(ctx, http.MethodPost, url, f, st.Size())
+	resp, err := a.send(ctx, http.MethodPost, url, "application/octet-stream", f, st.Size())
 	if err != nil {
 		return err
 	}
@@ -151,17 +99,10 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := stdout.Write(body)
 		return err
 	}
-	fmt.Fprintf(stdout, "restored %d windows from %s into the cluster led by %s\n", windows, file, leader)
+	var res struct {
+		ServedBy string `json:"servedBy"`
+	}
+	json.Unmarshal(body, &res)
+	fmt.Fprintf(stdout, "restored %d windows from %s into the cluster led by %s\n", windows, file, res.ServedBy)
 	return nil
-}
-
-// problemDetail returns the detail of a problem+json body, or the body.
-func problemDetail(b []byte) string {
-	var p struct {
-		Detail string `json:"detail"`
-	}
-	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
-		return p.Detail
-	}
-	return strings.TrimSpace(string(b))
 }

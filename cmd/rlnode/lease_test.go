@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
@@ -307,7 +306,7 @@ func TestLeasedPoliciesThroughTheBinary(t *testing.T) {
 			proctest.MustGet(t, nodes[1].URL()+"/check/lr/cool")
 		}
 		proctest.Poll(t, 15*time.Second, func() error {
-			r, err := proctest.Get(nodes[0].URL() + cluster.PeekPath + "lr/cool")
+			r, err := proctest.Get(nodes[0].URL() + "/v1/status/lr/cool")
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/httpapi"
 )
 
 // certTLS is a client configuration trusting dir's CA and presenting
@@ -99,11 +100,13 @@ func TestClientCertRefusedOnNodePorts(t *testing.T) {
 			t.Errorf("clock reading with n1's node certificate: %v %d %s", err, r.Status, r.Raw)
 		}
 		j := cluster.JoinRequest{ID: "n9", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}
-		if r, err := proctest.DoWith(clientHTTP, "POST", n1.URL()+cluster.JoinPath, "", j); err != nil || r.Status != http.StatusForbidden {
-			t.Errorf("join with client.pem: %v %d %s; want 403", err, r.Status, r.Raw)
+		for _, path := range []string{cluster.JoinPath, httpapi.JoinPath} {
+			if r, err := proctest.DoWith(clientHTTP, "POST", n1.URL()+path, "", j); err != nil || r.Status != http.StatusForbidden {
+				t.Errorf("join on %s with client.pem: %v %d %s; want 403", path, err, r.Status, r.Raw)
+			}
 		}
 		// The public API and admin calls take the client certificate.
-		if r, err := proctest.DoWith(clientHTTP, "PUT", n1.URL()+cluster.PoliciesPath+"/api", "", map[string]any{"algorithm": "fixed_window", "limits": []map[string]any{{"limit": 5, "window": "1m"}}}); err != nil || r.Status != 200 {
+		if r, err := proctest.DoWith(clientHTTP, "PUT", n1.URL()+httpapi.PoliciesPath+"/api", "", map[string]any{"algorithm": "fixed_window", "limits": []map[string]any{{"limit": 5, "window": "1m"}}}); err != nil || r.Status != 200 {
 			t.Errorf("policy set with client.pem: %v %d %s", err, r.Status, r.Raw)
 		}
 		if r, err := proctest.DoWith(clientHTTP, "GET", n1.URL()+"/check/bob", "", nil); err != nil || r.Status != 200 {

@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -68,7 +68,7 @@ type policyTable struct {
 
 func fetchPolicies(ctx context.Context, a *adminFlags) ([]policy.Policy, error) {
 	var l policyTable
-	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath, nil, &l); err != nil {
+	if err := a.call(ctx, http.MethodGet, httpapi.PoliciesPath, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Policies, nil
@@ -128,7 +128,7 @@ func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("rlnode policy get NAME")
 	}
 	var p policy.Policy
-	if err := a.call(ctx, http.MethodGet, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
+	if err := a.call(ctx, http.MethodGet, httpapi.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, &p); err != nil {
 		return err
 	}
 	if a.json {
@@ -178,7 +178,7 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var res struct {
 		Result string `json:"result"`
 	}
-	if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, &res); err != nil {
+	if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath+"/"+url.PathEscape(p.Name), p, &res); err != nil {
 		return err
 	}
 	if a.json {
@@ -225,7 +225,7 @@ func policyDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(pos) != 1 {
 		return usageErr("rlnode policy delete NAME")
 	}
-	if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+	if err := a.call(ctx, http.MethodDelete, httpapi.PoliciesPath+"/"+url.PathEscape(pos[0]), nil, nil); err != nil {
 		return err
 	}
 	if a.json {
@@ -314,7 +314,7 @@ func writeChanges(ctx context.Context, a *adminFlags, dry bool, added, changed [
 				return err
 			}
 			if !dry {
-				if err := a.call(ctx, http.MethodPut, cluster.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
+				if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath+"/"+url.PathEscape(p.Name), p, nil); err != nil {
 					return err
 				}
 			}
@@ -326,7 +326,7 @@ func writeChanges(ctx context.Context, a *adminFlags, dry bool, added, changed [
 			return err
 		}
 		if !dry {
-			if err := a.call(ctx, http.MethodDelete, cluster.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
+			if err := a.call(ctx, http.MethodDelete, httpapi.PoliciesPath+"/"+url.PathEscape(name), nil, nil); err != nil {
 				return err
 			}
 		}

@@ -107,10 +107,10 @@ func startOn(t *testing.T, old *proctest.Node, extra ...string) *proctest.Node {
 	return n
 }
 
-// `rlnode backup` from a follower streams the leader's consistent state;
-// the whole cluster is then lost, a new empty one is built on the same
-// addresses and `rlnode restore` brings back every window: the same
-// digest on every node.
+// `rlnode backup` asked of a follower streams the leader's consistent
+// state through it; the whole cluster is then lost, a new empty one is
+// built on the same addresses and `rlnode restore`, asked of a follower
+// too, brings back every window: the same digest on every node.
 func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
 	proctest.Long(t)
 	a := proctest.StartCluster(t, rlnodeBin, 3, "--limit", "4")
@@ -121,7 +121,7 @@ func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
 	}
 	digest := waitConverged(t, a)
 	file := filepath.Join(t.TempDir(), "backup.bin")
-	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "backup", "--addr", a[1].URL(), "--out", file)
+	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "backup", "--addr", follower(t, a).URL(), "--out", file)
 	if code != 0 || !strings.Contains(out, "backup of 7 windows") {
 		t.Fatalf("rlnode backup: exit %d\n%s%s", code, out, stderr)
 	}
@@ -135,7 +135,7 @@ func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
 		b = append(b, startOn(t, n, "--limit", "4", "--join", b[0].URL()))
 	}
 	proctest.WaitVoters(t, b[0], 3, 30*time.Second)
-	out, stderr, code = proctest.Run(t, rlnodeBin, nil, "restore", "--addr", b[2].URL(), file)
+	out, stderr, code = proctest.Run(t, rlnodeBin, nil, "restore", "--addr", follower(t, b).URL(), file)
 	if code != 0 || !strings.Contains(out, "restored 7 windows") {
 		t.Fatalf("rlnode restore: exit %d\n%s%s", code, out, stderr)
 	}
@@ -156,6 +156,19 @@ func TestBackupAndRestoreIntoNewCluster(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "not empty") {
 		t.Fatalf("restore into a cluster with windows: exit %d %s; want a refusal", code, stderr)
 	}
+}
+
+// follower is a node of nodes that does not lead.
+func follower(t *testing.T, nodes []*proctest.Node) *proctest.Node {
+	t.Helper()
+	leader := leaderOf(t, nodes)
+	for _, n := range nodes {
+		if n != leader {
+			return n
+		}
+	}
+	t.Fatal("no follower")
+	return nil
 }
 
 // A restore body that is not a backup (random bytes, a real backup cut

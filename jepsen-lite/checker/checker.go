@@ -102,6 +102,18 @@ type Config struct {
 	StartUnixMs int64
 	// LeasedSlackMs is that check's clock tolerance (0: 250 ms).
 	LeasedSlackMs int64
+	// ClockJumps are the run's faults that may move cluster time forward
+	// (a leader's clock skewed ahead): a token bucket refills by that much
+	// more, for strict and leased keys alike, so the leased bucket bound
+	// of a span that overlaps one adds its refill.
+	ClockJumps []ClockJump
+}
+
+// ClockJump is a fault that may move cluster time forward by up to Ms,
+// at some instant between From and To (ns since the run's start).
+type ClockJump struct {
+	From, To int64
+	Ms       int64
 }
 
 // DefaultTimeout is the per-key porcupine budget when Config.Timeout is 0.

@@ -20,7 +20,9 @@ import (
 //     its units belong to had ended;
 //   - token bucket: for every run of allowed checks, no more than the
 //     burst plus what refills between the first one's invoke and the last
-//     one's return.
+//     one's return (plus, for a span that overlaps a fault skewing the
+//     leader's clock ahead, what that jump of cluster time refills: a
+//     strict bucket gets it too).
 //
 // Under-admission is measured, not judged: per fixed window where some
 // check was refused (demand exceeded the limit), the share of the limit
@@ -49,6 +51,17 @@ type LeasedResult struct {
 	FullWindows int     `json:"fullWindows,omitempty"`
 	Fill        float64 `json:"fill,omitempty"`
 	MinFill     float64 `json:"minFill,omitempty"`
+	// Windows are the full windows (fixed and sliding), to relate their
+	// fill to the faults active meanwhile.
+	Windows []LeasedWindow `json:"windows,omitempty"`
+}
+
+// LeasedWindow is one window where demand exceeded the limit: its span
+// (Unix ms, cluster time) and the share of the limit it admitted.
+type LeasedWindow struct {
+	Start int64   `json:"start"`
+	End   int64   `json:"end"`
+	Fill  float64 `json:"fill"`
 }
 
 // leasedSlackMs is the default tolerance of the late check for clock
@@ -86,7 +99,7 @@ func checkLeased(cfg Config, key string, p Policy, ops []Op) ([]Violation, Lease
 	case FixedWindow, SlidingWindow:
 		out = leasedWindows(cfg, key, p, ops, &res)
 	case TokenBucket:
-		out = leasedBucket(key, p, allowed)
+		out = leasedBucket(key, p, allowed, cfg.ClockJumps)
 		bucketFill(p, ops, &res)
 	}
 	return out, res
@@ -142,6 +155,8 @@ func leasedWindows(cfg Config, key string, p Policy, ops []Op, res *LeasedResult
 		}
 		if len(w.refused) > 0 {
 			fill := min(1, float64(len(w.allowed))/float64(w.limit))
+			_, end := windowOf(p, w.refused[0])
+			res.Windows = append(res.Windows, LeasedWindow{Start: start, End: end, Fill: fill})
 			res.FullWindows++
 			fillSum += fill
 			res.MinFill = min(res.MinFill, fill)
@@ -157,7 +172,7 @@ func leasedWindows(cfg Config, key string, p Policy, ops []Op, res *LeasedResult
 
 // leasedBucket checks every run of allowed checks (in invoke order)
 // against burst + refill, per limit of the largest version.
-func leasedBucket(key string, p Policy, allowed []Op) []Violation {
+func leasedBucket(key string, p Policy, allowed []Op, jumps []ClockJump) []Violation {
 	sort.Slice(allowed, func(i, j int) bool { return allowed[i].Invoke < allowed[j].Invoke })
 	limits := p.Versions[len(p.Versions)-1]
 	for _, l := range limits {
@@ -169,6 +184,11 @@ func leasedBucket(key string, p Policy, allowed []Op) []Violation {
 				// Every one was decided between the first's invoke and the
 				// latest return: the bucket gives at most burst + refill then.
 				spanMs := (end - allowed[i].Invoke + 1e6 - 1) / 1e6
+				for _, jmp := range jumps {
+					if jmp.From <= end && allowed[i].Invoke <= jmp.To {
+						spanMs += jmp.Ms // cluster time ran ahead by up to that much
+					}
+				}
 				bound := burst + spanMs*l.Limit/l.WindowMs
 				if n := int64(j - i + 1); n > bound {
 					return []Violation{{Check: CheckLeasedOverLimit, Key: key, OpIDs: opIDs(allowed[i : j+1]),

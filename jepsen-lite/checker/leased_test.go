@@ -114,3 +114,22 @@ func TestLeasedKeyInMultiIsMalformed(t *testing.T) {
 		t.Fatalf("leased key in a multi-key check: %+v", res.Violations)
 	}
 }
+
+// TestLeasedBucketAllowsAClockJump: a fault that moves cluster time ahead
+// refills a bucket by that much (for strict keys too); a span overlapping
+// it is judged with that refill, other spans are not.
+func TestLeasedBucketAllowsAClockJump(t *testing.T) {
+	var h history
+	for i := range int64(3) {
+		h = leasedHit(h, "lb", true, 100+i, 0)
+	}
+	cfg := leasedCfg
+	cfg.ClockJumps = []ClockJump{{From: 90 * ms, To: 200 * ms, Ms: 5000}}
+	if res := Check(cfg, h); !res.Valid {
+		t.Fatalf("3 tokens across a 5 s clock jump: %+v", res.Violations)
+	}
+	cfg.ClockJumps = []ClockJump{{From: 500 * ms, To: 600 * ms, Ms: 5000}}
+	if res := Check(cfg, h); res.Valid {
+		t.Fatal("a clock jump elsewhere excused 3 tokens at once")
+	}
+}

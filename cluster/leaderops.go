@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/rlnode/rlnode/internal/problem"
+	"github.com/rlnode/rlnode/policy"
+)
+
+// The one forwarding rule (rqlite's proxy is the model): an operation that
+// only the leader may run is run here when this node leads; otherwise the
+// same operation goes to the leader's internal endpoint for it, which runs
+// it without forwarding again (a node that lost the lead meanwhile answers
+// not-leader). Requests and answers are JSON, errors a problem document
+// naming the cluster errors it stands for (errorCodes), and every answer
+// says which node served it (HeaderServedBy). Hits follow the same rule
+// over their own binary wire (forward.go, wire.go), being the hot path;
+// backup and restore over streams (Backup, RestoreBackup).
+
+// HeaderServedBy names the node that served a request: the one whose log
+// entry decided a hit, or that ran a forwarded operation.
+const HeaderServedBy = "X-Rlnode-Served-By"
+
+// leaderOp is one operation only the leader runs.
+type leaderOp[Req, Resp any] struct {
+	name string
+	// check refuses bad input before the request runs or travels, and
+	// again where it arrives; nil accepts every request.
+	check func(req Req) error
+	// run is the operation on the leader.
+	run func(n *Node, ctx context.Context, req Req) (Resp, error)
+	// wait says a caller may wait briefly for a leader to be elected (an
+	// admin call); reads fail at once when none is known.
+	wait bool
+}
+
+func (op leaderOp[Req, Resp]) path() string { return leaderPrefix + op.name }
+
+// do applies the rule for a caller of this node.
+func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, error) {
+	var resp Resp
+	if op.check != nil {
+		if err := op.check(req); err != nil {
+			return resp, err
+		}
+	}
+	if n.IsLeader() {
+		return op.run(n, ctx, req)
+	}
+	err := n.fwd.call(ctx, op.wait, op.path(), req, &resp)
+	return resp, err
+}
+
+// handler serves op for another node.
+func (op leaderOp[Req, Resp]) handler(n *Node) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+			writeError(w, n.cfg.ID, fmt.Errorf("%w: %s: %w", errMalformed, op.name, err))
+			return
+		}
+		if op.check != nil {
+			if err := op.check(req); err != nil {
+				writeError(w, n.cfg.ID, fmt.Errorf("%w: %w", errMalformed, err))
+				return
+			}
+		}
+		if !n.IsLeader() {
+			writeError(w, n.cfg.ID, ErrNotLeader)
+			return
+		}
+		resp, err := op.run(n, r.Context(), req)
+		if err != nil {
+			writeError(w, n.cfg.ID, err)
+			return
+		}
+		w.Header().Set(HeaderServedBy, n.cfg.ID)
+		writeJSON(w, resp)
+	}
+}
+
+// The leader operations and their messages.
+type (
+	setPolicyResult struct {
+		Result string `json:"result"`
+	}
+	policyName struct {
+		Name string `json:"name"`
+	}
+	keyRequest struct {
+		Policy string `json:"policy"`
+		Client string `json:"client"`
+	}
+	resetResult struct {
+		Reset bool `json:"reset"`
+	}
+	policiesResult struct {
+		Policies []policy.Policy `json:"policies"`
+	}
+	none struct{}
+)
+
+var (
+	opSetPolicy = leaderOp[policy.Policy, setPolicyResult]{name: "set-policy", wait: true,
+		check: func(p policy.Policy) error { return p.Validate() },
+		run:   (*Node).setPolicy}
+	opDeletePolicy = leaderOp[policyName, none]{name: "delete-policy", wait: true,
+		check: func(r policyName) error {
+			if err := policy.ValidateName(r.Name); err != nil {
+				return fmt.Errorf("%w %q", ErrUnknownPolicy, r.Name)
+			}
+			return nil
+		},
+		run: (*Node).deletePolicy}
+	opResetKey = leaderOp[keyRequest, resetResult]{name: "reset-key", wait: true,
+		check: func(r keyRequest) error { return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate() },
+		run:   (*Node).resetKey}
+	opPeek = leaderOp[keyRequest, PeekResult]{name: "peek",
+		check: func(r keyRequest) error {
+			return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate()
+		},
+		run: func(n *Node, ctx context.Context, r keyRequest) (PeekResult, error) {
+			return n.peek(ctx, r.Policy, r.Client, false)
+		}}
+	opReadPolicies = leaderOp[none, policiesResult]{name: "read-policies", wait: true,
+		run: (*Node).readPolicies}
+	opJoin = leaderOp[JoinRequest, none]{name: "join", wait: true,
+		check: func(j JoinRequest) error {
+			if err := j.Validate(); err != nil {
+				return fmt.Errorf("join %s: %w", j.ID, err)
+			}
+			return nil
+		},
+		run: (*Node).join}
+	opRemove = leaderOp[RemoveRequest, none]{name: "remove", wait: true,
+		check: func(r RemoveRequest) error {
+			if r.ID == "" {
+				return errors.New("remove: id is required")
+			}
+			return nil
+		},
+		run: (*Node).remove}
+	opTransfer = leaderOp[TransferRequest, TransferResult]{name: "transfer-leadership", wait: true,
+		run: (*Node).transferLeadership}
+)
+
+// Paths of the streamed leader operations.
+const (
+	backupPath  = leaderPrefix + "backup"
+	restorePath = leaderPrefix + "restore"
+)
+
+// mountLeaderOps serves every leader operation.
+func (n *Node) mountLeaderOps(mux *http.ServeMux) {
+	for path, h := range map[string]http.HandlerFunc{
+		opSetPolicy.path():    opSetPolicy.handler(n),
+		opDeletePolicy.path(): opDeletePolicy.handler(n),
+		opResetKey.path():     opResetKey.handler(n),
+		opPeek.path():         opPeek.handler(n),
+		opReadPolicies.path(): opReadPolicies.handler(n),
+		opJoin.path():         opJoin.handler(n),
+		opRemove.path():       opRemove.handler(n),
+		opTransfer.path():     opTransfer.handler(n),
+		restorePath:           n.serveRestore,
+	} {
+		mux.HandleFunc("POST "+path, h)
+	}
+	mux.HandleFunc("GET "+backupPath, n.serveBackup)
+}
+
+// serveJoin is JoinPath: a server that is not a member yet may ask any
+// member, which applies the rule (this is the one internal endpoint that
+// passes a request on).
+func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
+	var j JoinRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&j); err != nil {
+		writeError(w, n.cfg.ID, fmt.Errorf("%w: join: %w", errMalformed, err))
+		return
+	}
+	if err := n.AuthorizeJoin(r, j.ID); err != nil {
+		writeError(w, n.cfg.ID, err)
+		return
+	}
+	if err := n.Join(r.Context(), j); err != nil {
+		writeError(w, n.cfg.ID, err)
+		return
+	}
+	writeJSON(w, map[string]string{"joined": j.ID})
+}
+
+// errMalformed marks a request a node refused as malformed.
+var errMalformed = errors.New("malformed request")
+
+// errorCodes names the cluster's errors on the internal endpoints, so the
+// node that sent a request matches them with errors.Is as if it had run
+// the operation itself. The first match gives the status.
+var errorCodes = []struct {
+	err    error
+	code   string
+	status int
+}{
+	{ErrNotLeader, "not_leader", http.StatusServiceUnavailable},
+	{ErrNoLeader, "no_leader", http.StatusServiceUnavailable},
+	{ErrClosed, "closed", http.StatusServiceUnavailable},
+	{ErrUnknownPolicy, "unknown_policy", http.StatusNotFound},
+	{ErrUnknownServer, "unknown_server", http.StatusNotFound},
+	{ErrConflict, "conflict", http.StatusConflict},
+	{policy.ErrTooManyPolicies, "too_many_policies", http.StatusConflict},
+	{ErrClockSkew, "clock_skew", http.StatusConflict},
+	{ErrNotEmpty, "not_empty", http.StatusConflict},
+	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},
+	{errMalformed, "invalid_request", http.StatusBadRequest},
+	{ErrForbidden, "forbidden", http.StatusForbidden},
+}
+
+// writeError answers err as a problem document naming its cluster errors.
+func writeError(w http.ResponseWriter, servedBy string, err error) {
+	d := problem.New(http.StatusInternalServerError, "internal", err.Error())
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			if d.Errors == nil {
+				d = problem.New(c.status, c.code, err.Error())
+			}
+			d.Errors = append(d.Errors, c.code)
+		}
+	}
+	w.Header().Set(HeaderServedBy, servedBy)
+	problem.Write(w, d)
+}
+
+// codeErrors is the inverse of errorCodes.
+func codeError(code string) error {
+	for _, c := range errorCodes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// Backup writes a consistent snapshot of the state to w: on the leader, or
+// streamed from it.
+func (n *Node) Backup(ctx context.Context, w io.Writer) error {
+	if n.IsLeader() {
+		return n.backup(ctx, w)
+	}
+	return n.fwd.backup(ctx, w)
+}
+
+// RestoreBackup replaces the cluster's state with a backup of size bytes
+// read from r: on the leader, or streamed to it. Unless force is set the
+// cluster must hold no windows: restore is for a new cluster, not for
+// rolling one back. The cluster's own node metadata (HTTP addresses) is
+// kept, not the backup's.
+func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	if n.IsLeader() {
+		return n.restore(ctx, r, size, force)
+	}
+	return n.fwd.restore(ctx, r, size, force)
+}
+
+// serveBackup is backupPath on the leader. An error after the first byte
+// aborts the connection, so the sender never takes a cut stream for a
+// whole backup (the format ends in a CRC too).
+func (n *Node) serveBackup(w http.ResponseWriter, r *http.Request) {
+	if !n.IsLeader() {
+		writeError(w, n.cfg.ID, ErrNotLeader)
+		return
+	}
+	lw := &lazyStream{w: w, servedBy: n.cfg.ID}
+	if err := n.backup(r.Context(), lw); err != nil {
+		if lw.started {
+			n.log.Error("forwarded backup stream failed", "error", err)
+			panic(http.ErrAbortHandler)
+		}
+		writeError(w, n.cfg.ID, err)
+	}
+}
+
+// serveRestore is restorePath on the leader.
+func (n *Node) serveRestore(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength <= 0 {
+		writeError(w, n.cfg.ID, fmt.Errorf("%w: restore: the backup must come with its Content-Length", errMalformed))
+		return
+	}
+	if !n.IsLeader() {
+		writeError(w, n.cfg.ID, ErrNotLeader)
+		return
+	}
+	res, err := n.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
+	if err != nil {
+		writeError(w, n.cfg.ID, err)
+		return
+	}
+	w.Header().Set(HeaderServedBy, n.cfg.ID)
+	writeJSON(w, res)
+}
+
+// lazyStream sets a stream's success headers on its first write only.
+type lazyStream struct {
+	w        http.ResponseWriter
+	servedBy string
+	started  bool
+}
+
+func (l *lazyStream) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "application/octet-stream")
+		l.w.Header().Set(HeaderServedBy, l.servedBy)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
+}
