@@ -125,7 +125,9 @@ func ParseOne(name string, data []byte) (Policy, error) {
 			return Policy{}, fmt.Errorf("body: %w", err)
 		}
 		if err := yaml.UnmarshalWithOptions(data, &doc, yaml.UseOrderedMap()); err != nil {
-			return Policy{}, fmt.Errorf("body is not JSON: %w", err)
+			// One line, without the source excerpt and caret the YAML
+			// library draws: this ends up in a problem document's detail.
+			return Policy{}, fmt.Errorf("body is neither a JSON object nor YAML: %s", yaml.FormatError(err, false, false))
 		}
 	}
 	p, err := fromNode("", doc, name)

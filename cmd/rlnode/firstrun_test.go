@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,9 @@ func TestStartupLogsTellOneStory(t *testing.T) {
 	if !strings.Contains(log, `policy="default fixed_window 7/1m"`) {
 		t.Errorf("the replicated default policy is not in the log:\n%s", log)
 	}
+	if missing := linesNotInReadme(t, log); len(missing) > 0 {
+		t.Errorf("the README's one-node log leaves out lines a fresh node logs: %q", missing)
+	}
 
 	proctest.Long(t)
 	nodes := make([]*proctest.Node, 3)
@@ -187,5 +191,61 @@ func TestFirstRunMessages(t *testing.T) {
 	_, stderr, code := proctest.Run(t, rlnodeBin, env, "restore", backup, "--addr", n.URL())
 	if code == 0 || !strings.Contains(stderr, "--force") {
 		t.Errorf("restore into a cluster with windows: exit %d, %q; want it refused, naming --force", code, stderr)
+	}
+}
+
+// logMessage is the message of one of rlnode's own log lines (not Raft's).
+var logMessage = regexp.MustCompile(`(?m)\[INFO\]\s+rlnode: (.+?): node=`)
+
+// linesNotInReadme lists the messages of a fresh node's log (up to its
+// replicated default policy) that "Run one node" in the README, which
+// says the log tells the story, does not show.
+func linesNotInReadme(t *testing.T, log string) []string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := map[string]bool{}
+	for _, m := range logMessage.FindAllStringSubmatch(string(readme), -1) {
+		shown[m[1]] = true
+	}
+	var missing []string
+	for _, m := range logMessage.FindAllStringSubmatch(log, -1) {
+		if !shown[m[1]] {
+			missing = append(missing, m[1])
+		}
+		if m[1] == "policy default (replicated)" {
+			break
+		}
+	}
+	return missing
+}
+
+// `rlnode --help` names every policy subcommand that `rlnode policy --help`
+// lists, so a reader of the command list finds import-envoy and sync-envoy.
+func TestHelpNamesEveryPolicyCommand(t *testing.T) {
+	top, _, _ := proctest.Run(t, rlnodeBin, nil, "--help")
+	var line string
+	for _, l := range strings.Split(top, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "policy" {
+			line = l
+		}
+	}
+	usage, stderr, _ := proctest.Run(t, rlnodeBin, nil, "policy", "--help")
+	usage += stderr
+	n := 0
+	for _, l := range strings.Split(usage, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "rlnode" || f[1] != "policy" {
+			continue
+		}
+		n++
+		if !strings.Contains(line, f[2]) {
+			t.Errorf("rlnode --help's policy line %q does not name `rlnode policy %s`", line, f[2])
+		}
+	}
+	if n == 0 {
+		t.Fatalf("rlnode policy --help lists no subcommands:\n%s", usage)
 	}
 }

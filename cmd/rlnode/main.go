@@ -35,7 +35,7 @@ func commands() []command {
 		{"remove", "remove a server from the cluster: rlnode remove ID", runRemove},
 		{"transfer-leadership", "hand leadership to another server: rlnode transfer-leadership [ID]", runTransfer},
 		{"snapshot", "make a node take a Raft snapshot now", runSnapshot},
-		{"policy", "list, get, set, delete or apply (-f FILE) the replicated policies", runPolicy},
+		{"policy", "the replicated policies: list, get, set, delete, apply -f FILE, import-envoy, sync-envoy", runPolicy},
 		{"health", "exit 0 if a node is ready (for container health checks)", runHealth},
 		{"backup", "stream a consistent backup from the leader: rlnode backup --out FILE", runBackup},
 		{"restore", "load a backup into a new, empty cluster: rlnode restore FILE", runRestore},
