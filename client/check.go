@@ -22,6 +22,12 @@ type Result struct {
 	Window    time.Duration
 	Remaining int64
 	ResetAt   time.Time
+	// WindowStart is the start of the window the decision counted in
+	// (fixed window: its anchored start; sliding window: the current
+	// aligned window's start), when known: always for a decision made by
+	// Local from a grant, and for a remote one of a single-limit policy;
+	// zero for a token bucket.
+	WindowStart time.Time
 	// RetryAfter is how long until a hit of this cost could be allowed
 	// (0 when allowed).
 	RetryAfter time.Duration
@@ -91,6 +97,9 @@ func (w wireResult) result(policy, key, servedBy string) Result {
 	for _, l := range w.Limits {
 		r.Limits = append(r.Limits, Limit{Limit: l.Limit, Window: ms(l.WindowMs), Remaining: l.Remaining,
 			ResetAt: msTime(l.ResetAt), WindowStart: msTime(l.WindowStart)})
+	}
+	if len(r.Limits) == 1 {
+		r.WindowStart = r.Limits[0].WindowStart
 	}
 	return r
 }

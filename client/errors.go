@@ -96,6 +96,10 @@ func kindFor(status int, code string) error {
 		return ErrCostExceedsLimit
 	case "unauthorized":
 		return ErrUnauthorized
+	case "not_leased":
+		return ErrNotLeased
+	case "too_many_grants":
+		return ErrTooManyGrants
 	case "invalid_client", "invalid_request", "invalid_policy":
 		return ErrInvalid
 	}

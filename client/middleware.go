@@ -66,6 +66,11 @@ func WithFailMode(m FailMode) Option { return func(l *Limiter) { l.fail = m } }
 // decision (for logs and metrics), before the fail mode applies.
 func WithErrorHook(f func(*http.Request, error)) Option { return func(l *Limiter) { l.onError = f } }
 
+// WithLocal decides requests through l: hot keys from units leased to
+// this process, the rest by a remote check (see Local). The fail mode
+// applies when neither gave a decision.
+func WithLocal(l *Local) Option { return func(li *Limiter) { li.local = l } }
+
 // Limiter decides requests for a middleware. Gin and other routers call
 // Admit directly.
 type Limiter struct {
@@ -75,6 +80,7 @@ type Limiter struct {
 	cost    CostFunc
 	fail    FailMode
 	onError func(*http.Request, error)
+	local   *Local
 }
 
 // NewLimiter builds the decision step Middleware wraps around a handler.
@@ -123,7 +129,12 @@ func (l *Limiter) Admit(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 	}
-	res, err := l.c.Check(r.Context(), l.policy, key, cost)
+	var res Result
+	if l.local != nil {
+		res, err = l.local.AllowN(r.Context(), l.policy, key, cost)
+	} else {
+		res, err = l.c.Check(r.Context(), l.policy, key, cost)
+	}
 	if err != nil {
 		return l.failed(w, r, err)
 	}

@@ -77,6 +77,7 @@ type Debug interface {
 // Node is every role; *cluster.Node implements it.
 type Node interface {
 	Limiter
+	Leaser
 	Reader
 	PolicyAdmin
 	ClusterAdmin
@@ -104,6 +105,14 @@ type Config struct {
 	Metrics Observer
 	// MetricsHandler, when set, serves GET /metrics.
 	MetricsHandler http.Handler
+	// MaxHolderGrants caps the grants one external holder may have
+	// outstanding through this node (default DefaultHolderGrants).
+	MaxHolderGrants int
+	// MaxClockOffset is the cluster's --max-clock-offset: external
+	// holders end token-bucket grants this much early (0: the default).
+	MaxClockOffset time.Duration
+	// LeaseMetrics, when set, records external grants per policy.
+	LeaseMetrics LeaseObserver
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
 	// forward-auth believes (key=ip).
 	TrustedProxies []netip.Prefix
@@ -114,6 +123,7 @@ type API struct {
 	cfg      Config
 	engine   *gin.Engine
 	draining atomic.Bool
+	holders  *holderGrants
 }
 
 // New builds the router.
@@ -127,6 +137,9 @@ func New(cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.MaxHolderGrants == 0 {
+		cfg.MaxHolderGrants = DefaultHolderGrants
+	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	// Client ids may contain escaped slashes; match on the raw path and
@@ -137,7 +150,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants)}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", c.Request.Method, c.Request.URL.Path))
@@ -162,6 +175,8 @@ func New(cfg Config) *API {
 	e.GET("/readyz", a.readyz)
 	e.GET("/v1/status", a.status)
 	e.GET("/v1/cluster/peers", a.peers)
+	e.POST(LeasesPath, a.lease)
+	e.POST(LeaseReturnPath, a.leaseReturn)
 	e.Any(AuthPath+":policy", a.auth)
 	e.Any(AuthPath+":policy/*path", a.auth)
 	if cfg.MetricsHandler != nil {

@@ -52,6 +52,9 @@ type workloadConfig struct {
 	timeout    time.Duration
 	seed       uint64
 	tls        *tls.Config // client certificate and CA; nil for plain HTTP
+	// appHolders is how many workers decide their leased keys' hits
+	// through client.Local (appholder.go), each its own holder.
+	appHolders int
 }
 
 // workload runs the client workers. start launches them; stop (called by
@@ -65,6 +68,7 @@ type workload struct {
 	wg       sync.WaitGroup
 	perWork  [][]opRecord // worker i appends only to perWork[i]
 	history  []opRecord
+	apps     []*appHolder // per worker; nil: all over HTTP
 }
 
 func newWorkload(cfg workloadConfig) *workload {
@@ -78,8 +82,14 @@ func newWorkload(cfg workloadConfig) *workload {
 		DisableCompression:  true,
 		TLSClientConfig:     cfg.tls,
 	}
-	return &workload{cfg: cfg, hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}),
-		perWork: make([][]opRecord, cfg.clients)}
+	w := &workload{cfg: cfg, hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}),
+		perWork: make([][]opRecord, cfg.clients), apps: make([]*appHolder, cfg.clients)}
+	for i := range min(cfg.appHolders, cfg.clients) {
+		// Config errors only (addresses the runner built): a worker
+		// without its holder goes over HTTP.
+		w.apps[i], _ = newAppHolder(cfg, tr)
+	}
+	return w
 }
 
 // start launches the workers. In-flight requests are bounded by abort
@@ -97,6 +107,11 @@ func (w *workload) stop() []opRecord {
 	w.stopOnce.Do(func() {
 		close(w.stopCh)
 		w.wg.Wait()
+		for _, a := range w.apps {
+			if a != nil {
+				a.close()
+			}
+		}
 		w.hc.CloseIdleConnections()
 		var all []opRecord
 		for _, ops := range w.perWork {
@@ -146,6 +161,12 @@ func (w *workload) worker(abort context.Context, id int) {
 		}
 		node := w.cfg.nodes[rng.IntN(len(w.cfg.nodes))]
 		kind, ts := w.pick(rng)
+		if a := w.apps[id]; a != nil && kind == checker.KindHit && ts[0].leased {
+			ctx, cancel := context.WithTimeout(abort, w.cfg.timeout)
+			w.perWork[id] = append(w.perWork[id], a.do(ctx, w.cfg.t0, id, ts[0]))
+			cancel()
+			continue
+		}
 		w.perWork[id] = append(w.perWork[id], w.do(abort, id, kind, node, ts)...)
 	}
 }

@@ -59,6 +59,7 @@ type options struct {
 	multiRatio    float64
 	policies      bool
 	leased        bool
+	appHolders    int
 	timeout       time.Duration
 	skew          time.Duration
 	seed          uint64
@@ -94,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks of fixed-window keys (GET /v1/status/...)")
 	fs.Float64Var(&o.multiRatio, "multi-ratio", 0.1, "share of ops that are all-or-nothing multi-key checks across a pair of keys (POST /v1/check; needs --policies)")
 	fs.BoolVar(&o.policies, "policies", true, "create a fixed-window, a sliding-window and a two-limit token-bucket policy through the API and spread the keys over them; --policies=false: every key in the default policy (--limit/--window), no multi-key checks, no raise-limit")
+	fs.IntVar(&o.appHolders, "app-holders", 2, "client workers that decide their leased keys' hits in-process through client.Local (each an application holder), the rest over HTTP")
 	fs.BoolVar(&o.leased, "leased", true, "with --policies, also a leased policy of each algorithm, one key each (nodes decide them from leases; checked for never over the limit, with under-admission measured, not for linearizability)")
 	fs.DurationVar(&o.timeout, "timeout", 1500*time.Millisecond, "client per-request timeout")
 	fs.DurationVar(&o.skew, "skew", 5*time.Second, "clock offset the clock-skew nemeses apply")
@@ -122,6 +124,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.clients < 1 || o.keys < 1 || o.limit < 1 {
 		errs = append(errs, errors.New("--clients, --keys and --limit must be at least 1"))
+	}
+	if o.appHolders < 0 {
+		errs = append(errs, fmt.Errorf("--app-holders %d: must not be negative", o.appHolders))
 	}
 	if o.window < time.Millisecond || o.duration < 0 || o.faultDuration <= 0 || o.quiet < 0 || o.final <= 0 || o.timeout <= 0 {
 		errs = append(errs, errors.New("--window, --fault-duration, --final and --timeout must be positive; --duration and --quiet not negative"))

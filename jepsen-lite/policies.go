@@ -217,6 +217,7 @@ type target struct {
 	client string
 	key    string // the checker's key: policy/client, or client alone
 	fixed  bool   // a fixed window: peeks are checked only for these
+	leased bool   // a leased policy's key: application holders decide it in-process
 }
 
 // targets spreads n keys over the strict policies, round robin, and pairs
@@ -252,7 +253,7 @@ func targets(n int, policies []string, algorithms []string, leased []bool) ([]ta
 	for k, j := range lease {
 		c := fmt.Sprintf("l%d", k)
 		// fixed: false keeps peeks off leased keys (they claim nothing).
-		ts = append(ts, target{policy: policies[j], client: c, key: policies[j] + "/" + c})
+		ts = append(ts, target{policy: policies[j], client: c, key: policies[j] + "/" + c, leased: true})
 	}
 	return ts, pairs
 }

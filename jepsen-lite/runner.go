@@ -197,7 +197,7 @@ func (r *runner) startWorkload(ctx context.Context, sec *security) (*workload, e
 		keys = append(keys, t.key)
 	}
 	wl := newWorkload(workloadConfig{t0: r.t0, nodes: specs, targets: ts, pairs: pairs, tls: sec.client, clients: o.clients, rate: o.rate,
-		peekRatio: o.peekRatio, multiRatio: o.multiRatio, timeout: o.timeout, seed: o.seed})
+		peekRatio: o.peekRatio, multiRatio: o.multiRatio, timeout: o.timeout, seed: o.seed, appHolders: o.appHolders})
 	wl.start(ctx)
 	r.log.Printf("workload started: %d clients, ~%.0f ops/s, %.0f%% peeks, %.0f%% multi-key checks over %d pairs, keys %v",
 		o.clients, o.rate, o.peekRatio*100, o.multiRatio*100, len(pairs), keys)

@@ -35,6 +35,8 @@ type Metrics struct {
 	rlsDescriptors *prometheus.CounterVec
 	rlsLimits      *rlsLimits
 	lease          leaseMetrics
+	// External holders' grants (the lease API, RLQS) by policy.
+	leases, leaseUnits, leaseReturned *prometheus.CounterVec
 }
 
 // New registers rlnode's collectors on reg.
@@ -62,9 +64,18 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.rlsDescriptors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rlnode_rls_descriptors_total", Help: "Descriptors decided by the Envoy rate limit service, by domain and result (ok, over_limit, shadow_over_limit, unlimited, no_match, global_shadow_mode).",
 	}, []string{"domain", "result"})
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_grants_total", Help: "Lease requests from external holders (applications, Envoy) answered by this node, by policy and result (granted, exhausted, refused, failed).",
+	}, []string{"policy", "result"})
+	m.leaseUnits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_granted_units_total", Help: "Units granted to external holders through this node, by policy.",
+	}, []string{"policy"})
+	m.leaseReturned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rlnode_external_returned_units_total", Help: "Unspent units external holders gave back through this node, by policy.",
+	}, []string{"policy"})
 	m.rlsLimits = newRLSLimits(reg)
 	m.lease = newLeaseMetrics(reg)
-	reg.MustRegister(m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
+	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -150,5 +161,23 @@ func (m *Metrics) ForwardServed() {
 func (m *Metrics) RLSDescriptor(domain, result string) {
 	if m != nil {
 		m.rlsDescriptors.WithLabelValues(domain, result).Inc()
+	}
+}
+
+// ObserveLease counts one external lease request and the units it got.
+func (m *Metrics) ObserveLease(policy, result string, units int64) {
+	if m == nil {
+		return
+	}
+	m.leases.WithLabelValues(policy, result).Inc()
+	if units > 0 {
+		m.leaseUnits.WithLabelValues(policy).Add(float64(units))
+	}
+}
+
+// ObserveLeaseReturn counts units an external holder gave back.
+func (m *Metrics) ObserveLeaseReturn(policy string, units int64) {
+	if m != nil {
+		m.leaseReturned.WithLabelValues(policy).Add(float64(units))
 	}
 }

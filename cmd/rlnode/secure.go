@@ -170,7 +170,7 @@ func checkExposure(c *serveConfig, mutualTLS bool) error {
 		return nil
 	}
 	var open []string
-	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}} {
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}, {"--rlqs-addr", c.rlqsAddr}} {
 		if a.v != "" && !isLoopback(a.v) {
 			open = append(open, a.flag+" "+a.v)
 		}

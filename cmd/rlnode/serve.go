@@ -27,6 +27,7 @@ import (
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/rlqs"
 	"github.com/rlnode/rlnode/rls"
 	"github.com/rlnode/rlnode/tlsconf"
 )
@@ -54,6 +55,8 @@ type serveConfig struct {
 	pprofAddr                                            string
 	grpcAddr                                             string
 	rlsOpt                                               rlsFlags
+	rlqsAddr                                             string
+	rlqsLease, rlqsTransit                               time.Duration
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -113,6 +116,9 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
 	fs.BoolVar(&c.raftBatchApply, "raft-batch-apply", !cluster.DefaultRaftTuning.NoBatchApply, "write entries queued behind the leader's disk write together (raft's BatchApplyCh)")
+	fs.StringVar(&c.rlqsAddr, "rlqs-addr", "", "serve Envoy's rate limit quota service (gRPC, envoy.service.rate_limit_quota.v3, leased policies) on this address, with the same TLS and token as --grpc-addr; off by default")
+	fs.DurationVar(&c.rlqsLease, "rlqs-lease", 2*time.Second, "how long each grant behind an RLQS assignment lasts (the server renews before it ends)")
+	fs.DurationVar(&c.rlqsTransit, "rlqs-transit", 100*time.Millisecond, "taken off every RLQS assignment's time to live for its trip to Envoy")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	c.rlsOpt.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
@@ -137,6 +143,9 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
 	errs = append(errs, c.validateTuning()...)
+	if c.rlqsLease < time.Millisecond || c.rlqsLease > cluster.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
+		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, cluster.MaxLease))
+	}
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
@@ -284,8 +293,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		logger.Warn("could not raise the file descriptor limit", "error", err)
 	}
-	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "", c.httpLimits.maxConns)
-	c.fds.log(logger, c.grpcAddr != "")
+	// The rate limit service and the quota service share the gRPC budget.
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "", c.httpLimits.maxConns)
+	c.fds.log(logger, c.grpcAddr != "" || c.rlqsAddr != "")
 
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
@@ -323,7 +333,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, MetricsHandler: obs.Handler(),
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MaxClockOffset: c.maxClockOffset, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
@@ -380,7 +390,7 @@ const (
 // sideListeners are the listeners beside the HTTP API that flags ask for
 // (nil when off). Like HTTP's, they are bound before any Raft state is
 // touched: a busy port must not leave behind a bootstrapped data dir.
-type sideListeners struct{ pprof, grpc net.Listener }
+type sideListeners struct{ pprof, grpc, rlqs net.Listener }
 
 func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 	var s sideListeners
@@ -395,7 +405,22 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 			s.close()
 			return sideListeners{}, fmt.Errorf("listen for gRPC on %s: %w", c.grpcAddr, err)
 		}
-		s.grpc = connlimit.Wrap(s.grpc, c.fds.grpc, min(maxGRPCConnsPerIP, c.fds.grpc))
+		rls := c.fds.grpc
+		if c.rlqsAddr != "" {
+			rls = max(1, rls/2) // shared with the quota service
+		}
+		s.grpc = connlimit.Wrap(s.grpc, rls, min(maxGRPCConnsPerIP, rls))
+	}
+	if c.rlqsAddr != "" {
+		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
+			s.close()
+			return sideListeners{}, fmt.Errorf("listen for RLQS on %s: %w", c.rlqsAddr, err)
+		}
+		quota := c.fds.grpc
+		if c.grpcAddr != "" {
+			quota = max(1, quota/2) // shared with the rate limit service
+		}
+		s.rlqs = connlimit.Wrap(s.rlqs, quota, min(maxGRPCConnsPerIP, quota))
 	}
 	return s, nil
 }
@@ -403,7 +428,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 // close releases listeners no server took over (closing one a server
 // already closed does nothing).
 func (s sideListeners) close() {
-	for _, ln := range []net.Listener{s.pprof, s.grpc} {
+	for _, ln := range []net.Listener{s.pprof, s.grpc, s.rlqs} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -440,6 +465,14 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startGRPC(side.grpc, rc, logger)
+	}
+	if side.rlqs != nil {
+		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit, MaxClockOffset: c.maxClockOffset,
+			Logger: logger.Named("rlqs"), Observer: obs}
+		if tlsSrc != nil {
+			qc.TLS = tlsSrc.ServerConfig("h2")
+		}
+		grpcSrv = startRLQS(grpcSrv, side.rlqs, qc, logger)
 	}
 	return stopPprof, grpcSrv
 }

@@ -1,0 +1,308 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
+)
+
+// The lease API lets an application (or any program) hold units of a
+// leased policy's budget and decide alone until the grant's deadline.
+// Grants go through the log like hits: a follower forwards them to the
+// leader.
+
+// Lease API paths.
+const (
+	LeasesPath      = "/v1/leases"
+	LeaseReturnPath = "/v1/leases/return"
+)
+
+// Problem codes of the lease API.
+const (
+	CodeNotLeased     = "not_leased"
+	CodeTooManyGrants = "too_many_grants"
+)
+
+// Bounds of the lease API.
+const (
+	MaxHolderLen        = 128
+	DefaultLeaseMs      = 2000
+	MaxLeaseMs          = 60000
+	DefaultHolderGrants = 1024
+)
+
+// Leaser lends budget to external holders (a follower forwards grants and
+// returns to the leader).
+type Leaser interface {
+	Policy(name string) (policy.Policy, bool)
+	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
+	Return(ctx context.Context, req cluster.ReturnRequest) (int64, error)
+}
+
+// LeaseObserver records external grants per policy (metrics.Metrics
+// implements it). result is granted, exhausted (0 units), refused (bad
+// input, cap) or failed.
+type LeaseObserver interface {
+	ObserveLease(policy, result string, units int64)
+	ObserveLeaseReturn(policy string, units int64)
+}
+
+type leaseBody struct {
+	Policy       string `json:"policy"`
+	Client       string `json:"client"`
+	Holder       string `json:"holder"`
+	Grant        uint64 `json:"grant,omitempty"`
+	Want         int64  `json:"want,omitempty"`
+	LeaseMs      int64  `json:"leaseMs,omitempty"`
+	Units        int64  `json:"units,omitempty"`
+	Limit        int64  `json:"limit,omitempty"`
+	WindowMs     int64  `json:"windowMs,omitempty"`
+	WindowStart  int64  `json:"windowStart,omitempty"`
+	ResetAt      int64  `json:"resetAt,omitempty"`
+	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+	ValidForMs   int64  `json:"validForMs,omitempty"`
+}
+
+// grantAnswer is a grant's 200 body: units and validForMs are always
+// present (0 units means the key's budget is spent).
+type grantAnswer struct {
+	Policy       string `json:"policy"`
+	Client       string `json:"client"`
+	Holder       string `json:"holder"`
+	Grant        uint64 `json:"grant"`
+	Units        int64  `json:"units"`
+	Limit        int64  `json:"limit"`
+	WindowMs     int64  `json:"windowMs"`
+	WindowStart  int64  `json:"windowStart,omitempty"`
+	ResetAt      int64  `json:"resetAt"`
+	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
+	ValidForMs   int64  `json:"validForMs"`
+}
+
+// holderScope names the credentials a lease request came with, so a
+// holder id chosen by one application cannot be used by another: the
+// client certificate's fingerprint under mutual TLS, else the bearer
+// token's, else "anon" (anyone who knows the id; ids from client.Local
+// are random).
+func holderScope(r *http.Request) string {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		sum := sha256.Sum256(r.TLS.PeerCertificates[0].Raw)
+		return "cert-" + hex.EncodeToString(sum[:8])
+	}
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
+		sum := sha256.Sum256([]byte(tok))
+		return "token-" + hex.EncodeToString(sum[:8])
+	}
+	return "anon"
+}
+
+// externalHolder is the holder id the cluster sees: never a node's id.
+func externalHolder(r *http.Request, holder string) string {
+	return "app:" + holderScope(r) + ":" + holder
+}
+
+func validHolder(h string) error {
+	if h == "" {
+		return errors.New("holder is empty: name this application instance (client.Local picks a random id)")
+	}
+	if len(h) > MaxHolderLen {
+		return fmt.Errorf("holder is %d bytes; at most %d", len(h), MaxHolderLen)
+	}
+	for _, r := range h {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("holder %q: printable characters without spaces only", h)
+		}
+	}
+	return nil
+}
+
+// leasedPolicy answers 404 or 409 itself unless name is a leased policy.
+func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
+	if err := policy.ValidateName(name); err != nil {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
+		return policy.Policy{}, false
+	}
+	p, ok := a.cfg.Node.Policy(name)
+	if !ok {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
+		return p, false
+	}
+	if !p.IsLeased() {
+		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check", name))
+		return p, false
+	}
+	return p, true
+}
+
+// ClockCut is how much longer a lease is asked for than the holder
+// wants: for a token bucket the leader takes the cluster's
+// --max-clock-offset off the usable time (the bucket's cap lifts at the
+// grant's expiry in cluster time, which a failover to a leader whose
+// clock is ahead moves earlier; cluster/DESIGN.md, "Clock skew"), so the
+// holder asks for that much more, as the nodes' own holders do.
+func ClockCut(p policy.Policy, maxClockOffset time.Duration) time.Duration {
+	if p.Alg() != window.TokenBucket {
+		return 0
+	}
+	if maxClockOffset <= 0 {
+		maxClockOffset = DefaultMaxClockOffset
+	}
+	return maxClockOffset
+}
+
+// DefaultMaxClockOffset is the cluster's own default of --max-clock-offset.
+const DefaultMaxClockOffset = 500 * time.Millisecond
+
+// lease is POST /v1/leases: acquire (or, asked again, extend) a grant.
+func (a *API) lease(c *gin.Context) {
+	var in leaseBody
+	if !bindJSON(c, &in, false) {
+		return
+	}
+	if in.Policy == "" {
+		in.Policy = a.cfg.Policy
+	}
+	var bad string
+	switch err := cluster.ValidateClient(in.Client); {
+	case err != nil:
+		bad = "client: " + err.Error()
+	case validHolder(in.Holder) != nil:
+		bad = validHolder(in.Holder).Error()
+	case in.Want < 1 || in.Want > policy.MaxLimit:
+		bad = fmt.Sprintf("want %d: ask for 1 to %d units", in.Want, int64(policy.MaxLimit))
+	case in.LeaseMs < 0 || in.LeaseMs > MaxLeaseMs:
+		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, MaxLeaseMs, DefaultLeaseMs)
+	case in.Grant != 0 || in.Units != 0:
+		bad = "a lease request names no grant and no units (POST " + LeaseReturnPath + " returns units)"
+	}
+	if bad != "" {
+		a.observeLease(in.Policy, "refused", 0)
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, bad+"; nothing was granted")
+		return
+	}
+	p, ok := a.leasedPolicy(c, in.Policy)
+	if !ok {
+		a.observeLease(a.policyLabel(in.Policy), "refused", 0)
+		return
+	}
+	cut := ClockCut(p, a.cfg.MaxClockOffset)
+	holder := externalHolder(c.Request, in.Holder)
+	release, err := a.holders.reserve(holder)
+	if err != nil {
+		a.observeLease(in.Policy, "refused", 0)
+		writeProblem(c, http.StatusConflict, CodeTooManyGrants, err.Error()+"; nothing was granted")
+		return
+	}
+	if in.LeaseMs == 0 {
+		in.LeaseMs = DefaultLeaseMs
+	}
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	g, err := a.cfg.Node.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
+		Lease: min(time.Duration(in.LeaseMs)*time.Millisecond+cut, cluster.MaxLease)})
+	release(g)
+	if err != nil {
+		a.observeLease(in.Policy, "failed", 0)
+		a.leaseError(c, in.Policy, err)
+		return
+	}
+	result := "granted"
+	if g.Units == 0 {
+		result = "exhausted"
+	}
+	a.observeLease(in.Policy, result, g.Units)
+	c.Header("Cache-Control", "no-store")
+	ans := grantAnswer{Policy: in.Policy, Client: in.Client, Holder: in.Holder, Grant: g.ID, Units: g.Units,
+		WindowStart: g.WindowStart, ResetAt: g.ResetAt, ValidForMs: max(0, g.UsableFor).Milliseconds()}
+	for _, p := range g.Parts {
+		// The most constraining limit is the part the grant's window
+		// came from.
+		if p.ResetAt == g.ResetAt && p.WindowStart == g.WindowStart {
+			ans.Limit, ans.WindowMs = p.Limit, p.WindowMs
+			break
+		}
+	}
+	if g.Units < in.Want {
+		ans.RetryAfterMs = max(1, g.ResetAt-g.Now)
+	}
+	c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: ans})
+}
+
+// leaseReturn is POST /v1/leases/return: give back unspent units of one
+// of the caller's own grants.
+func (a *API) leaseReturn(c *gin.Context) {
+	var in leaseBody
+	if !bindJSON(c, &in, false) {
+		return
+	}
+	if in.Policy == "" {
+		in.Policy = a.cfg.Policy
+	}
+	var bad string
+	switch err := cluster.ValidateClient(in.Client); {
+	case err != nil:
+		bad = "client: " + err.Error()
+	case validHolder(in.Holder) != nil:
+		bad = validHolder(in.Holder).Error()
+	case in.Grant == 0:
+		bad = "grant is missing: name the grant (its id from POST " + LeasesPath + ")"
+	case in.Units < 1 || in.Units > policy.MaxLimit:
+		bad = fmt.Sprintf("units %d: return 1 to %d units", in.Units, int64(policy.MaxLimit))
+	case in.Want != 0 || in.LeaseMs != 0:
+		bad = "a return takes no want or leaseMs"
+	}
+	if bad != "" {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, bad+"; nothing was returned")
+		return
+	}
+	if _, ok := a.leasedPolicy(c, in.Policy); !ok {
+		return
+	}
+	holder := externalHolder(c.Request, in.Holder)
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	got, err := a.cfg.Node.Return(ctx, cluster.ReturnRequest{Policy: in.Policy, Client: in.Client, Holder: holder, ID: in.Grant, Units: in.Units})
+	if err != nil {
+		a.leaseError(c, in.Policy, err)
+		return
+	}
+	a.holders.forget(holder, in.Grant)
+	if a.cfg.LeaseMetrics != nil {
+		a.cfg.LeaseMetrics.ObserveLeaseReturn(in.Policy, got)
+	}
+	// returned may be less than asked: a grant that expired, of a window
+	// that ended, or of a key reset since keeps its units spent.
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, gin.H{"returned": got})
+}
+
+// leaseError answers a grant or return that failed: the policy changed
+// under the request, or no decision was made.
+func (a *API) leaseError(c *gin.Context, name string, err error) {
+	switch {
+	case errors.Is(err, cluster.ErrUnknownPolicy):
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined; nothing was granted or returned", name))
+	case errors.Is(err, cluster.ErrNotLeased):
+		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: it grants no leases", name))
+	default:
+		a.hitError(c, err)
+	}
+}
+
+func (a *API) observeLease(policyName, result string, units int64) {
+	if a.cfg.LeaseMetrics != nil {
+		a.cfg.LeaseMetrics.ObserveLease(a.policyLabel(policyName), result, units)
+	}
+}
