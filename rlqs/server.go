@@ -8,12 +8,10 @@ package rlqs
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"net"
-	"strings"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -22,11 +20,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -137,41 +135,17 @@ func New(cfg Config) *Server {
 }
 
 // Serve answers on ln until Stop.
-func (s *Server) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(ln)
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return err
-}
+func (s *Server) Serve(ln net.Listener) error { return grpcserve.Serve(s.grpc, ln) }
 
 // Stop ends every stream (Envoys reconnect elsewhere; their assignments
 // run out at their TTL) and waits for the handlers until ctx ends.
-func (s *Server) Stop(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-done
-	}
-}
+func (s *Server) Stop(ctx context.Context) { grpcserve.Stop(ctx, s.grpc) }
 
 func (s *Server) authorize(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if s.cfg.Token == "" || strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
-		return h(srv, ss)
+	if err := grpcserve.Authorize(ss.Context(), info.FullMethod, s.cfg.Token); err != nil {
+		return err
 	}
-	md, _ := metadata.FromIncomingContext(ss.Context())
-	for _, v := range md.Get("authorization") {
-		if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 {
-			return h(srv, ss)
-		}
-	}
-	return status.Error(codes.Unauthenticated, "this service needs the cluster token: metadata authorization: Bearer <token>")
+	return h(srv, ss)
 }
 
 // Check is the gRPC health check: SERVING while the node is ready.

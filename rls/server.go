@@ -7,9 +7,7 @@ package rls
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,11 +18,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/internal/bearer"
+	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -142,40 +139,16 @@ func New(cfg Config) *Server {
 }
 
 // Serve answers on ln until Stop.
-func (s *Server) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(ln)
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return err
-}
+func (s *Server) Serve(ln net.Listener) error { return grpcserve.Serve(s.grpc, ln) }
 
 // Stop drains in-flight calls until ctx ends, then closes every stream.
-func (s *Server) Stop(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-done
-	}
-}
+func (s *Server) Stop(ctx context.Context) { grpcserve.Stop(ctx, s.grpc) }
 
 func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if s.cfg.Token == "" || strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
-		return h(ctx, req)
+	if err := grpcserve.Authorize(ctx, info.FullMethod, s.cfg.Token); err != nil {
+		return nil, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if bearer.Valid(v, s.cfg.Token) {
-			return h(ctx, req)
-		}
-	}
-	return nil, status.Error(codes.Unauthenticated, "this service needs the cluster token: metadata authorization: Bearer <token>")
+	return h(ctx, req)
 }
 
 // Check is the gRPC health check: SERVING while the node is ready (knows a
