@@ -165,21 +165,33 @@ func ClockCut(p policy.Policy, maxClockOffset time.Duration) time.Duration {
 // DefaultMaxClockOffset is the cluster's own default of --max-clock-offset.
 const DefaultMaxClockOffset = 500 * time.Millisecond
 
-// lease is POST /v1/leases: acquire (or, asked again, extend) a grant.
-func (a *API) lease(c *gin.Context) {
-	var in leaseBody
+// bindLease reads a lease or return body (the policy defaulting to the
+// node's default) and says what is wrong with its client or holder, if
+// anything; ok is false when the body was already answered as malformed.
+func (a *API) bindLease(c *gin.Context) (in leaseBody, bad string, ok bool) {
 	if !bindJSON(c, &in, false) {
-		return
+		return in, "", false
 	}
 	if in.Policy == "" {
 		in.Policy = a.cfg.Policy
 	}
-	var bad string
-	switch err := cluster.ValidateClient(in.Client); {
-	case err != nil:
-		bad = "client: " + err.Error()
-	case validHolder(in.Holder) != nil:
-		bad = validHolder(in.Holder).Error()
+	if err := cluster.ValidateClient(in.Client); err != nil {
+		return in, "client: " + err.Error(), true
+	}
+	if err := validHolder(in.Holder); err != nil {
+		return in, err.Error(), true
+	}
+	return in, "", true
+}
+
+// lease is POST /v1/leases: acquire (or, asked again, extend) a grant.
+func (a *API) lease(c *gin.Context) {
+	in, bad, ok := a.bindLease(c)
+	if !ok {
+		return
+	}
+	switch {
+	case bad != "":
 	case in.Want < 1 || in.Want > policy.MaxLimit:
 		bad = fmt.Sprintf("want %d: ask for 1 to %d units", in.Want, int64(policy.MaxLimit))
 	case in.LeaseMs < 0 || in.LeaseMs > MaxLeaseMs:
@@ -243,19 +255,12 @@ func (a *API) lease(c *gin.Context) {
 // leaseReturn is POST /v1/leases/return: give back unspent units of one
 // of the caller's own grants.
 func (a *API) leaseReturn(c *gin.Context) {
-	var in leaseBody
-	if !bindJSON(c, &in, false) {
+	in, bad, ok := a.bindLease(c)
+	if !ok {
 		return
 	}
-	if in.Policy == "" {
-		in.Policy = a.cfg.Policy
-	}
-	var bad string
-	switch err := cluster.ValidateClient(in.Client); {
-	case err != nil:
-		bad = "client: " + err.Error()
-	case validHolder(in.Holder) != nil:
-		bad = validHolder(in.Holder).Error()
+	switch {
+	case bad != "":
 	case in.Grant == 0:
 		bad = "grant is missing: name the grant (its id from POST " + LeasesPath + ")"
 	case in.Units < 1 || in.Units > policy.MaxLimit:
