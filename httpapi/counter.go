@@ -33,13 +33,8 @@ const CodeOverLimit = "over_limit"
 // {"inc": N} (N hits counted without a limit check), for admins migrating
 // counters or charging work done elsewhere.
 func (a *API) writeCounter(c *gin.Context) {
-	pol, client := c.Param("policy"), c.Param("client")
-	if err := cluster.ValidateClient(client); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
-		return
-	}
-	if err := policy.ValidateName(pol); err != nil {
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
+	pol, client, ok := keyParams(c)
+	if !ok {
 		return
 	}
 	var req CounterRequest

@@ -90,17 +90,8 @@ func (a *API) getPolicy(c *gin.Context) {
 // given and must match the URL). It is validated here, so a bad policy is a
 // 400 naming the field and writes nothing to the log.
 func (a *API) putPolicy(c *gin.Context) {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 1<<20)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
-		return
-	}
-	// The same text check as every JSON body: go-yaml, like encoding/json,
-	// turns invalid UTF-8 and a lone low surrogate into U+FFFD, which an
-	// Envoy domain or descriptor value would keep.
-	if err := checkJSONText(body); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+	body, ok := readPolicyBody(c, 1<<20)
+	if !ok {
 		return
 	}
 	p, err := policy.ParseOne(c.Param("name"), body)
@@ -123,14 +114,8 @@ func (a *API) putPolicy(c *gin.Context) {
 // policy it does not list is deleted with its windows. An empty list is
 // refused: it would leave no policy for any check to use.
 func (a *API) replacePolicies(c *gin.Context) {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 4<<20)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
-		return
-	}
-	if err := checkJSONText(body); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+	body, ok := readPolicyBody(c, 4<<20)
+	if !ok {
 		return
 	}
 	ps, err := policy.Parse(body)
@@ -169,15 +154,8 @@ func (a *API) deletePolicy(c *gin.Context) {
 
 // resetKey is DELETE /v1/windows/:policy/:client: the key starts afresh.
 func (a *API) resetKey(c *gin.Context) {
-	pol, client := c.Param("policy"), c.Param("client")
-	if err := cluster.ValidateClient(client); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
-		return
-	}
-	// A name no policy can have is unknown, as on the check and status
-	// endpoints; left to the cluster it came back as a 500.
-	if err := policy.ValidateName(pol); err != nil {
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
+	pol, client, ok := keyParams(c)
+	if !ok {
 		return
 	}
 	ctx, cancel := a.requestContext(c)
@@ -192,4 +170,38 @@ func (a *API) resetKey(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"policy": pol, "client": client, "reset": found})
+}
+
+// readPolicyBody reads a policy body of at most limit bytes and applies
+// the same text check as every JSON body: go-yaml, like encoding/json,
+// turns invalid UTF-8 and a lone low surrogate into U+FFFD, which an Envoy
+// domain or descriptor value would keep. ok is false once it has answered.
+func readPolicyBody(c *gin.Context, limit int64) (body []byte, ok bool) {
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
+		return nil, false
+	}
+	if err := checkJSONText(body); err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
+		return nil, false
+	}
+	return body, true
+}
+
+// keyParams reads a key's :policy and :client from the path. A name no
+// policy can have is unknown, as on the check and status endpoints (left to
+// the cluster it came back as a 500). ok is false once it has answered.
+func keyParams(c *gin.Context) (pol, client string, ok bool) {
+	pol, client = c.Param("policy"), c.Param("client")
+	if err := cluster.ValidateClient(client); err != nil {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
+		return "", "", false
+	}
+	if err := policy.ValidateName(pol); err != nil {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
+		return "", "", false
+	}
+	return pol, client, true
 }
