@@ -38,8 +38,8 @@ func (a *API) members(c *gin.Context) {
 // MaxTopKeys is the most keys /v1/top lists per policy.
 const MaxTopKeys = 100
 
-// topPolicy is one policy of a /v1/top answer.
-type topPolicy struct {
+// TopPolicy is one policy of a /v1/top answer.
+type TopPolicy struct {
 	Policy string `json:"policy"`
 	// Allowed and Refused are the hits in the window; the rates are
 	// per second over it.
@@ -55,14 +55,15 @@ type topPolicy struct {
 	Exact    bool          `json:"exact"`
 }
 
-type topBody struct {
+// TopBody is the answer of GET /v1/top (rlnode top reads it too).
+type TopBody struct {
 	By       string `json:"by"`
 	WindowMs int64  `json:"windowMs"`
 	// Accuracy words the error bound for people.
 	Accuracy string            `json:"accuracy"`
 	Dropped  uint64            `json:"dropped"`
 	Nodes    []cluster.TopNode `json:"nodes"`
-	Policies []topPolicy       `json:"policies"`
+	Policies []TopPolicy       `json:"policies"`
 }
 
 // top is GET /v1/top?policy=&by=refused|allowed&n=: the clients hit most in
@@ -93,7 +94,7 @@ func (a *API) top(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	ct := a.cfg.Node.ClusterTop(ctx, pol, n)
-	body := topBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []topPolicy{},
+	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
 	secs := float64(max(ct.WindowMs, 1000)) / 1000
 	for _, p := range ct.Policies {
@@ -101,7 +102,7 @@ func (a *API) top(c *gin.Context) {
 		if by == "allowed" {
 			l = p.Allowed
 		}
-		body.Policies = append(body.Policies, topPolicy{Policy: p.Policy, Allowed: p.Allowed.Total, Refused: p.Refused.Total,
+		body.Policies = append(body.Policies, TopPolicy{Policy: p.Policy, Allowed: p.Allowed.Total, Refused: p.Refused.Total,
 			AllowedPerSec: float64(p.Allowed.Total) / secs, RefusedPerSec: float64(p.Refused.Total) / secs,
 			Keys: l.Keys, Unlisted: l.Unlisted, Exact: l.Exact() && ct.Dropped == 0})
 	}

@@ -15,32 +15,14 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/topkeys"
+	"github.com/rlnode/rlnode/httpapi"
 )
 
 // topView is what one frame of `rlnode top` shows: GET /v1/cluster/members
 // and GET /v1/top, both admin-guarded.
 type topView struct {
 	Members []cluster.Member `json:"members"`
-	Top     topAnswer        `json:"top"`
-}
-
-type topAnswer struct {
-	By       string            `json:"by"`
-	WindowMs int64             `json:"windowMs"`
-	Accuracy string            `json:"accuracy"`
-	Dropped  uint64            `json:"dropped"`
-	Nodes    []cluster.TopNode `json:"nodes"`
-	Policies []struct {
-		Policy        string        `json:"policy"`
-		Allowed       uint64        `json:"allowed"`
-		Refused       uint64        `json:"refused"`
-		AllowedPerSec float64       `json:"allowedPerSec"`
-		RefusedPerSec float64       `json:"refusedPerSec"`
-		Keys          []topkeys.Key `json:"keys"`
-		Unlisted      uint64        `json:"unlisted"`
-		Exact         bool          `json:"exact"`
-	} `json:"policies"`
+	Top     httpapi.TopBody  `json:"top"`
 }
 
 // runTop is `rlnode top`: the cluster, per-policy rates and the most
