@@ -105,6 +105,8 @@ type holder struct {
 	// leased caches which policies are leased, per table version.
 	leased        map[string]bool
 	leasedVersion uint64
+	// Totals since start, for the status page (LeaseStats).
+	decidedLocal, grantsGot uint64
 }
 
 func newHolder(n *Node) *holder {
@@ -198,6 +200,7 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 		res.Now = max(res.Now, lg.nowMs(now))
 		h.obs.DecidedLocally(hit.Policy, 1)
 	}
+	h.decidedLocal += uint64(len(hits))
 	return res, true
 }
 
@@ -423,6 +426,7 @@ func (h *holder) fetch(id keyID, want int64, lease time.Duration) {
 		copy(k.grants[at+1:], k.grants[at:])
 		k.grants[at] = lg
 		k.exhausted, k.dry = time.Time{}, false
+		h.grantsGot++
 	}
 }
 
@@ -479,4 +483,41 @@ func (h *holder) send(items []fsm.ReturnItem) {
 		defer cancel()
 		h.n.Returns(ctx, h.id, items) // best effort: unreturned units expire
 	}()
+}
+
+// LeaseStats is what one node holds of leased policies' budgets: totals,
+// never per key, so the answer stays small however many keys are hot.
+type LeaseStats struct {
+	// KeysHeld and UnitsHeld: keys with a live grant, and their unspent
+	// units, now.
+	KeysHeld  int   `json:"keysHeld"`
+	UnitsHeld int64 `json:"unitsHeld"`
+	// DecidedLocal counts hits this node decided from its grants, Grants
+	// the grants it received, since it started.
+	DecidedLocal uint64 `json:"decidedLocal"`
+	Grants       uint64 `json:"grants"`
+}
+
+// stats sums the live grants under the holder's lock (one pass over the
+// held keys, which are the hot keys only).
+func (h *holder) stats() LeaseStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	st := LeaseStats{DecidedLocal: h.decidedLocal, Grants: h.grantsGot}
+	for _, k := range h.keys {
+		var units int64
+		live := false
+		for _, g := range k.grants {
+			if g.deadline.After(now) {
+				units += g.left
+				live = true
+			}
+		}
+		if live {
+			st.KeysHeld++
+			st.UnitsHeld += units
+		}
+	}
+	return st
 }

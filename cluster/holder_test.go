@@ -24,6 +24,8 @@ func TestHolderDecidesHotKeysLocallyWithinTheLimit(t *testing.T) {
 		alignedToEpoch(leasedPolicy("le", "fixed_window", 150, 24*time.Hour)),
 	}})
 	ctx := context.Background()
+	var allLocalAllowed int64
+	defer func() { checkLeaseStats(t, c.Live(), allLocalAllowed) }()
 	for _, pol := range []string{"lf", "ls", "lt", "le"} {
 		day := time.Now().UTC().YearDay()
 		var allowed, local, localAllowed atomic.Int64
@@ -59,6 +61,24 @@ func TestHolderDecidesHotKeysLocallyWithinTheLimit(t *testing.T) {
 		if local.Load() == 0 || localAllowed.Load() == 0 {
 			t.Fatalf("%s: %d checks decided locally, %d of them allowed; want some of each (granted units spent locally)", pol, local.Load(), localAllowed.Load())
 		}
+		allLocalAllowed += localAllowed.Load()
+	}
+}
+
+// checkLeaseStats: the members' lease totals (the status page's) count
+// every hit allowed from a lease, and some grants.
+func checkLeaseStats(t *testing.T, nodes []*clustertest.Node, localAllowed int64) {
+	t.Helper()
+	if t.Failed() {
+		return
+	}
+	var decided, grants uint64
+	for _, n := range nodes {
+		l := n.LocalMemberStatus().Leases
+		decided, grants = decided+l.DecidedLocal, grants+l.Grants
+	}
+	if decided != uint64(localAllowed) || grants == 0 {
+		t.Fatalf("members' lease totals: %d decided locally (want %d, the checks allowed from leases), %d grants (want some)", decided, localAllowed, grants)
 	}
 }
 

@@ -27,18 +27,24 @@ type Member struct {
 	Lag uint64 `json:"lag"`
 }
 
-// MemberStatus is Status plus what the node's disk holds.
+// MemberStatus is Status plus what the node's disk holds and the leases
+// it holds.
 type MemberStatus struct {
 	Status
-	LogBytes      int64 `json:"logBytes"`
-	SnapshotBytes int64 `json:"snapshotBytes"`
+	LogBytes      int64      `json:"logBytes"`
+	SnapshotBytes int64      `json:"snapshotBytes"`
+	Leases        LeaseStats `json:"leases"`
 }
 
-// LocalMemberStatus is this node's status and the sizes of its Raft log
-// store and snapshots.
+// LocalMemberStatus is this node's status, the sizes of its Raft log
+// store and snapshots, and its lease totals.
 func (n *Node) LocalMemberStatus() MemberStatus {
-	return MemberStatus{Status: n.Status(), LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)),
+	st := MemberStatus{Status: n.Status(), LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)),
 		SnapshotBytes: dirBytes(filepath.Join(n.cfg.DataDir, storage.SnapshotDir))}
+	if n.holder != nil {
+		st.Leases = n.holder.stats()
+	}
+	return st
 }
 
 // dirBytes sums the sizes of the files under path (a file or a

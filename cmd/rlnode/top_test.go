@@ -95,7 +95,7 @@ func TestTopKeysAcrossThreeProcesses(t *testing.T) {
 	}
 
 	out := topCLI(t, asked, "--once", "--policy", "login")
-	for _, want := range []string{"cluster: leader " + leader.ID, "3/3 members reachable", "top refused clients of login", "mallory", "counts: exact"} {
+	for _, want := range []string{"cluster: leader " + leader.ID, "3/3 members reachable", "top refused clients of login", "mallory", "counts: exact", "LEASES HELD"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rlnode top --once printed:\n%s\nwant %q", out, want)
 		}

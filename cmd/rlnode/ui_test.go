@@ -40,8 +40,8 @@ func artefactDir(t *testing.T) string {
 }
 
 // loadCluster sends hits to every node until the test ends: a client over
-// the login limit (refused) and a spread of allowed ones.
-func loadCluster(t *testing.T, nodes []*proctest.Node) {
+// the login limit (refused), a spread of allowed ones, and the extra paths.
+func loadCluster(t *testing.T, nodes []*proctest.Node, extra ...string) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, n := range nodes {
@@ -56,6 +56,9 @@ func loadCluster(t *testing.T, nodes []*proctest.Node) {
 				}
 				proctest.Get(n.URL() + "/check/login/mallory")
 				proctest.Get(n.URL() + fmt.Sprintf("/check/user-%d-%d", i, j%50))
+				for _, p := range extra {
+					proctest.Get(n.URL() + p)
+				}
 			}
 		}()
 	}
@@ -64,14 +67,16 @@ func loadCluster(t *testing.T, nodes []*proctest.Node) {
 
 // TestStatusPageInChromium loads /ui in headless chromium against a
 // three-node cluster under load: nothing shows without the token; with it
-// the page names the leader, lists the refused client, and shows a killed
-// node as unreachable. A screenshot is kept.
+// the page names the leader, lists the refused client, shows a node
+// holding a lease for the leased policy's hot key, and shows a killed node
+// as unreachable. A screenshot is kept.
 func TestStatusPageInChromium(t *testing.T) {
 	browser := chromium(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3, "--cluster-token", polToken)
 	leader, _ := followerOf(t, nodes)
 	mustStatus(t, mustDo(t, "PUT", leader.URL()+"/v1/policies/login", polToken, `{"algorithm": "fixed_window", "limits": [{"limit": 3, "window": "1h"}]}`), 200, "set login")
-	loadCluster(t, nodes)
+	mustStatus(t, mustDo(t, "PUT", leader.URL()+"/v1/policies/feed", polToken, `{"algorithm": "fixed_window", "consistency": "leased", "limits": [{"limit": 1000000, "window": "1h"}]}`), 200, "set feed")
+	loadCluster(t, nodes, "/check/feed/hot")
 	asked, dead := nodes[0], nodes[1]
 	if asked == leader {
 		asked, dead = nodes[1], nodes[2]
@@ -118,6 +123,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	run("type the token", chromedp.SendKeys(chromedp.ID("token"), polToken), chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
 	poll("the page names the leader", fmt.Sprintf(`document.getElementById("summary").dataset.leader === %q && document.querySelector('#members tr[data-role="Leader"]').dataset.member === %q`, leader.ID, leader.ID))
 	poll("the refused client is in the top list", `document.querySelector('#top tr[data-policy="login"][data-key="mallory"]') !== null`)
+	poll("a node holds a lease for the hot key", `[...document.querySelectorAll('#members td.leases')].some((td) => Number(td.dataset.keysHeld) > 0 && Number(td.dataset.decidedLocal) > 0)`)
 	dead.Kill()
 	poll("the killed node shows as unreachable", fmt.Sprintf(`document.querySelector('#members tr[data-member=%q]').dataset.reachable === "false"`, dead.ID))
 

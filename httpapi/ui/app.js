@@ -38,6 +38,15 @@ function bytes(n) {
   return n + " B";
 }
 
+// leaseCell shows the node's lease totals: keys and units it holds now,
+// hits it decided from them and grants it got since it started.
+function leaseCell(tr, l) {
+  l = l || { keysHeld: 0, unitsHeld: 0, decidedLocal: 0, grants: 0 };
+  cell(tr, l.keysHeld + " keys, " + l.unitsHeld + " units · " + l.decidedLocal + " local, " + l.grants + " grants", "leases");
+  tr.lastChild.dataset.keysHeld = String(l.keysHeld);
+  tr.lastChild.dataset.decidedLocal = String(l.decidedLocal);
+}
+
 function renderMembers(members) {
   const body = $("members").tBodies[0];
   body.replaceChildren();
@@ -52,7 +61,7 @@ function renderMembers(members) {
       tr.dataset.role = "unreachable";
       cell(tr, "unreachable");
       const td = document.createElement("td");
-      td.colSpan = 9;
+      td.colSpan = 10;
       td.textContent = m.error || "";
       tr.appendChild(td);
       body.appendChild(tr);
@@ -72,6 +81,7 @@ function renderMembers(members) {
     cell(tr, bytes(s.logBytes), "num");
     cell(tr, bytes(s.snapshotBytes), "num");
     cell(tr, s.liveWindows, "num");
+    leaseCell(tr, s.leases);
     body.appendChild(tr);
   }
   const sum = $("summary");
