@@ -90,6 +90,18 @@ type Grant struct {
 // time.Now() with it on every decision, and spend nothing at or after it.
 func (g Grant) Deadline(sent time.Time) time.Time { return sent.Add(g.UsableFor) }
 
+// LeaseFor is the lease to ask for so that a grant stays usable for
+// usable: a token bucket's grant is usable the cluster's --max-clock-offset
+// less than its lease (usableFor), so it is asked that much longer. Every
+// holder (this node's, the lease API's, the quota service's) asks through
+// it, so the bound lives here with the rule that takes it off.
+func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
+	if bucket {
+		usable += n.cfg.MaxClockOffset
+	}
+	return min(usable, MaxLease)
+}
+
 // usableFor is Valid less the lease margin (and the clock bound for a
 // token bucket).
 func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {

@@ -362,12 +362,7 @@ func (h *holder) maybeFetch(id keyID, k *heldKey, now time.Time) {
 	}
 	k.inflight = true
 	want := max(int64(rate*demandHorizon.Seconds()), minWant)
-	lease := DefaultLease
-	if k.bucket {
-		// A token-bucket grant is usable for its lease less the clock
-		// discipline's bound (Grant.UsableFor): ask for that much more.
-		lease = min(DefaultLease+h.n.cfg.MaxClockOffset, MaxLease)
-	}
+	lease := h.n.LeaseFor(k.bucket, DefaultLease)
 	h.wg.Add(1)
 	go h.fetch(id, want, lease)
 }

@@ -108,9 +108,6 @@ type Config struct {
 	// MaxHolderGrants caps the grants one external holder may have
 	// outstanding through this node (default DefaultHolderGrants).
 	MaxHolderGrants int
-	// MaxClockOffset is the cluster's --max-clock-offset: external
-	// holders end token-bucket grants this much early (0: the default).
-	MaxClockOffset time.Duration
 	// LeaseMetrics, when set, records external grants per policy.
 	LeaseMetrics LeaseObserver
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP

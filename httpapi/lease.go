@@ -49,6 +49,8 @@ type Leaser interface {
 	Policy(name string) (policy.Policy, bool)
 	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
 	Return(ctx context.Context, req cluster.ReturnRequest) (int64, error)
+	// LeaseFor is the lease to ask for a grant usable for usable.
+	LeaseFor(bucket bool, usable time.Duration) time.Duration
 }
 
 // LeaseObserver records external grants per policy (metrics.Metrics
@@ -146,25 +148,6 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 	return p, true
 }
 
-// ClockCut is how much longer a lease is asked for than the holder
-// wants: for a token bucket the leader takes the cluster's
-// --max-clock-offset off the usable time (the bucket's cap lifts at the
-// grant's expiry in cluster time, which a failover to a leader whose
-// clock is ahead moves earlier; cluster/DESIGN.md, "Clock skew"), so the
-// holder asks for that much more, as the nodes' own holders do.
-func ClockCut(p policy.Policy, maxClockOffset time.Duration) time.Duration {
-	if p.Alg() != window.TokenBucket {
-		return 0
-	}
-	if maxClockOffset <= 0 {
-		maxClockOffset = DefaultMaxClockOffset
-	}
-	return maxClockOffset
-}
-
-// DefaultMaxClockOffset is the cluster's own default of --max-clock-offset.
-const DefaultMaxClockOffset = 500 * time.Millisecond
-
 // bindLease reads a lease or return body (the policy defaulting to the
 // node's default) and says what is wrong with its client or holder, if
 // anything; ok is false when the body was already answered as malformed.
@@ -209,7 +192,6 @@ func (a *API) lease(c *gin.Context) {
 		a.observeLease(a.policyLabel(in.Policy), "refused", 0)
 		return
 	}
-	cut := ClockCut(p, a.cfg.MaxClockOffset)
 	holder := externalHolder(c.Request, in.Holder)
 	release, err := a.holders.reserve(holder)
 	if err != nil {
@@ -223,7 +205,7 @@ func (a *API) lease(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	g, err := a.cfg.Node.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
-		Lease: min(time.Duration(in.LeaseMs)*time.Millisecond+cut, cluster.MaxLease)})
+		Lease: a.cfg.Node.LeaseFor(p.Alg() == window.TokenBucket, time.Duration(in.LeaseMs)*time.Millisecond)})
 	release(g)
 	if err != nil {
 		a.observeLease(in.Policy, "failed", 0)

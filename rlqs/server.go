@@ -32,6 +32,9 @@ import (
 type Leaser interface {
 	Policy(name string) (policy.Policy, bool)
 	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
+	// LeaseFor is the lease to ask for a grant usable for usable (a
+	// token bucket's is asked longer by the cluster's clock bound).
+	LeaseFor(bucket bool, usable time.Duration) time.Duration
 	Ready(wait time.Duration) error
 }
 
@@ -60,12 +63,6 @@ type Config struct {
 	// (default 100ms). An assignment that arrives later than this can
 	// outlive its grant by the difference.
 	Transit time.Duration
-	// MaxClockOffset is the cluster's --max-clock-offset: a token bucket's
-	// grant is usable that much less than its lease (the cap on the
-	// bucket lifts at the grant's expiry in cluster time, which a failover
-	// to a leader whose clock is ahead moves earlier), so its lease is
-	// asked that much longer (0: 500ms).
-	MaxClockOffset time.Duration
 	// ColdAfter: a bucket whose reports show no request for this long is
 	// abandoned (default 30s).
 	ColdAfter time.Duration
@@ -88,9 +85,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBuckets == 0 {
 		c.MaxBuckets = 1024
-	}
-	if c.MaxClockOffset == 0 {
-		c.MaxClockOffset = 500 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -178,15 +178,13 @@ func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaRe
 	want := int64(math.Ceil(b.rate * q.cfg.Lease.Seconds()))
 	q.mu.Unlock()
 	want = min(max(want, 1), policy.MaxLimit)
-	var cut time.Duration
-	if p, ok := q.cfg.Leaser.Policy(b.policy); ok && p.Alg() == window.TokenBucket {
-		cut = q.cfg.MaxClockOffset
-	}
+	p, ok := q.cfg.Leaser.Policy(b.policy)
+	lease := q.cfg.Leaser.LeaseFor(ok && p.Alg() == window.TokenBucket, q.cfg.Lease)
 	gctx, cancel := context.WithTimeout(ctx, q.cfg.Lease)
 	defer cancel()
 	sent := time.Now()
 	g, err := q.cfg.Leaser.Grant(gctx, cluster.GrantRequest{Policy: b.policy, Client: b.client, Holder: q.holder, Want: want,
-		Lease: min(q.cfg.Lease+cut, cluster.MaxLease)})
+		Lease: lease})
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {

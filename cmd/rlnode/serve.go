@@ -333,7 +333,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MaxClockOffset: c.maxClockOffset, MetricsHandler: obs.Handler(),
+	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
@@ -467,7 +467,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		grpcSrv = startGRPC(side.grpc, rc, logger)
 	}
 	if side.rlqs != nil {
-		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit, MaxClockOffset: c.maxClockOffset,
+		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
 			Logger: logger.Named("rlqs"), Observer: obs}
 		if tlsSrc != nil {
 			qc.TLS = tlsSrc.ServerConfig("h2")
