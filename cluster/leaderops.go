@@ -217,6 +217,7 @@ var errorCodes = []struct {
 	{ErrClosed, "closed", http.StatusServiceUnavailable},
 	{ErrUnknownPolicy, "unknown_policy", http.StatusNotFound},
 	{ErrUnknownServer, "unknown_server", http.StatusNotFound},
+	{ErrClusterUpgrading, "cluster_upgrading", http.StatusConflict},
 	{ErrConflict, "conflict", http.StatusConflict},
 	{policy.ErrTooManyPolicies, "too_many_policies", http.StatusConflict},
 	{ErrClockSkew, "clock_skew", http.StatusConflict},

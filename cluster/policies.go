@@ -34,6 +34,9 @@ func (n *Node) setPolicy(_ context.Context, p policy.Policy) (setPolicyResult, e
 	// The cap is the leader's, checked before the log: the state machine
 	// applies every policy entry as older versions did, so replicas of
 	// mixed versions stay identical.
+	if err := n.RequireFormat(fsm.PolicyFormat(p)); err != nil {
+		return setPolicyResult{}, fmt.Errorf("set policy %s: %w", p.Name, err)
+	}
 	n.policyMu.Lock()
 	defer n.policyMu.Unlock()
 	if _, exists := n.fsm.Policy(p.Name); !exists && n.fsm.Stats().Policies >= policy.MaxPolicies {
@@ -84,6 +87,9 @@ func checkTable(ps []policy.Policy) error {
 }
 
 func (n *Node) replacePolicies(_ context.Context, r policiesResult) (TableChange, error) {
+	if err := n.RequireFormat(fsm.PoliciesFormat(r.Policies)); err != nil {
+		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
+	}
 	n.policyMu.Lock()
 	defer n.policyMu.Unlock()
 	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, r.Policies))

@@ -295,6 +295,8 @@ func (a *API) adminError(c *gin.Context, what string, err error) {
 	detail := withContext(what, detailOf(err))
 	var he *cluster.HTTPError
 	switch {
+	case errors.Is(err, cluster.ErrClusterUpgrading):
+		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
 	case errors.Is(err, cluster.ErrConflict):
 		writeProblem(c, http.StatusConflict, CodeConflict, detail)
 	case errors.Is(err, policy.ErrTooManyPolicies):

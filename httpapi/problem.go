@@ -25,6 +25,7 @@ const (
 	CodeUnauthorized     = "unauthorized"
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
+	CodeClusterUpgrading = "cluster_upgrading"
 	CodeTooManyPolicies  = "too_many_policies"
 	CodeNotReady         = "not_ready"
 	CodeInternal         = "internal"

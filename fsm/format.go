@@ -1,0 +1,39 @@
+package fsm
+
+import "github.com/rlnode/rlnode/policy"
+
+// Format is the log and snapshot format a node writes and can apply. A
+// release that adds an entry kind, a policy option or a snapshot section
+// that older nodes cannot apply raises it; the cluster's effective format
+// is the lowest any voter supports (cluster's version gate), and a write
+// that needs more is refused before the log, so no node ever halts on an
+// entry it cannot read.
+type Format uint32
+
+const (
+	// FormatR3 is what round 3 (bd9eb85) writes and reads: hits v2,
+	// leases, counters, whole-table replace, refunds, snapshot v3.
+	FormatR3 Format = 3
+	// FormatR4 adds this round's entry kinds and policy options.
+	FormatR4 Format = 4
+	// CurrentFormat is what this build writes and reads.
+	CurrentFormat = FormatR4
+	// OldestFormat is the lowest format this build still reads.
+	OldestFormat = FormatR3
+)
+
+// PolicyFormat is the lowest format whose nodes can apply an entry
+// carrying p: a policy option or algorithm added in a later format needs
+// that format on every voter.
+func PolicyFormat(p policy.Policy) Format {
+	return FormatR3
+}
+
+// PoliciesFormat is the highest PolicyFormat of ps.
+func PoliciesFormat(ps []policy.Policy) Format {
+	f := OldestFormat
+	for _, p := range ps {
+		f = max(f, PolicyFormat(p))
+	}
+	return f
+}
