@@ -124,6 +124,10 @@ func (n *Node) restoreOnLeader(ctx context.Context, r io.Reader, size int64, for
 	}
 	before := n.fsm.Nodes()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
+	// A restore replaces the policy table: a policy write like any other
+	// (checkTableVersion).
+	n.policyMu.Lock()
+	defer n.policyMu.Unlock()
 	if err := n.raft.Restore(meta, tmp, n.cfg.ApplyTimeout*10); err != nil {
 		return fmt.Errorf("restore: %w", translate(err))
 	}
