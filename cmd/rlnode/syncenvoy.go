@@ -45,6 +45,7 @@ func policySyncEnvoy(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageErr("rlnode policy sync-envoy --dir DIR [--watch] [--interval D] [--metrics-addr ADDR] [--merge-domains] [--anchored]")
 	}
 	s.a, s.stdout = a, stdout
+	a.stderr = stderr
 	if !s.watch {
 		if err := s.once(ctx); errors.Is(err, errConfig) {
 			return usageErr("%v", err)
@@ -140,15 +141,14 @@ func (s *envoySync) apply(ctx context.Context, files []policy.EnvoyFile) error {
 	}
 	// Every envoy domain in the cluster belongs to the directory: one
 	// whose file is gone loses its policies.
-	all, err := fetchPolicies(ctx, s.a)
-	if err != nil {
-		return err
-	}
-	owned := slices.Clone(domains)
-	for _, p := range all {
-		if p.Envoy != nil && p.Envoy.Domain != "" && !slices.Contains(owned, p.Envoy.Domain) {
-			owned = append(owned, p.Envoy.Domain)
+	owned := func(all []policy.Policy) []string {
+		owned := slices.Clone(domains)
+		for _, p := range all {
+			if p.Envoy != nil && p.Envoy.Domain != "" && !slices.Contains(owned, p.Envoy.Domain) {
+				owned = append(owned, p.Envoy.Domain)
+			}
 		}
+		return owned
 	}
 	ch, err := applyEnvoy(ctx, s.a, owned, want, false, s.stdout)
 	if err == nil && ch.none() && !s.watch {
