@@ -114,3 +114,32 @@ func TestSyncEnvoyWatchRefusesABadFileAndStops(t *testing.T) {
 		t.Fatalf("sync-envoy --watch still ran %s after SIGTERM (exit %d); every command exits within 3 s", time.Since(start), code)
 	}
 }
+
+// Token files and certificates are read with the same bounds: a FIFO or a
+// device given as one is refused with its name, by an admin command and by
+// serve alike, instead of blocking or reading without end.
+func TestTokenAndCertificateFilesAreReadBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "token")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	p := proctest.Start(t, rlnodeBin, "status", "status", "--cluster-token-file", fifo, "--addr", "http://"+proctest.FreeAddr(t))
+	if code := p.Wait(30 * time.Second); code == 0 || code == -1 || !strings.Contains(p.Output(), fifo+" is a named pipe (FIFO)") {
+		t.Fatalf("status --cluster-token-file FIFO: exit %d (-1: still running), want an error naming it; output:\n%s", code, p.Output())
+	}
+
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		return
+	}
+	tlsDir := filepath.Join(dir, "tls")
+	proctest.TLSInit(t, rlnodeBin, tlsDir, "n1")
+	zero := filepath.Join(dir, "n1.pem")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	n := proctest.StartNode(t, rlnodeBin, "n1", "--tls-cert", zero, "--tls-key", filepath.Join(tlsDir, "n1-key.pem"), "--tls-ca", filepath.Join(tlsDir, "ca.pem"))
+	if code := n.Wait(30 * time.Second); code == 0 || code == -1 || !strings.Contains(n.Output(), zero+" is a character device") {
+		t.Fatalf("serve --tls-cert /dev/zero link: exit %d (-1: still running), want a refusal naming it; output:\n%s", code, n.Output())
+	}
+}
