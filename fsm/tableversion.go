@@ -22,13 +22,13 @@ func TableVersion(ps []policy.Policy) string {
 	sorted := slices.Clone(ps)
 	slices.SortFunc(sorted, func(a, b policy.Policy) int { return strings.Compare(a.Name, b.Name) })
 	h := sha256.New()
-	var buf []byte
-	buf = binary.AppendUvarint(buf, uint64(len(sorted)))
-	h.Write(buf)
+	var n, body []byte
+	h.Write(binary.AppendUvarint(n, uint64(len(sorted))))
 	for _, p := range sorted {
-		body := appendPolicyBody(nil, p)
+		body = appendPolicyBody(body[:0], p)
 		// Length-prefixed, so no two lists encode to the same bytes.
-		h.Write(binary.AppendUvarint(buf[:0], uint64(len(body))))
+		n = binary.AppendUvarint(n[:0], uint64(len(body)))
+		h.Write(n)
 		h.Write(body)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])

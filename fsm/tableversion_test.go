@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,5 +37,18 @@ func TestTableVersionIsTheContents(t *testing.T) {
 			t.Errorf("%s has the version of %s", what, prev)
 		}
 		seen[got] = what
+	}
+}
+
+// BenchmarkTableVersion is the cost of a version for a full table (4096
+// policies): paid by every GET /v1/policies and every whole-table write.
+func BenchmarkTableVersion(b *testing.B) {
+	ps := make([]policy.Policy, policy.MaxPolicies)
+	for i := range ps {
+		ps[i] = policy.Fixed(fmt.Sprintf("policy-%04d", i), int64(i+1), time.Minute)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fsm.TableVersion(ps)
 	}
 }
