@@ -44,7 +44,7 @@ var errNoWrite = errors.New("nothing to write")
 // again from a fresh read, up to tableAttempts times with a short jittered
 // pause, so no change made meanwhile is undone.
 func replaceTable(ctx context.Context, a *adminFlags, change func(all []policy.Policy) ([]policy.Policy, error)) error {
-	var last error
+	var last *answerError
 	for attempt := 1; attempt <= tableAttempts; attempt++ {
 		all, version, err := fetchTable(ctx, a)
 		if err != nil {
@@ -60,7 +60,7 @@ func replaceTable(ctx context.Context, a *adminFlags, change func(all []policy.P
 		if !isAnswer(err, httpapi.CodeTableChanged) {
 			return err
 		}
-		last = err
+		errors.As(err, &last)
 		if attempt == tableAttempts {
 			break
 		}
@@ -75,9 +75,11 @@ func replaceTable(ctx context.Context, a *adminFlags, change func(all []policy.P
 		case <-time.After(pause):
 		}
 	}
-	detail := last.Error()
-	if i := strings.LastIndex(detail, "changed since it was read: "); i >= 0 {
-		detail = detail[i+len("changed since it was read: "):]
+	// The leader's words without the operation it repeats: "it was
+	// computed from version X, the table is now version Y; ...".
+	detail := last.detail
+	if _, rest, ok := strings.Cut(detail, "changed since it was read: "); ok {
+		detail = rest
 	}
 	return fmt.Errorf("table_changed: the policy table changed under this command %d times in a row (another writer keeps changing it); nothing was written; run it again (last refusal: %s)", tableAttempts, detail)
 }
