@@ -44,10 +44,12 @@ func newGrantBudget(rate float64) *grantBudget {
 // join makes holder one of the streams that share the budget; leave
 // takes it out again. A new holder starts with one entry, for its first
 // report's assignments.
-func (b *grantBudget) join(holder string) {
+func (b *grantBudget) join(holder string) { b.joinAt(holder, time.Now()) }
+
+func (b *grantBudget) joinAt(holder string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.holders[holder] = &tokens{level: 1, at: time.Now()}
+	b.holders[holder] = &tokens{level: 1, at: now}
 }
 
 func (b *grantBudget) leave(holder string) {
@@ -58,8 +60,9 @@ func (b *grantBudget) leave(holder string) {
 
 // take spends one entry of holder's share and of the node's budget, or
 // reports false and spends nothing.
-func (b *grantBudget) take(holder string) bool {
-	now := time.Now()
+func (b *grantBudget) take(holder string) bool { return b.takeAt(holder, time.Now()) }
+
+func (b *grantBudget) takeAt(holder string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := b.holders[holder]

@@ -69,6 +69,10 @@ type Config struct {
 	// MaxBuckets bounds the buckets one stream may have assigned
 	// (default 1024); more get no assignment.
 	MaxBuckets int
+	// NodeBuckets and CredentialBuckets bound the buckets all of this
+	// node's streams, and those of one credential, may have assigned
+	// (defaults 65536 and 16384); more get no assignment.
+	NodeBuckets, CredentialBuckets int
 	// Limits bounds the streams per connection, per node and per
 	// credential (zero: grpcserve's defaults).
 	Limits grpcserve.Limits
@@ -82,7 +86,7 @@ type Config struct {
 	// between the open streams (see budget.go).
 	GrantRate float64
 	Logger    hclog.Logger
-	Observer   Observer
+	Observer  Observer
 }
 
 func (c *Config) setDefaults() {
@@ -97,6 +101,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBuckets == 0 {
 		c.MaxBuckets = 1024
+	}
+	if c.NodeBuckets == 0 {
+		c.NodeBuckets = DefaultNodeBuckets
+	}
+	if c.CredentialBuckets == 0 {
+		c.CredentialBuckets = min(DefaultCredentialBuckets, c.NodeBuckets)
 	}
 	if c.StreamIdle == 0 {
 		c.StreamIdle = DefaultStreamIdle
@@ -114,7 +124,7 @@ func (c Config) Validate() error {
 	if c.Lease < 0 || c.Lease > cluster.MaxLease {
 		return errors.New("rlqs lease must be from 1ms to " + cluster.MaxLease.String())
 	}
-	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 {
+	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 || c.NodeBuckets < 0 || c.CredentialBuckets < 0 {
 		return errors.New("rlqs: transit, cold-after, max buckets, stream idle and grant rate must not be negative")
 	}
 	if c.Limits != (grpcserve.Limits{}) {
@@ -125,17 +135,20 @@ func (c Config) Validate() error {
 
 // Defaults of the stream bounds the quota service adds to the port's.
 const (
-	DefaultStreamIdle = 2 * time.Minute
-	DefaultGrantRate  = 100
+	DefaultStreamIdle        = 2 * time.Minute
+	DefaultGrantRate         = 100
+	DefaultNodeBuckets       = 65536
+	DefaultCredentialBuckets = 16384
 )
 
 // Server is the gRPC server of the quota service.
 type Server struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	cfg    Config
-	grpc   *grpc.Server
-	guard  *grpcserve.Guard
-	grants *grantBudget
+	cfg     Config
+	grpc    *grpc.Server
+	guard   *grpcserve.Guard
+	grants  *grantBudget
+	buckets *grpcserve.Budget
 }
 
 // HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
@@ -145,7 +158,7 @@ const HandshakeTimeout = grpcserve.HandshakeTimeout
 // New builds the server; Serve starts it.
 func New(cfg Config) *Server {
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, grants: newGrantBudget(cfg.GrantRate)}
+	s := &Server{cfg: cfg, grants: newGrantBudget(cfg.GrantRate), buckets: grpcserve.NewBudget(cfg.NodeBuckets, cfg.CredentialBuckets)}
 	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rlqs", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s)
 	grpcserve.RegisterIntrospection(s.grpc, cfg.Leaser.Ready, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
@@ -159,8 +172,10 @@ func (s *Server) Serve(ln net.Listener) error { return grpcserve.Serve(s.grpc, l
 // run out at their TTL) and waits for the handlers until ctx ends.
 func (s *Server) Stop(ctx context.Context) { grpcserve.Stop(ctx, s.grpc) }
 
-// OpenStreams is how many streams the port holds now (for tests).
+// OpenStreams and Buckets are how many streams the port holds now and
+// how many buckets they have (for tests).
 func (s *Server) OpenStreams() int { return s.guard.Open() }
+func (s *Server) Buckets() int     { return s.buckets.Held() }
 
 // scope names the credentials a stream came with (the client
 // certificate's fingerprint, else "token" or "anon"), part of its holder id.
@@ -178,6 +193,9 @@ func scope(ctx context.Context) string {
 // come out, until the stream ends.
 func (s *Server) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	q, err := newStream(s.cfg, st, scope(st.Context()), s.grants)
+	if err == nil {
+		q.cred, q.bucketBudget = grpcserve.Credential(st.Context(), s.cfg.Token), s.buckets
+	}
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -52,8 +53,11 @@ type stream struct {
 	st     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer
 	holder string
 
-	// grants is the node's budget of grant entries, shared by streams.
-	grants *grantBudget
+	// grants is the node's budget of grant entries, shared by streams;
+	// bucketBudget the node's budget of buckets, counted for cred.
+	grants       *grantBudget
+	bucketBudget *grpcserve.Budget
+	cred         string
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -74,6 +78,7 @@ func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 func (q *stream) run() error {
 	q.grants.join(q.holder)
 	defer q.grants.leave(q.holder)
+	defer q.dropBuckets()
 	ctx, cancel := context.WithCancel(q.st.Context())
 	done := make(chan struct{})
 	go func() {
@@ -125,6 +130,7 @@ func (q *stream) receive(reported chan<- struct{}) error {
 // report takes in one usage report: new buckets, and each bucket's demand.
 func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 	now := time.Now()
+	var skipped map[string]int // buckets that get no assignment, by why
 	q.mu.Lock()
 	for _, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
@@ -134,20 +140,9 @@ func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		key := bucketKey(id)
 		b := q.buckets[key]
 		if b == nil {
-			if len(q.buckets) >= q.cfg.MaxBuckets {
-				q.cfg.Logger.Warn("stream has too many buckets; this one gets no assignment", "holder", q.holder, "max", q.cfg.MaxBuckets)
+			if b = q.newBucket(rep.GetDomain(), u.GetBucketId(), now, &skipped); b == nil {
 				continue
 			}
-			p, c, err := KeyOf(rep.GetDomain(), id)
-			if err == nil {
-				// A bad key would fail the whole grant entry it shares
-				// with the stream's other buckets: it gets none.
-				err = cluster.GrantItem{Policy: p, Client: c, Want: 1}.Validate()
-			}
-			if err != nil {
-				q.cfg.Logger.Warn("bucket maps onto no rlnode key; it gets no assignment", "bucket", key, "error", err)
-			}
-			b = &bucket{id: u.GetBucketId(), policy: p, client: c, mapped: err == nil, lastDemand: now}
 			q.buckets[key] = b
 		}
 		n := float64(u.GetNumRequestsAllowed() + u.GetNumRequestsDenied())
@@ -159,10 +154,55 @@ func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		q.sawReport(b, now, n > 0)
 	}
 	q.mu.Unlock()
+	for why, n := range skipped {
+		q.cfg.Logger.Warn("buckets of a report get no assignment", "holder", q.holder, "buckets", n, "why", why)
+	}
 	select {
 	case q.kick <- struct{}{}:
 	default:
 	}
+}
+
+// newBucket makes the stream's bucket for id, or nil when a budget is
+// full (counted in skipped, for one warning per report). A bucket that
+// maps onto no rlnode key is made (so it is not looked at again) but
+// never assigned. Called with q.mu held.
+func (q *stream) newBucket(domain string, id *rlqsv3.BucketId, now time.Time, skipped *map[string]int) *bucket {
+	skip := func(why string) *bucket {
+		if *skipped == nil {
+			*skipped = map[string]int{}
+		}
+		(*skipped)[why]++
+		return nil
+	}
+	if len(q.buckets) >= q.cfg.MaxBuckets {
+		return skip(fmt.Sprintf("the stream has its limit of %d buckets", q.cfg.MaxBuckets))
+	}
+	switch q.bucketBudget.Take(q.cred) {
+	case grpcserve.FullNode:
+		return skip(fmt.Sprintf("the node's streams have their limit of %d buckets (--rlqs-max-buckets)", q.cfg.NodeBuckets))
+	case grpcserve.FullCredential:
+		return skip(fmt.Sprintf("the credential's streams have their limit of %d buckets (--rlqs-max-buckets-per-credential)", q.cfg.CredentialBuckets))
+	}
+	p, c, err := KeyOf(domain, id.GetBucket())
+	if err == nil {
+		// A bad key would fail the whole grant entry it shares with the
+		// stream's other buckets: it gets none.
+		err = cluster.GrantItem{Policy: p, Client: c, Want: 1}.Validate()
+	}
+	if err != nil {
+		q.cfg.Logger.Debug("bucket maps onto no rlnode key", "bucket", bucketKey(id.GetBucket()), "error", err)
+		skip("they map onto no rlnode key (no policy entry and no domain, or a bad policy name)")
+	}
+	return &bucket{id: id, policy: p, client: c, mapped: err == nil, lastDemand: now}
+}
+
+// dropBuckets gives the stream's buckets back to the node's budget.
+func (q *stream) dropBuckets() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.bucketBudget.Release(q.cred, len(q.buckets))
+	q.buckets = map[string]*bucket{}
 }
 
 // assignLoop sends assignments as buckets need them, until ctx ends.
@@ -194,6 +234,7 @@ func (q *stream) due(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_Bucke
 	for k, b := range q.buckets {
 		if now.Sub(b.lastDemand) > q.cfg.ColdAfter {
 			delete(q.buckets, k)
+			q.bucketBudget.Release(q.cred, 1)
 			actions = append(actions, abandon(b.id))
 		}
 	}

@@ -112,6 +112,8 @@ type grpcBounds struct {
 	streams, perCred int
 	rlqsIdle         time.Duration
 	rlqsGrantRate    float64
+	rlqsBuckets      int
+	rlqsCredBuckets  int
 }
 
 func (b *grpcBounds) flags(fs *flag.FlagSet) {
@@ -119,6 +121,8 @@ func (b *grpcBounds) flags(fs *flag.FlagSet) {
 	fs.IntVar(&b.streams, "grpc-max-streams", grpcserve.DefaultStreams, "concurrent calls and streams on each gRPC port in total; more are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&b.perCred, "grpc-max-streams-per-credential", grpcserve.DefaultStreamsPerCredential, "concurrent calls and streams on each gRPC port per credential (a client certificate, else the cluster token, else the source address); more are refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&b.rlqsIdle, "rlqs-stream-idle", rlqs.DefaultStreamIdle, "close an RLQS stream that sent no usage report for this long (keep it above Envoy's reporting_interval)")
+	fs.IntVar(&b.rlqsBuckets, "rlqs-max-buckets", rlqs.DefaultNodeBuckets, "buckets this node's RLQS streams may have assigned together; more get no assignment (Envoy's no_assignment_behavior applies)")
+	fs.IntVar(&b.rlqsCredBuckets, "rlqs-max-buckets-per-credential", rlqs.DefaultCredentialBuckets, "buckets the RLQS streams of one credential (see --grpc-max-streams-per-credential) may have assigned together")
 	fs.Float64Var(&b.rlqsGrantRate, "rlqs-grant-rate", rlqs.DefaultGrantRate, "grant log entries per second this node's RLQS streams may write together, shared evenly between them")
 }
 
@@ -133,6 +137,9 @@ func (b *grpcBounds) validate() []error {
 	}
 	if b.rlqsIdle < time.Second {
 		errs = append(errs, fmt.Errorf("--rlqs-stream-idle %s: must be at least 1s", b.rlqsIdle))
+	}
+	if b.rlqsBuckets < 1 || b.rlqsCredBuckets < 1 || b.rlqsCredBuckets > b.rlqsBuckets {
+		errs = append(errs, fmt.Errorf("--rlqs-max-buckets %d / --rlqs-max-buckets-per-credential %d: both at least 1, the credential's at most the node's", b.rlqsBuckets, b.rlqsCredBuckets))
 	}
 	if !(b.rlqsGrantRate > 0) || math.IsInf(b.rlqsGrantRate, 0) {
 		errs = append(errs, fmt.Errorf("--rlqs-grant-rate %v: must be a positive number of entries per second", b.rlqsGrantRate))

@@ -228,7 +228,7 @@ func TestRLQSReportCostsFewLogEntries(t *testing.T) {
 			}
 		}()
 	}
-	before := commitIndex(t, n)
+	before, rssBefore := commitIndex(t, n), rss(t, n.Pid())
 	for i, st := range sts {
 		if err := st.Send(quotaUsage(fmt.Sprintf("s%d", i), buckets, 1, 0)); err != nil {
 			t.Fatal(err)
@@ -244,6 +244,7 @@ func TestRLQSReportCostsFewLogEntries(t *testing.T) {
 		}
 	}
 	entries := commitIndex(t, n) - before
+	t.Logf("RSS %d MB before the report, %d MB with %d streams x %d buckets", rssBefore>>20, rss(t, n.Pid())>>20, streams, buckets)
 	for i := range assigned {
 		if a := assigned[i].Load(); a < buckets {
 			t.Errorf("stream %d got %d assignments for %d buckets", i, a, buckets)

@@ -473,7 +473,8 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 	if side.rlqs != nil {
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
 			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.limits(), Refused: obs,
-			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate}
+			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
+			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets}
 		if tlsSrc != nil {
 			qc.TLS = tlsSrc.ServerConfig("h2")
 		}

@@ -26,21 +26,16 @@ type Observer interface {
 // load balancer's probe must not be turned away because one client holds
 // its budget full).
 type Guard struct {
-	cfg Config
-
-	mu     sync.Mutex
-	open   int
-	byCred map[string]int
+	cfg     Config
+	streams *Budget
 }
 
-func newGuard(cfg Config) *Guard { return &Guard{cfg: cfg, byCred: map[string]int{}} }
+func newGuard(cfg Config) *Guard {
+	return &Guard{cfg: cfg, streams: NewBudget(cfg.Limits.Streams, cfg.Limits.StreamsPerCredential)}
+}
 
 // Open is how many calls and streams the port holds now.
-func (g *Guard) Open() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.open
-}
+func (g *Guard) Open() int { return g.streams.Held() }
 
 // Credential names who a call's budget is counted against: the client
 // certificate's fingerprint under mutual TLS, else "token" when the port
@@ -76,37 +71,16 @@ func (g *Guard) admit(ctx context.Context, method string) (release func(), err e
 		return func() {}, nil
 	}
 	cred := Credential(ctx, g.cfg.Token)
-	g.mu.Lock()
-	reason := ""
-	switch {
-	case g.open >= g.cfg.Limits.Streams:
-		reason = "node"
-	case g.byCred[cred] >= g.cfg.Limits.StreamsPerCredential:
-		reason = "credential"
-	default:
-		g.open++
-		g.byCred[cred]++
-	}
-	g.mu.Unlock()
-	switch reason {
-	case "node":
-		g.refused(reason)
+	switch full := g.streams.Take(cred); full {
+	case FullNode:
+		g.refused(full)
 		return nil, status.Errorf(codes.ResourceExhausted, "this port holds its limit of %d concurrent calls and streams (--grpc-max-streams); retry later", g.cfg.Limits.Streams)
-	case "credential":
-		g.refused(reason)
+	case FullCredential:
+		g.refused(full)
 		return nil, status.Errorf(codes.ResourceExhausted, "your credential (%s) holds its limit of %d concurrent calls and streams on this port (--grpc-max-streams-per-credential); close some or retry later", cred, g.cfg.Limits.StreamsPerCredential)
 	}
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			g.open--
-			if g.byCred[cred]--; g.byCred[cred] <= 0 {
-				delete(g.byCred, cred)
-			}
-			g.mu.Unlock()
-		})
-	}, nil
+	return func() { once.Do(func() { g.streams.Release(cred, 1) }) }, nil
 }
 
 func (g *Guard) refused(reason string) {
