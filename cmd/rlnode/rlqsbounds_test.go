@@ -135,6 +135,9 @@ func TestRLQSStreamBounds(t *testing.T) {
 	if err != nil || !strings.Contains(string(r.Raw), `rlnode_grpc_streams_refused_total{budget="credential",port="rlqs"} 1`) {
 		t.Fatalf("metrics lack the refused stream: %v\n%s", err, grepLines(string(r.Raw), "rlnode_grpc_streams_refused"))
 	}
+	if !strings.Contains(string(r.Raw), `rlnode_grpc_streams_open{port="rlqs"} 6`) || !strings.Contains(string(r.Raw), "rlnode_rlqs_buckets 6") {
+		t.Fatalf("metrics: want 6 streams open and 6 buckets\n%s", grepLines(string(r.Raw), "rlnode_"))
+	}
 	for _, cancel := range first {
 		cancel()
 	}

@@ -469,6 +469,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startGRPC(side.grpc, rc, logger)
+		obs.WatchGRPCPort("rls", grpcSrv.srv.OpenCalls, nil)
 	}
 	if side.rlqs != nil {
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
@@ -479,6 +480,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 			qc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startRLQS(grpcSrv, side.rlqs, qc, logger)
+		obs.WatchGRPCPort("rlqs", grpcSrv.quota.OpenStreams, grpcSrv.quota.Buckets)
 	}
 	return stopPprof, grpcSrv
 }
