@@ -15,6 +15,7 @@ import (
 	"github.com/rlnode/rlnode/httpapi/apitest"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rlqs"
+	"github.com/rlnode/rlnode/rlqs/rlqstest"
 )
 
 func report(prefix string, n int) *rlqsv3.RateLimitQuotaUsageReports {
@@ -95,4 +96,46 @@ func TestBucketBudgetPerCredential(t *testing.T) {
 	if resp, err := s2.Recv(); err != nil || len(resp.GetBucketAction()) != 2 {
 		t.Fatalf("second stream after the first closed: %v %v, want 2 assignments", resp, err)
 	}
+}
+
+// Renewals follow demand: while an Envoy's reports show requests in a
+// bucket its assignment is renewed; once they show none, renewals stop
+// (two reporting intervals, here at least one lease, after the last
+// request) instead of going on until the bucket is cold; the next
+// request's report gets an assignment again.
+func TestRenewalsOnlyWithDemand(t *testing.T) {
+	cl := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{leased("api", 1_000_000, time.Hour)}})
+	node := cl.Leader(10 * time.Second)
+	addr := serve(t, node, rlqs.Config{Lease: time.Second, Transit: 20 * time.Millisecond})
+	e := startEnvoy(t, rlqstest.Config{Addr: addr, Domain: "api", Interval: 200 * time.Millisecond, AllowWhenExpired: true})
+	bucket := map[string]string{"tenant": "acme"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.Allow(bucket)
+	if err := e.WaitAssigned(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		e.Allow(bucket)
+	}
+	busy, _, _ := e.Counts()
+	if busy < 2 {
+		t.Fatalf("%d assignments in 2 s of demand with a 1 s lease: want renewals", busy)
+	}
+	// Silence: the reports go on, showing no use.
+	time.Sleep(2 * time.Second)
+	settled, _, _ := e.Counts()
+	time.Sleep(3 * time.Second)
+	idle, abandons, _ := e.Counts()
+	if idle != settled || abandons != 0 {
+		t.Fatalf("assignments went from %d to %d (abandons %d) over 3 s of reports showing no use: want no renewals", settled, idle, abandons)
+	}
+	t.Logf("assignments: %d while busy, %d two seconds after the last request, %d three seconds later", busy, settled, idle)
+	e.Allow(bucket)
+	clustertest.Poll(t, 10*time.Second, func() error {
+		if a, _, _ := e.Counts(); a == idle {
+			return fmt.Errorf("no assignment after demand came back")
+		}
+		return nil
+	})
 }
