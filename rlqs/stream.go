@@ -62,6 +62,9 @@ type stream struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	kick    chan struct{}
+	// closed: the handler has returned and given the buckets back; a
+	// report the receiver still takes in is dropped.
+	closed bool
 }
 
 func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer, scope string, grants *grantBudget) (*stream, error) {
@@ -132,6 +135,10 @@ func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 	now := time.Now()
 	var skipped map[string]int // buckets that get no assignment, by why
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
 	for _, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
 		if len(id) == 0 {
@@ -202,7 +209,7 @@ func (q *stream) dropBuckets() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.bucketBudget.Release(q.cred, len(q.buckets))
-	q.buckets = map[string]*bucket{}
+	q.buckets, q.closed = map[string]*bucket{}, true
 }
 
 // assignLoop sends assignments as buckets need them, until ctx ends.
