@@ -193,11 +193,9 @@ func scope(ctx context.Context) string {
 // come out, until the stream ends.
 func (s *Server) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	q, err := newStream(s.cfg, st, scope(st.Context()), s.grants)
-	if err == nil {
-		q.cred, q.bucketBudget = grpcserve.Credential(st.Context(), s.cfg.Token), s.buckets
-	}
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
+	q.cred, q.bucketBudget = grpcserve.Credential(st.Context(), s.cfg.Token), s.buckets
 	return q.run()
 }
