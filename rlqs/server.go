@@ -127,9 +127,6 @@ func (c Config) Validate() error {
 	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 || c.NodeBuckets < 0 || c.CredentialBuckets < 0 {
 		return errors.New("rlqs: transit, cold-after, bucket limits, stream idle and grant rate must not be negative")
 	}
-	if c.Limits != (grpcserve.Limits{}) {
-		return c.Limits.Validate()
-	}
 	return nil
 }
 

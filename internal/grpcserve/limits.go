@@ -64,6 +64,21 @@ func DefaultLimits() Limits {
 	return Limits{StreamsPerConn: DefaultStreamsPerConn, Streams: DefaultStreams, StreamsPerCredential: DefaultStreamsPerCredential}
 }
 
+// withDefaults fills the limits left zero with the defaults.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.StreamsPerConn == 0 {
+		l.StreamsPerConn = d.StreamsPerConn
+	}
+	if l.Streams == 0 {
+		l.Streams = d.Streams
+	}
+	if l.StreamsPerCredential == 0 {
+		l.StreamsPerCredential = min(d.StreamsPerCredential, l.Streams)
+	}
+	return l
+}
+
 // Validate checks limits a flag can get wrong.
 func (l Limits) Validate() error {
 	if l.StreamsPerConn < 1 || l.Streams < 1 || l.StreamsPerCredential < 1 {
@@ -94,11 +109,9 @@ type Config struct {
 // NewServer builds a gRPC server with the ports' shared guard: the
 // handshake timeout, keep-alive enforcement, idle connections closed,
 // the per-connection stream cap, and interceptors that check the token
-// and then the stream budgets. Zero Limits are the defaults.
+// and then the stream budgets. Zero limits are the defaults.
 func NewServer(cfg Config) (*grpc.Server, *Guard) {
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits()
-	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	g := newGuard(cfg)
 	opts := []grpc.ServerOption{
 		grpc.ConnectionTimeout(HandshakeTimeout),
