@@ -73,7 +73,7 @@ func (o *Options) defaults() {
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
-	t     *testing.T
+	t     testing.TB
 	opts  Options
 	dir   string // parent of the nodes' data dirs
 	mu    sync.Mutex
@@ -104,7 +104,7 @@ type Node struct {
 }
 
 // New makes an empty cluster; Start or AddNode add members.
-func New(t *testing.T, opts Options) *Cluster {
+func New(t testing.TB, opts Options) *Cluster {
 	opts.defaults()
 	// The data dirs' parent is made before Close is registered: cleanups run
 	// last-first, so the nodes stop before their files are removed (a
@@ -117,7 +117,7 @@ func New(t *testing.T, opts Options) *Cluster {
 
 // Start makes an n-node cluster: the first node bootstraps, the others join
 // through it, and it waits until every node is ready.
-func Start(t *testing.T, n int, opts Options) *Cluster {
+func Start(t testing.TB, n int, opts Options) *Cluster {
 	c := New(t, opts)
 	c.AddNode(true)
 	for i := 1; i < n; i++ {
@@ -384,7 +384,7 @@ func (c *Cluster) WaitConverged(timeout time.Duration) {
 	})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
