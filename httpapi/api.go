@@ -29,7 +29,8 @@ import (
 // Limiter decides hits: the check API and forward-auth.
 type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
-	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
+	// CheckOne is the single checks' path (one call per request).
+	CheckOne(ctx context.Context, hit cluster.ValidHit, timeout time.Duration) (cluster.OneResult, error)
 	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
 }
 
@@ -121,6 +122,7 @@ type API struct {
 	engine   *gin.Engine
 	draining atomic.Bool
 	holders  *holderGrants
+	answers  *answerBufs
 }
 
 // New builds the router.
@@ -147,7 +149,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants)}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants), answers: newAnswerBufs()}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", c.Request.Method, c.Request.URL.Path))

@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
+)
+
+// ValidHit is a hit whose client id and policy name passed ValidateHit, so
+// a front end validates once and CheckOne does not again. The zero value
+// is not valid.
+type ValidHit struct{ hit Hit }
+
+// Hit returns the hit.
+func (v ValidHit) Hit() Hit { return v.hit }
+
+// InvalidHitError names the field of a hit that ValidateHit refused.
+type InvalidHitError struct {
+	Field string // "client" or "policy"
+	Err   error
+}
+
+func (e *InvalidHitError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *InvalidHitError) Unwrap() error { return e.Err }
+
+// ValidateHit checks a hit's client id (the log's rule) and policy name
+// (the table's rule, stricter than the log's), in that order. The cost is
+// checked by CheckOne, after the policy says whether it could ever be
+// allowed.
+func ValidateHit(policyName, client string, cost int64) (ValidHit, error) {
+	if err := fsm.ValidateClient(client); err != nil {
+		return ValidHit{}, &InvalidHitError{Field: "client", Err: err}
+	}
+	if err := policy.ValidateName(policyName); err != nil {
+		return ValidHit{}, &InvalidHitError{Field: "policy", Err: err}
+	}
+	return ValidHit{Hit{Policy: policyName, Client: client, Cost: cost}}, nil
+}
+
+// OneResult is the decision on one hit, with what this node's table says
+// of its policy, so a front end words its answer without asking again.
+type OneResult struct {
+	CheckResult
+	// Policy is the hit's policy in this node's table, when Known.
+	Policy policy.Policy
+	Known  bool
+	// NeverAllowed: this node's table shows that the cost exceeds the
+	// capacity of Policy.Limits[Beyond]. Nothing was counted and no log
+	// entry was written; CheckResult is empty.
+	NeverAllowed bool
+	Beyond       int
+}
+
+// errNotValidated answers a zero ValidHit.
+var errNotValidated = errors.New("hit was not validated (cluster.ValidateHit)")
+
+// CheckOne counts one validated hit: the front ends' path, one call per
+// request. The policy is looked up once; a cost the table shows can never
+// be allowed is answered without the log (the log decides the same case
+// when the table here has not caught up with a new policy); a hot key of
+// a leased policy is decided from the lease this node holds, without a
+// context or timer; everything else goes through the log within timeout
+// (none if 0). Errors are *HitError, as CheckAll's.
+func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration) (OneResult, error) {
+	var res OneResult
+	hit := vh.hit
+	if hit.Client == "" {
+		return res, notCounted(nil, errNotValidated)
+	}
+	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
+	if res.Known {
+		if i, never := res.Policy.NeverAllows(hit.Cost); never {
+			res.NeverAllowed, res.Beyond = true, i
+			return res, nil
+		}
+	}
+	if err := fsm.ValidateCost(hit.Cost); err != nil {
+		return res, notCounted(nil, err)
+	}
+	if n.holder != nil && res.Known && res.Policy.IsLeased() {
+		one := [1]Hit{hit}
+		if r, ok := n.holder.decide(one[:]); ok {
+			n.recordTop(r)
+			res.CheckResult = r
+			return res, nil
+		}
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	o := n.decide(ctx, group{hit})
+	if o.err == nil {
+		n.recordTop(o.res)
+	}
+	res.CheckResult = o.res
+	return res, o.err
+}
