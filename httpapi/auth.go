@@ -325,6 +325,6 @@ func (a *API) auth(c *gin.Context) {
 }
 
 // authRefusedDetail words a refusal of forward-auth.
-func authRefusedDetail(res *cluster.OneResult, _ window.Result, retryMs int64) string {
-	return fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", res.Hits[0].Policy, retryMs)
+func authRefusedDetail(h cluster.HitResult, _ policy.Policy, _ bool, _ window.Result, retryMs int64) string {
+	return fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", h.Policy, retryMs)
 }

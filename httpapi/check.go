@@ -94,9 +94,8 @@ func (a *API) checkOne(c *gin.Context, policyName, client string) {
 }
 
 // checkRefusedDetail words a refusal of GET /check.
-func checkRefusedDetail(res *cluster.OneResult, m window.Result, retryMs int64) string {
-	h := res.Hits[0]
-	return fmt.Sprintf("client %q is over policy %q (%s); retry in %d ms", h.Client, h.Policy, limitWords(res, m), retryMs)
+func checkRefusedDetail(h cluster.HitResult, p policy.Policy, known bool, m window.Result, retryMs int64) string {
+	return fmt.Sprintf("client %q is over policy %q (%s); retry in %d ms", h.Client, h.Policy, limitWords(p, known, m), retryMs)
 }
 
 // invalidHit answers a hit cluster.ValidateHit refused: a bad client id is
@@ -116,8 +115,8 @@ func invalidHit(c *gin.Context, err error, prefix string) {
 // limitWords says the limit behind a result as people think of it: "10
 // per 1m", and for a token bucket its rate and burst ("10 per 1s, burst
 // 20"), not its capacity as if that were the rate.
-func limitWords(res *cluster.OneResult, m window.Result) string {
-	if p := res.Policy; res.Known && p.Alg() == window.TokenBucket {
+func limitWords(p policy.Policy, known bool, m window.Result) string {
+	if known && p.Alg() == window.TokenBucket {
 		for _, l := range p.Limits {
 			if time.Duration(l.Window).Milliseconds() == m.WindowMs {
 				return bucketWords(l)
@@ -145,7 +144,7 @@ type oneCheck struct {
 	refuse int
 	// prefix starts a 422's detail; refusedDetail words a refusal.
 	prefix        string
-	refusedDetail func(res *cluster.OneResult, main window.Result, retryMs int64) string
+	refusedDetail func(h cluster.HitResult, p policy.Policy, known bool, main window.Result, retryMs int64) string
 	// header, if set, is a front-end header every decided answer gets
 	// (its canonical key and its value).
 	headerKey, headerValue string
@@ -193,7 +192,7 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 	default:
 		retryMs, _ := retryAfterOf(h)
 		c.Writer.Header()["Retry-After"] = []string{strconv.FormatInt(max(1, (retryMs+999)/1000), 10)}
-		a.answers.writeRefused(c, q.refuse, h, retryMs, q.refusedDetail(&res, h.MainPart(), retryMs), decided)
+		a.answers.writeRefused(c, q.refuse, h, retryMs, q.refusedDetail(h, res.Policy, res.Known, h.MainPart(), retryMs), decided)
 	}
 }
 
