@@ -49,6 +49,7 @@ func (s *securityConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", transport.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
 	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", transport.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
 	fs.IntVar(&s.raftLimits.MaxPending, "raft-max-pending", transport.DefaultRaftMaxPending, "most Raft connections still in their handshake from addresses that are not members (beyond it the oldest of the address holding the most is dropped)")
+	fs.IntVar(&s.raftLimits.MaxConns, "raft-max-conns", transport.DefaultRaftMaxConns, "most admitted Raft connections from all addresses that are not members together (beyond it a new one is closed at once; without a token or TLS every connection is admitted at once)")
 }
 
 // validate checks the security flags alone (no I/O).
@@ -64,8 +65,8 @@ func (s *securityConfig) validate(token string) []error {
 		errs = append(errs, fmt.Errorf("--tls-reload-interval %s: must not be negative", s.tlsReload))
 	}
 	l := s.raftLimits
-	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 || l.MaxPending < 1 {
-		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d, --raft-max-pending %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP, l.MaxPending))
+	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 || l.MaxPending < 1 || l.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d, --raft-max-pending %d, --raft-max-conns %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP, l.MaxPending, l.MaxConns))
 	}
 	return errs
 }
