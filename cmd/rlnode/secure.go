@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -96,6 +97,9 @@ func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
 	}
 	var src *tlsconf.Source
 	if c.sec.tls.Enabled() {
+		if err := c.checkOwnCertExists(); err != nil {
+			return nil, err
+		}
 		var err error
 		if src, err = tlsconf.Load(c.sec.tls); err != nil {
 			return nil, err
@@ -110,6 +114,27 @@ func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
 		}
 	}
 	return src, nil
+}
+
+// checkOwnCertExists names a missing --tls-cert or --tls-key with what to
+// do about it. On Kubernetes each pod picks its own NAME.pem out of one
+// Secret by its pod name, so a pod added by scaling up has none until the
+// certificates are issued for it: it says so instead of "no such file".
+func (c *serveConfig) checkOwnCertExists() error {
+	f := c.sec.tls
+	for _, x := range []struct{ flag, path string }{{"--tls-cert", f.Cert}, {"--tls-key", f.Key}} {
+		if x.path == "" {
+			continue
+		}
+		if _, err := os.Stat(x.path); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("refusing to start: %s %s does not exist: there is no certificate for this node (--id %q).\n"+
+				"  Every node presents its own node certificate, named for its id. Issue it under the same CA with\n"+
+				"  `rlnode tls init --out DIR --nodes ...,%s` (it keeps ca.pem) and give this node %s and %s\n"+
+				"  (on Kubernetes: add them to the rlnode-tls Secret, see docs/kubernetes.md)",
+				x.flag, x.path, c.id, c.id, tlsconf.CertFile(c.id), tlsconf.KeyFile(c.id))
+		}
+	}
+	return nil
 }
 
 // checkNodeCert makes sure, under mutual TLS, that this node's own
