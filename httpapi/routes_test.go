@@ -36,7 +36,7 @@ func TestUnknownQueryParameterIsRefused(t *testing.T) {
 			}
 		}
 		for _, token := range []string{"", "s3cret"} {
-			status, body := send(t, r.Method, srv.URL+path+"?bogus=1", token)
+			status, body := sendRaw(t, r.Method, srv.URL+path+"?bogus=1", token)
 			if status != 400 || !strings.Contains(body, `"bogus\" is unknown`) {
 				t.Errorf("%s %s?bogus=1 (token %q): %d %s; want 400 naming bogus", r.Method, path, token, status, body)
 			}
@@ -48,8 +48,8 @@ func TestUnknownQueryParameterIsRefused(t *testing.T) {
 	}
 }
 
-// send answers one request's status and body, following no redirect.
-func send(t *testing.T, method, url, token string) (int, string) {
+// sendRaw answers one request's status and body, following no redirect.
+func sendRaw(t *testing.T, method, url, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
