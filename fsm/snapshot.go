@@ -30,7 +30,7 @@ const (
 	// snapshotV4 adds the permits and the reservations after the grants;
 	// written only when there are some (permit_snapshot.go).
 	snapshotV4 = 4
-	maxKeyLen     = 1 + MaxPolicyLen + MaxClientLen
+	maxKeyLen  = 1 + MaxPolicyLen + MaxClientLen
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
