@@ -85,6 +85,7 @@ type Node interface {
 	Debug
 	TopView
 	CounterAdmin
+	Permitter
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -174,6 +175,11 @@ func New(cfg Config) *API {
 	e.GET("/v1/cluster/peers", a.peers)
 	e.POST(LeasesPath, a.lease)
 	e.POST(LeaseReturnPath, a.leaseReturn)
+	e.POST(PermitsPath, a.acquirePermit)
+	e.DELETE(PermitsPath+"/:id", a.releasePermit)
+	e.POST(PermitsPath+"/:id/renew", a.renewPermit)
+	e.POST(ReservationsPath, a.reserve)
+	e.POST(ReservationsPath+"/:id/settle", a.settle)
 	e.Any(AuthPath+":policy", a.auth)
 	e.Any(AuthPath+":policy/*path", a.auth)
 	if cfg.MetricsHandler != nil {
