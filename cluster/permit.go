@@ -257,3 +257,7 @@ func (n *Node) mountPermitOps(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+opPermit.path(), opPermit.handler(n))
 	mux.HandleFunc("POST "+opReservation.path(), opReservation.handler(n))
 }
+
+// LivePermits lists the permits live in this node's state (as of the last
+// entry it applied), by key then age: for status pages and tests.
+func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
