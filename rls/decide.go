@@ -38,8 +38,8 @@ type planned struct {
 	permitOf        cluster.Permit
 	permitted       bool
 	peek            cluster.PeekResult
-	entries        []entry
-	domain, metric string // metric labels (metric.go)
+	entries         []entry
+	domain, metric  string // metric labels (metric.go)
 	// at indexes the hit in its check's result.
 	at int
 }
