@@ -61,19 +61,31 @@ type Permit struct {
 	Limit int64 `json:"limit"`
 }
 
-// ValidatePermitTTL checks a TTL a caller asked for (0: the default).
-func ValidatePermitTTL(ttl time.Duration) error {
-	if ttl < 0 || ttl > MaxPermitTTL || (ttl > 0 && ttl < time.Millisecond) {
-		return fmt.Errorf("ttl %s out of range (1ms to %s)", ttl, MaxPermitTTL)
+// ValidatePermitTTL checks a TTL a caller asked for (0: the default)
+// against the state machine's bound.
+func ValidatePermitTTL(ttl time.Duration) error { return validateTTL(ttl, MaxPermitTTL) }
+
+// MaxPermitTTL is the longest TTL this node accepts for a permit or a
+// reservation (Config.MaxPermitTTL, rlnode serve --max-permit-ttl).
+func (n *Node) MaxPermitTTL() time.Duration { return n.cfg.MaxPermitTTL }
+
+func validateTTL(ttl, bound time.Duration) error {
+	if ttl < 0 || ttl > bound || (ttl > 0 && ttl < time.Millisecond) {
+		return fmt.Errorf("ttl %s out of range (1ms to %s, this node's --max-permit-ttl)", ttl, bound)
 	}
 	return nil
 }
 
-func ttlMs(ttl time.Duration) int64 {
-	if ttl == 0 {
-		ttl = DefaultPermitTTL
+// ttlFor is the TTL to write for ttl asked (0: DefaultPermitTTL, capped by
+// the node's bound), or an error naming ttl.
+func (n *Node) ttlFor(ttl time.Duration) (int64, error) {
+	if err := validateTTL(ttl, n.cfg.MaxPermitTTL); err != nil {
+		return 0, errors.Join(ErrNotCounted, err)
 	}
-	return ttl.Milliseconds()
+	if ttl == 0 {
+		ttl = min(DefaultPermitTTL, n.cfg.MaxPermitTTL)
+	}
+	return ttl.Milliseconds(), nil
 }
 
 // AcquirePermit takes a permit of a concurrency policy's key through the
@@ -83,10 +95,11 @@ func ttlMs(ttl time.Duration) int64 {
 // ErrNotCounted or ErrOutcomeUnknown (a permit may then be live, unknown
 // to the caller, until its TTL).
 func (n *Node) AcquirePermit(ctx context.Context, req PermitRequest) (Permit, error) {
-	if err := ValidatePermitTTL(req.TTL); err != nil {
-		return Permit{}, errors.Join(ErrNotCounted, err)
+	ms, err := n.ttlFor(req.TTL)
+	if err != nil {
+		return Permit{}, err
 	}
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitAcquire, Owner: req.Owner, Policy: req.Policy, Client: req.Client, TTLMs: ttlMs(req.TTL)})
+	return n.permitOp(ctx, permitWire{Op: fsm.PermitAcquire, Owner: req.Owner, Policy: req.Policy, Client: req.Client, TTLMs: ms})
 }
 
 // ReleasePermit ends the permit id of owner. Errors: ErrNotFound (no such
@@ -97,10 +110,11 @@ func (n *Node) ReleasePermit(ctx context.Context, id, owner string) (Permit, err
 
 // RenewPermit moves the permit's end to now + ttl (never earlier).
 func (n *Node) RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (Permit, error) {
-	if err := ValidatePermitTTL(ttl); err != nil {
-		return Permit{}, errors.Join(ErrNotCounted, err)
+	ms, err := n.ttlFor(ttl)
+	if err != nil {
+		return Permit{}, err
 	}
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitRenew, ID: id, Owner: owner, TTLMs: ttlMs(ttl)})
+	return n.permitOp(ctx, permitWire{Op: fsm.PermitRenew, ID: id, Owner: owner, TTLMs: ms})
 }
 
 // ReleaseOldestPermit ends the key's oldest live permit, whoever holds it

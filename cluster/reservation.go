@@ -94,10 +94,11 @@ func (w reservationWire) check() error {
 // input, ErrClusterUpgrading, or a failure wrapping ErrNotCounted or
 // ErrOutcomeUnknown (the units may then be charged until the TTL).
 func (n *Node) Reserve(ctx context.Context, req ReserveRequest) (Reservation, error) {
-	if err := ValidatePermitTTL(req.TTL); err != nil {
-		return Reservation{}, errors.Join(ErrNotCounted, err)
+	ms, err := n.ttlFor(req.TTL)
+	if err != nil {
+		return Reservation{}, err
 	}
-	ans, err := n.reservationOp(ctx, reservationWire{Op: fsm.ReservationReserve, Owner: req.Owner, TTLMs: ttlMs(req.TTL), Items: req.Items})
+	ans, err := n.reservationOp(ctx, reservationWire{Op: fsm.ReservationReserve, Owner: req.Owner, TTLMs: ms, Items: req.Items})
 	if err != nil || ans.Reservation == nil {
 		return Reservation{}, errOr(err)
 	}

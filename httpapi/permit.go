@@ -34,6 +34,8 @@ type Permitter interface {
 	RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (cluster.Permit, error)
 	Reserve(ctx context.Context, req cluster.ReserveRequest) (cluster.Reservation, error)
 	Settle(ctx context.Context, id, owner string, actual int64) (cluster.Settlement, error)
+	// MaxPermitTTL is the longest TTL the node accepts.
+	MaxPermitTTL() time.Duration
 }
 
 // permitIn is the body of POST /v1/permits, .../renew and
@@ -68,7 +70,7 @@ func owner(r *http.Request) string {
 }
 
 // parseTTL reads a TTL ("30s"; empty: the default), naming the field.
-func parseTTL(s string) (time.Duration, error) {
+func (a *API) parseTTL(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
@@ -76,8 +78,8 @@ func parseTTL(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ttl %q is not a Go duration such as 30s or 5m", s)
 	}
-	if err := cluster.ValidatePermitTTL(d); err != nil || d == 0 {
-		return 0, fmt.Errorf("ttl %s: want 1ms to %s (the maximum TTL; leave it out for %s)", d, cluster.MaxPermitTTL, cluster.DefaultPermitTTL)
+	if bound := a.cfg.Node.MaxPermitTTL(); d < time.Millisecond || d > bound {
+		return 0, fmt.Errorf("ttl %s: want 1ms to %s (this node's --max-permit-ttl; leave it out for %s)", d, bound, min(cluster.DefaultPermitTTL, bound))
 	}
 	return d, nil
 }
@@ -90,7 +92,7 @@ func (a *API) acquirePermit(c *gin.Context) {
 	if !bindJSON(c, &in, false) {
 		return
 	}
-	ttl, err := parseTTL(in.TTL)
+	ttl, err := a.parseTTL(in.TTL)
 	switch {
 	case err != nil:
 	case policy.ValidateName(in.Policy) != nil:
@@ -164,7 +166,7 @@ func (a *API) renewPermit(c *gin.Context) {
 	if !bindJSON(c, &in, true) {
 		return
 	}
-	ttl, err := parseTTL(in.TTL)
+	ttl, err := a.parseTTL(in.TTL)
 	if err == nil && (in.Policy != "" || in.Client != "" || in.Units != 0 || len(in.Keys) != 0) {
 		err = errors.New("a renew takes only ttl (the permit names its key)")
 	}

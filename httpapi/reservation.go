@@ -26,7 +26,7 @@ func (a *API) reserve(c *gin.Context) {
 	if !bindJSON(c, &in, false) {
 		return
 	}
-	ttl, err := parseTTL(in.TTL)
+	ttl, err := a.parseTTL(in.TTL)
 	items := in.Keys
 	switch {
 	case err != nil:

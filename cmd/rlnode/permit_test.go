@@ -151,9 +151,10 @@ func TestPermitsSurviveAKilledLeader(t *testing.T) {
 	}
 }
 
-// TestPermitCLI: rlnode permit acquire, renew and release.
+// TestPermitCLI: rlnode permit acquire, renew and release, and the node's
+// --max-permit-ttl.
 func TestPermitCLI(t *testing.T) {
-	nodes := proctest.StartCluster(t, rlnodeBin, 1, "--cluster-token", permitToken)
+	nodes := proctest.StartCluster(t, rlnodeBin, 1, "--cluster-token", permitToken, "--max-permit-ttl", "5m")
 	putConcurrencyPolicy(t, nodes[0], "jobs", 1)
 	run := func(args ...string) (string, string, int) {
 		return proctest.Run(t, rlnodeBin, nil, append(args, "--addr", nodes[0].URL(), "--cluster-token", permitToken)...)
@@ -175,7 +176,12 @@ func TestPermitCLI(t *testing.T) {
 	if _, stderr, code := run("permit", "release", id); code == 0 || !strings.Contains(stderr, "404") {
 		t.Fatalf("second release: exit %d %s", code, stderr)
 	}
-	if _, stderr, code := run("permit", "acquire", "jobs", "u", "--ttl", "2h"); code == 0 || !strings.Contains(stderr, "ttl") {
-		t.Fatalf("ttl over the maximum: exit %d %s", code, stderr)
+	for _, ttl := range []string{"10m", "2h"} {
+		if _, stderr, code := run("permit", "acquire", "jobs", "u", "--ttl", ttl); code == 0 || !strings.Contains(stderr, "HTTP 400: ttl") || !strings.Contains(stderr, "--max-permit-ttl") {
+			t.Fatalf("ttl %s over --max-permit-ttl 5m: exit %d %s", ttl, code, stderr)
+		}
+	}
+	if _, stderr, code := proctest.Run(t, rlnodeBin, nil, "serve", "--max-permit-ttl", "2h"); code == 0 || !strings.Contains(stderr, "--max-permit-ttl 2h0m0s") {
+		t.Fatalf("serve --max-permit-ttl 2h: exit %d %s", code, stderr)
 	}
 }
