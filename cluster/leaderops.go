@@ -229,6 +229,7 @@ var errorCodes = []struct {
 	{ErrNotFound, "not_found", http.StatusNotFound},
 	{ErrAlreadySettled, "already_settled", http.StatusConflict},
 	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
+	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -23,6 +23,10 @@ var (
 	// ErrWrongPolicy: a permit of a policy that counts hits, or a
 	// reservation of a concurrency or leased policy.
 	ErrWrongPolicy = errors.New("the policy does not take this kind of request")
+	// ErrBadRequest marks a permit or reservation request refused for its
+	// input before the log (a TTL over the bound, a malformed key): the
+	// message names the field.
+	ErrBadRequest = errors.New("bad request")
 )
 
 // Permit and reservation TTLs.
@@ -80,7 +84,7 @@ func validateTTL(ttl, bound time.Duration) error {
 // the node's bound), or an error naming ttl.
 func (n *Node) ttlFor(ttl time.Duration) (int64, error) {
 	if err := validateTTL(ttl, n.cfg.MaxPermitTTL); err != nil {
-		return 0, errors.Join(ErrNotCounted, err)
+		return 0, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
 	if ttl == 0 {
 		ttl = min(DefaultPermitTTL, n.cfg.MaxPermitTTL)
@@ -159,7 +163,7 @@ func (n *Node) permitOp(ctx context.Context, w permitWire) (Permit, error) {
 		if errors.Is(err, ErrNotFound) {
 			return Permit{}, err
 		}
-		return Permit{}, errors.Join(ErrNotCounted, err)
+		return Permit{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
 	var out Permit
 	err := n.permitCall(ctx, func(ctx context.Context) error {
@@ -193,7 +197,7 @@ func (n *Node) permitCall(ctx context.Context, call func(context.Context) error)
 }
 
 func isFinal(err error) bool {
-	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden} {
+	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest} {
 		if errors.Is(err, final) {
 			return true
 		}

@@ -128,7 +128,7 @@ func (n *Node) reservationOp(ctx context.Context, w reservationWire) (reservatio
 		if errors.Is(err, ErrNotFound) {
 			return reservationAnswer{}, err
 		}
-		return reservationAnswer{}, errors.Join(ErrNotCounted, err)
+		return reservationAnswer{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
 	var out reservationAnswer
 	err := n.permitCall(ctx, func(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -198,9 +199,23 @@ func (a *API) permitError(c *gin.Context, err error) {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, detail+"; nothing was taken")
 	case errors.Is(err, cluster.ErrWrongPolicy):
 		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, detail+"; nothing was taken")
+	case errors.Is(err, cluster.ErrBadRequest):
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
 	default:
 		a.hitError(c, err)
 	}
+}
+
+// badInput is the message of a request the cluster refused for its input,
+// without the outcome words it was joined with.
+func badInput(err error) string {
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line != cluster.ErrNotCounted.Error() && line != cluster.ErrBadRequest.Error() {
+			parts = append(parts, line)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
