@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,9 +16,10 @@ import (
 )
 
 // The budgets workload drives concurrency permits and reservations beside
-// the hits (--budgets): two permit workers share two keys of a concurrency
-// policy of limit budgetPermits, holding each permit a little while and
-// leaving some to their TTL; one reservation worker reserves and settles
+// the hits (--budgets): twice budgetPermits permit workers share one key of
+// a concurrency policy of limit budgetPermits, holding each permit a little
+// while and leaving some to their TTL; one reservation worker reserves and
+// settles
 // on a fixed-window policy. The checker's permit and reservation models
 // judge them (never more than the limit live; the limit holds after
 // settles).
@@ -43,23 +45,37 @@ type budgetWorkload struct {
 	nextID       int
 }
 
+// budgetConfig is what the budgets workload needs of a run.
+type budgetConfig struct {
+	adm     *admin
+	urls    []string // the nodes' base URLs
+	tls     *tls.Config
+	timeout time.Duration
+	window  time.Duration // the reservation policy's window
+	seed    uint64
+	t0      time.Time
+}
+
 // startBudgets creates the two policies and starts the workers; skipped
 // (with the reason) when the cluster refuses them, e.g. 409
 // cluster_upgrading while it cannot confirm every voter runs format R4.
-func (r *runner) startBudgets(ctx context.Context, sec *security, rt http.RoundTripper) (*budgetWorkload, string) {
-	var urls, addrs []string
+func (r *runner) startBudgets(ctx context.Context, sec *security) (*budgetWorkload, string) {
+	var urls []string
 	for _, s := range r.cl.specs {
 		urls = append(urls, s.url())
-		addrs = append(addrs, s.url())
 	}
+	return newBudgets(ctx, budgetConfig{adm: r.adm, urls: urls, tls: sec.client, timeout: r.o.timeout, window: r.o.window, seed: r.o.seed, t0: r.t0})
+}
+
+func newBudgets(ctx context.Context, cfg budgetConfig) (*budgetWorkload, string) {
 	pols := []map[string]any{
 		{"name": budgetPermitPolicy, "algorithm": "concurrency", "limits": []map[string]any{{"limit": budgetPermits}}},
-		{"name": budgetReservePolicy, "algorithm": "fixed_window", "limits": []map[string]any{{"limit": budgetReserveLimit, "window": r.o.window.String()}}},
+		{"name": budgetReservePolicy, "algorithm": "fixed_window", "limits": []map[string]any{{"limit": budgetReserveLimit, "window": cfg.window.String()}}},
 	}
 	for _, p := range pols {
 		var err error
-		for _, u := range urls {
-			if err = r.adm.do(ctx, 10*time.Second, http.MethodPut, u+"/v1/policies/"+p["name"].(string), p, nil); err == nil {
+		for _, u := range cfg.urls {
+			if err = cfg.adm.do(ctx, 10*time.Second, http.MethodPut, u+"/v1/policies/"+p["name"].(string), p, nil); err == nil {
 				break
 			}
 		}
@@ -67,15 +83,17 @@ func (r *runner) startBudgets(ctx context.Context, sec *security, rt http.RoundT
 			return nil, fmt.Sprintf("create %s: %v", p["name"], err)
 		}
 	}
-	c, err := client.New(client.Config{Addrs: addrs, Timeout: r.o.timeout, TLS: sec.client, Transport: rt})
+	c, err := client.New(client.Config{Addrs: cfg.urls, Timeout: cfg.timeout, TLS: cfg.tls})
 	if err != nil {
 		return nil, err.Error()
 	}
-	b := &budgetWorkload{c: c, t0: r.t0, window: r.o.window, stopCh: make(chan struct{})}
-	for w := range 3 {
-		rng := rand.New(rand.NewPCG(r.o.seed, uint64(1000+w)))
-		if w < 2 {
-			b.wg.Go(func() { b.permitWorker(ctx, rng, fmt.Sprintf("p%d", w%2)) })
+	b := &budgetWorkload{c: c, t0: cfg.t0, window: cfg.window, stopCh: make(chan struct{})}
+	// Twice the limit's workers on one key: only the cluster keeps them
+	// from holding more than the limit at once.
+	for w := range 2*budgetPermits + 1 {
+		rng := rand.New(rand.NewPCG(cfg.seed, uint64(1000+w)))
+		if w < 2*budgetPermits {
+			b.wg.Go(func() { b.permitWorker(ctx, rng, "p0") })
 		} else {
 			b.wg.Go(func() { b.reserveWorker(ctx, rng, "r0") })
 		}
@@ -135,7 +153,7 @@ func (b *budgetWorkload) permitWorker(ctx context.Context, rng *rand.Rand, key s
 		op := checker.PermitOp{ID: b.id(), Key: key, TTLMs: budgetPermitTTL.Milliseconds(), Invoke: b.since()}
 		p, err := b.c.Acquire(context.WithoutCancel(ctx), budgetPermitPolicy, key, budgetPermitTTL)
 		op.Return, op.Outcome, op.Acquired = b.since(), outcome(err), err == nil && p.Acquired
-		if op.Acquired && rng.IntN(20) > 0 { // one in 20 is left to its TTL
+		if op.Acquired && rng.IntN(50) > 0 { // one in 50 is left to its TTL
 			b.pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
 			op.ReleaseInvoke = b.since()
 			err := b.c.Release(context.WithoutCancel(ctx), p.ID)

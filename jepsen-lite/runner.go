@@ -124,7 +124,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	var bw *budgetWorkload
 	if r.o.budgets && r.o.policies {
 		var skipped string
-		if bw, skipped = r.startBudgets(ctx, sec, nil); skipped != "" {
+		if bw, skipped = r.startBudgets(ctx, sec); skipped != "" {
 			r.sum.Budgets = "skipped: " + skipped
 			r.log.Loudf("BUDGETS (PERMITS, RESERVATIONS) SKIPPED: %s", skipped)
 		} else {
