@@ -151,10 +151,12 @@ type Reservation struct {
 	Keys      []ReservedKey
 }
 
-// Settlement is what a settle did, per key in the reservation's order.
+// Settlement is what a settle did: Units is the actual cost settled at,
+// the rest per key in the reservation's order (Reserved: the units it had
+// charged).
 type Settlement struct {
 	Units     int64   `json:"units"`
-	Reserved  int64   `json:"reserved"`
+	Reserved  []int64 `json:"reserved"`
 	Refunded  []int64 `json:"refunded"`
 	Charged   []int64 `json:"charged"`
 	Overdraft int64   `json:"overdraft"`

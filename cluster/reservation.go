@@ -55,7 +55,7 @@ type Reservation struct {
 type Settlement struct {
 	ID        string  `json:"reservation"`
 	Actual    int64   `json:"units"`
-	Reserved  int64   `json:"reserved"`
+	Reserved  []int64 `json:"reserved"`
 	Refunded  []int64 `json:"refunded"`
 	Charged   []int64 `json:"charged"`
 	Overdraft int64   `json:"overdraft"`

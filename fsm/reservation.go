@@ -42,14 +42,13 @@ type ReservationResult struct {
 	// Exp: when an unsettled reservation is dropped (it stays charged).
 	Exp int64
 	// Settle: NotFound (no such live reservation of this owner), or
-	// AlreadySettled; else per key the units Refunded (U - actual, given
+	// AlreadySettled; else per key the units reserved (Units), Refunded (U - actual, given
 	// back to the window it was charged to; 0 when that window ended)
 	// and Charged (actual - U, counted in the current window whatever
 	// the limit), and Overdraft, the part of the charge no limit had room
 	// for (reported, not refused: the work is done).
 	NotFound, AlreadySettled bool
-	Units                    int64
-	Refunded, Charged        []int64
+	Units, Refunded, Charged []int64
 	Overdraft                int64
 }
 
@@ -134,9 +133,9 @@ func (f *FSM) settleReservation(now int64, e ReservationEntry) *ReservationResul
 	}
 	r.settled = true
 	res.Exp = r.exp
-	res.Refunded, res.Charged = make([]int64, len(r.items)), make([]int64, len(r.items))
+	res.Units, res.Refunded, res.Charged = make([]int64, len(r.items)), make([]int64, len(r.items)), make([]int64, len(r.items))
 	for i, it := range r.items {
-		res.Units = it.units
+		res.Units[i] = it.units
 		p := f.policies[policyOf(it.key)]
 		if p == nil || p.epoch != it.epoch || len(p.limits) != len(it.starts) {
 			continue // the policy was deleted or reshaped: nothing to settle against
