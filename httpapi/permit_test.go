@@ -121,6 +121,18 @@ func TestPermitsNeedEveryVoterOnFormatR4(t *testing.T) {
 	if r.status != 409 || r.body["code"] != "cluster_upgrading" {
 		t.Fatalf("reservation on a cluster of unconfirmed voters: %d %s", r.status, r.raw)
 	}
+	// Through a follower: forwarded to the leader, refused there, the
+	// refusal carried back by name.
+	follower := c.Followers(leader)[0]
+	for path, body := range map[string]string{
+		"/v1/reservations": `{"policy":"fw","client":"u","units":1}`,
+		"/v1/reservations/" + strings.Repeat("a", 32) + "/settle": `{"units":1}`,
+		"/v1/permits/" + strings.Repeat("a", 32) + "/renew":       `{"ttl":"1s"}`,
+	} {
+		if r := do(t, "POST", follower.URL()+path, "", body); r.status != 409 || r.body["code"] != "cluster_upgrading" {
+			t.Fatalf("%s through a follower: %d %s", path, r.status, r.raw)
+		}
+	}
 	if r := do(t, "GET", leader.URL()+"/check/fw/u?cost=10", "", ""); r.status != 200 {
 		t.Fatalf("the refused reservation counted: %d %s", r.status, r.raw)
 	}
