@@ -49,10 +49,12 @@ func TestReserveIsAllOrNothing(t *testing.T) {
 }
 
 func TestSettleGivesBackOrChargesTheDifference(t *testing.T) {
-	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket"} {
+	for _, alg := range []string{"fixed_window", "fixed_window+epoch", "sliding_window", "token_bucket"} {
 		t.Run(alg, func(t *testing.T) {
 			tf := newTestFSM(t)
-			tf.set(pol("tok", alg, lim(100, time.Minute)))
+			p := leasedVariant("tok", alg, lim(100, time.Minute))
+			p.Consistency = "" // strict: reservations need it
+			tf.set(p)
 			tf.reserve(t0, 1, "a", 10_000, ReserveItem{"tok", "c", 60})
 			r := tf.settle(t0+10, 1, "a", 25)
 			if r.NotFound || r.Refunded[0] != 35 || r.Charged[0] != 0 {
