@@ -141,7 +141,7 @@ func decodePermit(buf []byte) (PermitEntry, error) {
 		return e, err
 	}
 	if err := e.Validate(); err != nil {
-		return e, fmt.Errorf("permit entry: %w", err)
+		return e, fmt.Errorf("%w: permit entry: %v", ErrCorrupt, err)
 	}
 	return e, nil
 }
@@ -265,7 +265,7 @@ func decodeReservation(buf []byte) (ReservationEntry, error) {
 		return e, err
 	}
 	if err := e.Validate(); err != nil {
-		return e, fmt.Errorf("reservation entry: %w", err)
+		return e, fmt.Errorf("%w: reservation entry: %v", ErrCorrupt, err)
 	}
 	return e, nil
 }
