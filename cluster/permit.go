@@ -197,7 +197,7 @@ func (n *Node) permitCall(ctx context.Context, call func(context.Context) error)
 }
 
 func isFinal(err error) bool {
-	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest} {
+	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest, ErrConflict} {
 		if errors.Is(err, final) {
 			return true
 		}

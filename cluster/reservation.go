@@ -170,6 +170,9 @@ func (n *Node) reservationLocal(_ context.Context, w reservationWire) (reservati
 		return reservationAnswer{Settlement: &Settlement{ID: w.ID, Actual: w.Units, Reserved: r.Units,
 			Refunded: r.Refunded, Charged: r.Charged, Overdraft: r.Overdraft, Now: r.Now}}, nil
 	}
+	if r.Full {
+		return reservationAnswer{}, fmt.Errorf("%w: %d reservations are outstanding or settled within their TTL, the most the cluster keeps; settle or wait", ErrConflict, fsm.MaxReservations)
+	}
 	if r.Item >= 0 {
 		it := w.Items[r.Item]
 		if r.Reason == fsm.ReasonUnknownPolicy {

@@ -38,6 +38,9 @@ type ReservationResult struct {
 	Reserved bool
 	Item     int
 	Reason   string
+	// Full: the state machine holds MaxReservations already (settled ones
+	// until their TTL too); nothing was charged.
+	Full bool
 	Hits     []HitResult
 	// Exp: when an unsettled reservation is dropped (it stays charged).
 	Exp int64
@@ -51,6 +54,12 @@ type ReservationResult struct {
 	Units, Refunded, Charged []int64
 	Overdraft                int64
 }
+
+// MaxReservations bounds the reservations the state holds, settled ones
+// included until their TTL (a second settle is told apart from an unknown
+// id): a caller reserving and settling in a loop cannot grow it without
+// bound.
+const MaxReservations = 1 << 20
 
 // Refusal reasons of a reserve.
 const (
@@ -89,6 +98,10 @@ func (f *FSM) reserveUnits(now int64, index uint64, e ReservationEntry) *Reserva
 			continue
 		}
 		res.Item = i
+		return res
+	}
+	if len(f.reservations) >= MaxReservations {
+		res.Full = true
 		return res
 	}
 	if _, dup := f.reservations[e.ID]; dup {

@@ -112,3 +112,17 @@ func TestSettleOnlyWithinTheWindowAndTheTTL(t *testing.T) {
 		t.Fatalf("settled by another owner: %+v", r)
 	}
 }
+
+func TestReservationsAreBounded(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(pol("tok", "fixed_window", lim(1<<40, time.Hour)))
+	for i := range MaxReservations {
+		tf.f.reservations[testID(1_000_000_000+i)] = &reservation{exp: t0 + 1000}
+	}
+	if r := tf.reserve(t0, 1, "a", 1000, ReserveItem{"tok", "c", 1}); !r.Full || r.Reserved {
+		t.Fatalf("reserve past the bound: %+v", r)
+	}
+	if r := tf.check(t0, nil, h2("tok", "c", 1<<40)).Hits[0]; !r.Counted {
+		t.Fatal("the refused reservation charged")
+	}
+}

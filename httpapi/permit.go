@@ -203,6 +203,8 @@ func (a *API) permitError(c *gin.Context, err error) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
+	case errors.Is(err, cluster.ErrConflict):
+		writeProblem(c, http.StatusConflict, CodeConflict, detail+"; nothing was reserved")
 	default:
 		a.hitError(c, err)
 	}
