@@ -41,7 +41,7 @@ type ReservationResult struct {
 	// Full: the state machine holds MaxReservations already (settled ones
 	// until their TTL too); nothing was charged.
 	Full bool
-	Hits     []HitResult
+	Hits []HitResult
 	// Exp: when an unsettled reservation is dropped (it stays charged).
 	Exp int64
 	// Settle: NotFound (no such live reservation of this owner), or
