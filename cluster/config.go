@@ -135,6 +135,11 @@ type Config struct {
 	// current and previous second on this node is hot and decided from
 	// leases this node holds (0: DefaultLeaseHotHits).
 	LeaseHotHits int
+	// MaxPermitTTL bounds the TTL a caller may give a permit or a
+	// reservation on this node: how long a crashed holder can keep a slot
+	// or an unsettled charge (0: the state machine's bound, MaxPermitTTL,
+	// 1h; more is invalid).
+	MaxPermitTTL time.Duration
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.
 	Raft RaftTuning
@@ -216,6 +221,9 @@ func (c *Config) setDefaults() {
 	if c.LeaseHotHits == 0 {
 		c.LeaseHotHits = DefaultLeaseHotHits
 	}
+	if c.MaxPermitTTL == 0 {
+		c.MaxPermitTTL = MaxPermitTTL
+	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
 	}
@@ -237,6 +245,9 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	c.setDefaults()
 	var errs []error
+	if c.MaxPermitTTL < time.Millisecond || c.MaxPermitTTL > MaxPermitTTL {
+		errs = append(errs, fmt.Errorf("max permit TTL %s: want 1ms to %s", c.MaxPermitTTL, MaxPermitTTL))
+	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}

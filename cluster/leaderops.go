@@ -250,6 +250,10 @@ var errorCodes = []struct {
 	{errMalformed, "invalid_request", http.StatusBadRequest},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
+	{ErrNotFound, "not_found", http.StatusNotFound},
+	{ErrAlreadySettled, "already_settled", http.StatusConflict},
+	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
+	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -89,6 +89,7 @@ type Node interface {
 	Debug
 	TopView
 	CounterAdmin
+	Permitter
 }
 
 var _ Node = (*cluster.Node)(nil)

@@ -63,6 +63,7 @@ type serveConfig struct {
 	joinCatchupTimeout                                   time.Duration
 	bootstrapExpect                                      int
 	maxClockOffset                                       time.Duration
+	maxPermitTTL                                         time.Duration
 	raftTiming                                           cluster.Timing
 	trustedProxies                                       string
 	trusted                                              []netip.Prefix
@@ -98,6 +99,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
 	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node leads only while a majority of the voters, itself included, have recent clock readings within this of its own; otherwise it refuses (and says so in its log, status and metrics)")
 	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
+	fs.DurationVar(&c.maxPermitTTL, "max-permit-ttl", cluster.MaxPermitTTL, "longest TTL a caller may give a concurrency permit or a reservation on this node: how long a crashed holder can keep a slot or an unsettled charge (1ms to 1h)")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -154,6 +156,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.maxPermitTTL < time.Millisecond || c.maxPermitTTL > cluster.MaxPermitTTL {
+		errs = append(errs, fmt.Errorf("--max-permit-ttl %s: want 1ms to %s", c.maxPermitTTL, cluster.MaxPermitTTL))
+	}
+	if t := c.rlsOpt.permitTTL; t < time.Millisecond || t > c.maxPermitTTL {
+		errs = append(errs, fmt.Errorf("--rls-permit-ttl %s: want 1ms to --max-permit-ttl (%s)", t, c.maxPermitTTL))
 	}
 	if c.maxClockOffset <= 0 {
 		errs = append(errs, fmt.Errorf("--max-clock-offset %s: must be positive", c.maxClockOffset))
@@ -515,7 +523,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 	return cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: storage.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
-		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(),
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(), MaxPermitTTL: c.maxPermitTTL,
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
