@@ -71,6 +71,9 @@ type Config struct {
 	MaxBuckets int
 	Logger     hclog.Logger
 	Observer   Observer
+	// ServerOptions are added to the gRPC server's (tracing, when
+	// configured).
+	ServerOptions []grpc.ServerOption
 }
 
 func (c *Config) setDefaults() {
@@ -122,7 +125,7 @@ func New(cfg Config) *Server {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	s.grpc = grpc.NewServer(opts...)
+	s.grpc = grpc.NewServer(append(opts, cfg.ServerOptions...)...)
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s)
 	return s

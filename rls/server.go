@@ -86,6 +86,9 @@ type Config struct {
 	// ResponseHeaders, when set, adds envoyproxy/ratelimit's three
 	// limit headers under these names.
 	ResponseHeaders *HeaderNames
+	// ServerOptions are added to the gRPC server's (tracing, when
+	// configured).
+	ServerOptions []grpc.ServerOption
 }
 
 // HandshakeTimeout bounds how long a new connection may take to finish its
@@ -132,7 +135,7 @@ func New(cfg Config) *Server {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	s.grpc = grpc.NewServer(opts...)
+	s.grpc = grpc.NewServer(append(opts, cfg.ServerOptions...)...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s)
 	return s
