@@ -46,7 +46,7 @@ func newAdminFlags(name, args string, help io.Writer) (*flag.FlagSet, *adminFlag
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(help)
 	setUsage(fs, name, args)
-	fs.StringVar(&a.addr, "addr", defaultAddr(), "HTTP address of any node, or a comma-separated list tried in order until one answers (https:// is used when a --tls-* flag is given); the flag wins over $"+envAddr)
+	fs.StringVar(&a.addr, "addr", cli.DefaultAddr(), "HTTP address of any node, or a comma-separated list tried in order until one answers (https:// is used when a --tls-* flag is given); the flag wins over $"+envAddr)
 	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
 	fs.StringVar(&a.tokenFile, "cluster-token-file", os.Getenv("RLNODE_CLUSTER_TOKEN_FILE"), "file holding the cluster token (default $RLNODE_CLUSTER_TOKEN_FILE)")
 	fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
@@ -55,18 +55,8 @@ func newAdminFlags(name, args string, help io.Writer) (*flag.FlagSet, *adminFlag
 	return fs, a
 }
 
-// envAddr names the variable every admin command reads --addr from, set
-// once per shell (like VAULT_ADDR or ETCDCTL_ENDPOINTS).
-const envAddr = "RLNODE_ADDR"
-
-// defaultAddr is $RLNODE_ADDR, else the address `rlnode serve` listens on
-// by default.
-func defaultAddr() string {
-	if v := strings.TrimSpace(os.Getenv(envAddr)); v != "" {
-		return v
-	}
-	return "http://127.0.0.1:8080"
-}
+// envAddr is the variable --addr defaults to.
+const envAddr = cli.EnvAddr
 
 // addrs are the nodes --addr names, in order.
 func (a *adminFlags) addrs() []string {
