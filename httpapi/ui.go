@@ -12,7 +12,7 @@ import (
 // They hold no data; the page fetches it from the admin-guarded endpoints
 // with the token the user types (or the browser's client certificate).
 //
-//go:embed ui/index.html ui/app.js ui/style.css
+//go:embed ui/index.html ui/app.js ui/charts.js ui/style.css
 var uiFiles embed.FS
 
 // uiHeaders keep the page to its own origin's files and out of frames.
@@ -24,13 +24,13 @@ func uiHeaders(c *gin.Context) {
 	h.Set("Cache-Control", "no-cache")
 }
 
-// mountUI serves GET /ui/ (the page) and its two files.
+// mountUI serves GET /ui/ (the page) and its files.
 func (a *API) mountUI(e *gin.Engine) {
 	sub, _ := fs.Sub(uiFiles, "ui")
 	files := http.FileServer(http.FS(sub))
 	e.GET("/ui", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/ui/") })
 	g := e.Group("/ui", uiHeaders)
-	for _, name := range []string{"/", "/app.js", "/style.css"} {
+	for _, name := range []string{"/", "/app.js", "/charts.js", "/style.css"} {
 		g.GET(name, func(c *gin.Context) {
 			r := c.Request.Clone(c.Request.Context())
 			r.URL.Path = name
