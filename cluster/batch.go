@@ -38,8 +38,9 @@ type outcome struct {
 // certainly not counted).
 type waiter struct {
 	req group
-	// from is the caller's span context (tracing on only).
-	from  trace.SpanContext
+	// from is the caller's span context, nil when tracing is off (a
+	// pointer keeps the waiter in its allocation size class).
+	from  *trace.SpanContext
 	state atomic.Int32
 	done  chan outcome
 }
@@ -158,8 +159,8 @@ func (g *groupCommit) loop() {
 			}
 			for i, w := range batch {
 				reqs[i] = w.req
-				if from != nil {
-					from[i] = w.from
+				if from != nil && w.from != nil {
+					from[i] = *w.from
 				}
 			}
 			wait := g.flush(reqs, from)

@@ -66,12 +66,13 @@ func (t *tracer) startBatch(ctx context.Context, name string, from []trace.SpanC
 		trace.WithAttributes(attribute.Int("rlnode.groups", len(from)), attribute.Int("rlnode.hits", hits)))
 }
 
-// callerOf captures a waiter's caller for startBatch (nothing when off).
-func (t *tracer) callerOf(ctx context.Context) trace.SpanContext {
+// callerOf captures a waiter's caller for startBatch (nil when off).
+func (t *tracer) callerOf(ctx context.Context) *trace.SpanContext {
 	if t == nil {
-		return trace.SpanContext{}
+		return nil
 	}
-	return trace.SpanContextFromContext(ctx)
+	sc := trace.SpanContextFromContext(ctx)
+	return &sc
 }
 
 // inject puts ctx's span context on an outgoing internal request.
