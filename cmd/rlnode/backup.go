@@ -73,15 +73,11 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(file)
+	f, size, err := cluster.OpenBackup(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	// Any node will do: a follower streams the backup on to the leader.
@@ -89,7 +85,9 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *force {
 		path += "?force=true"
 	}
-	resp, _, err := a.send(ctx, http.MethodPost, path, "application/octet-stream", f, st.Size())
+	// A section reader is bounded like the file's checked size and can be
+	// read again from its start if the first node of --addr is down.
+	resp, _, err := a.send(ctx, http.MethodPost, path, "application/octet-stream", io.NewSectionReader(f, 0, size), size)
 	if err != nil {
 		return err
 	}

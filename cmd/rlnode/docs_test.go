@@ -166,7 +166,7 @@ func reachesDefaultAddr(line string) bool {
 
 // certFile matches a certificate or key file name; a name followed by =
 // is a key (kubectl's --from-file=ca.crt=...), not a file.
-var certFile = regexp.MustCompile(`[\w./${}-]+\.(?:pem|crt|key)\b[^=]`)
+var certFile = regexp.MustCompile(`[\w./${}()-]+\.(?:pem|crt|key)\b[^=]`)
 
 // certFileNames are the certificate and key files a page names.
 func certFileNames(page string) []string {
@@ -190,7 +190,7 @@ func tlsInitFiles(t *testing.T) []*regexp.Regexp {
 	}
 	var out []*regexp.Regexp
 	for _, e := range entries {
-		out = append(out, regexp.MustCompile("^"+strings.ReplaceAll(regexp.QuoteMeta(e.Name()), node, `[\w${}]+`)+"$"))
+		out = append(out, regexp.MustCompile("^"+strings.ReplaceAll(regexp.QuoteMeta(e.Name()), node, `[\w${}().-]+`)+"$"))
 	}
 	return out
 }
