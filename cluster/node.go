@@ -47,13 +47,13 @@ type Node struct {
 	peerIPs    atomic.Pointer[map[string]bool]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck clockCheck
-	// tracer is nil when tracing is off (tracing.go).
-	tracer   *tracer
-	fwdBatch *groupCommit
-	leaseObs LeaseObserver
-	holder   *holder
+	fwdBatch   *groupCommit
+	leaseObs   LeaseObserver
+	holder     *holder
 	// top counts the hits clients sent this node, for ClusterTop.
 	top *topkeys.Recorder
+	// tracer is nil when tracing is off (tracing.go).
+	tracer *tracer
 	// snapFailures counts snapshots that failed to be written.
 	snapFailures atomic.Uint64
 
