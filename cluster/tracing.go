@@ -82,14 +82,19 @@ func (t *tracer) inject(ctx context.Context, h http.Header) {
 	}
 }
 
-// handler traces the internal endpoints: each request continues the
-// sender's trace.
+// handler traces the internal endpoints: a request that carries a trace
+// continues it. One that carries none (a peer's clock reading, a status
+// poll) starts no trace of its own: only a caller's request is followed.
 func (t *tracer) handler(next http.Handler) http.Handler {
 	if t == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			next.ServeHTTP(w, r)
+			return
+		}
 		ctx, span := t.t.Start(ctx, "rlnode.internal "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 		defer span.End()

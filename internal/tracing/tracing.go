@@ -137,6 +137,10 @@ func (t *Tracing) Gin() []gin.HandlerFunc {
 	return []gin.HandlerFunc{func(c *gin.Context) {
 		r := c.Request
 		route := c.FullPath()
+		if untraced(route) {
+			c.Next()
+			return
+		}
 		if route == "" {
 			route = "unmatched"
 		}
@@ -153,6 +157,16 @@ func (t *Tracing) Gin() []gin.HandlerFunc {
 			span.SetStatus(codes.Error, fmt.Sprintf("HTTP %d", status))
 		}
 	}}
+}
+
+// untraced are the routes probes and scrapers call every few seconds: a
+// trace each would bury the callers' traces.
+func untraced(route string) bool {
+	switch route {
+	case "/livez", "/healthz", "/readyz", "/metrics":
+		return true
+	}
+	return strings.HasPrefix(route, "/ui")
 }
 
 // GRPC returns the gRPC ports' server option: otelgrpc's stats handler,

@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
@@ -97,5 +103,27 @@ func TestExportsOverGRPC(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.traces) != 1 || rec.traces[0] != want {
 		t.Fatalf("receiver got traces %v; want [%s]", rec.traces, want)
+	}
+}
+
+// The HTTP middleware names a span by its route in the caller's trace, and
+// leaves the probes' routes untraced.
+func TestGinSpansContinueTheCallersTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := &tracing.Tracing{Provider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)), Propagator: propagation.TraceContext{}}
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.Use(tr.Gin()...)
+	e.GET("/check/:a", func(c *gin.Context) { c.Status(http.StatusTooManyRequests) })
+	e.GET("/livez", func(c *gin.Context) { c.Status(http.StatusOK) })
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, path := range []string{"/check/alice", "/livez"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		e.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "GET /check/:a" || spans[0].SpanContext.TraceID().String() != traceID {
+		t.Fatalf("spans %v; want one, GET /check/:a in trace %s", spans, traceID)
 	}
 }
