@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cluster/transport"
@@ -176,6 +178,12 @@ type Config struct {
 	PeerTransport http.RoundTripper
 	// Observer receives hit-path events (metrics); nil means none.
 	Observer Observer
+	// TracerProvider, when set, traces forwarding, leader operations,
+	// grants and the wait for the commit (tracing.go); Propagator carries
+	// the trace over the internal hop (default: W3C trace context). Nil
+	// means off, at no cost.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 	// OnFatal is called when the node can no longer run safely (its state
 	// machine met an entry it cannot apply). Nil means log only.
 	OnFatal func(error)

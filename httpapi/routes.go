@@ -107,6 +107,7 @@ func (a *API) routes() []Route {
 		{Method: get, Path: "/ui", Handle: uiRedirect},
 		{Method: get, Path: "/ui/", Handle: uiFile("/")},
 		{Method: get, Path: "/ui/app.js", Handle: uiFile("/app.js")},
+		{Method: get, Path: "/ui/charts.js", Handle: uiFile("/charts.js")},
 		{Method: get, Path: "/ui/style.css", Handle: uiFile("/style.css")},
 
 		// Membership, snapshots, backups.

@@ -96,6 +96,9 @@ type Config struct {
 	// permit whose is_negative_hits release never comes (a lost stream
 	// end, a crashed Envoy) holds its slot.
 	PermitTTL time.Duration
+	// ServerOptions are added to the gRPC server's (tracing, when
+	// configured).
+	ServerOptions []grpc.ServerOption
 }
 
 // HandshakeTimeout and MaxConnectionIdle are the port's connection
@@ -134,7 +137,8 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
-	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
+	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,
+		ServerOptions: cfg.ServerOptions})
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
 	grpcserve.RegisterIntrospection(s.grpc, cfg.Limiter.Ready, rlsv3.RateLimitService_ServiceDesc.ServiceName)
 	return s

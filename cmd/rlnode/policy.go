@@ -91,9 +91,9 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, policyTable{Policies: ps})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMITS")
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tCONSISTENCY\tLIMITS")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), limitsText(p))
 	}
 	return tw.Flush()
 }
@@ -139,8 +139,17 @@ func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if a.json {
 		return printJSON(stdout, p)
 	}
-	fmt.Fprintf(stdout, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+	fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), limitsText(p))
 	return nil
+}
+
+// consistencyText is "leased" (holders decide from leases) or "strict"
+// (every hit through the log, the default the JSON leaves out).
+func consistencyText(p policy.Policy) string {
+	if p.IsLeased() {
+		return policy.Leased
+	}
+	return "strict"
 }
 
 // repeated collects a flag given several times; "a,b" counts as two.

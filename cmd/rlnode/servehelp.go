@@ -40,6 +40,7 @@ func serveUsage(fs *flag.FlagSet) func() {
 		fmt.Fprintln(w, "usage: rlnode serve [flags]   (no positional arguments)")
 		fmt.Fprintln(w, "\nRuns a node. Every flag can also be set as $RLNODE_<NAME> (--http-addr is $RLNODE_HTTP_ADDR)")
 		fmt.Fprintln(w, "or as a key of the --config YAML file; the command line wins, then the environment, then the file.")
+		fmt.Fprintln(w, "OpenTelemetry traces are exported when $OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/observability.md).")
 		seen := map[string]bool{}
 		for _, g := range serveFlagGroups {
 			fmt.Fprintf(w, "\n%s:\n", g.title)
