@@ -49,7 +49,8 @@ type OneResult struct {
 	Known  bool
 	// NeverAllowed: this node's table shows that the cost exceeds the
 	// capacity of Policy.Limits[Beyond]. Nothing was counted and no log
-	// entry was written; CheckResult is empty.
+	// entry was written; CheckResult is empty. Nor is anything counted
+	// for a concurrency policy (Policy.IsConcurrency: it takes permits).
 	NeverAllowed bool
 	Beyond       int
 }
@@ -71,6 +72,9 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration)
 		return res, notCounted(nil, errNotValidated)
 	}
 	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
+	if res.Known && res.Policy.IsConcurrency() {
+		return res, nil // permits, not hits: the caller says so
+	}
 	if res.Known {
 		if i, never := res.Policy.NeverAllows(hit.Cost); never {
 			res.NeverAllowed, res.Beyond = true, i

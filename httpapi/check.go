@@ -164,6 +164,11 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 		a.observeCheck(label, resultFor(err), q.start)
 		a.hitError(c, err)
 		return
+	case res.Known && res.Policy.IsConcurrency():
+		// Counted with the 422s, as before the lean path.
+		a.observeCheck(label, window.CostExceedsLimit.String(), q.start)
+		wrongPolicy(c, res.Policy.Name, q.prefix)
+		return
 	case res.NeverAllowed:
 		a.observeCheck(label, window.CostExceedsLimit.String(), q.start)
 		neverAllowed(c, res.Policy, res.Beyond, q.hit.Hit().Cost, q.prefix)
@@ -216,12 +221,22 @@ func neverAllowed(c *gin.Context, p policy.Policy, i int, cost int64, at string)
 	c.Abort()
 }
 
-// tableNeverAllows answers 422 for a hit of POST /v1/check whose cost this
+// wrongPolicy answers a hit of a concurrency policy: it takes permits, not
+// hits.
+func wrongPolicy(c *gin.Context, name, at string) {
+	writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%spolicy: %q is a concurrency policy: take a permit with POST %s; nothing was counted", at, name, PermitsPath))
+}
+
+// tableNeverAllows answers 400 for a concurrency policy and 422 for a hit of POST /v1/check whose cost this
 // node's table shows can never be allowed (see neverAllowed).
 func (a *API) tableNeverAllows(c *gin.Context, name string, cost int64, at string) bool {
 	p, ok := a.cfg.Node.Policy(name)
 	if !ok {
 		return false
+	}
+	if p.IsConcurrency() {
+		wrongPolicy(c, name, at)
+		return true
 	}
 	i, never := p.NeverAllows(cost)
 	if never {

@@ -96,6 +96,8 @@ func goldenCases() []goldenCase {
 		{name: "cost exceeds the limit, from the table", path: "/check/api/bob?cost=6"},
 		{name: "cost exceeds the capacity of a bucket, from the table", path: "/check/bucket/erin?cost=21"},
 		{name: "cost exceeds the limit, from the log", path: "/check/fresh/bob?cost=6", answer: answer(false, "n1", cluster.DecidedLog, window.CostExceedsLimit, tooBig)},
+		{name: "concurrency policy", path: "/check/conc/bob"},
+		{name: "forward-auth on a concurrency policy", path: "/v1/auth/conc?key=header:X-User", header: map[string]string{"X-User": "u1"}},
 		{name: "unknown policy, from the log", path: "/check/nope/bob", answer: with(decided(false, "n1", cluster.DecidedLog, cluster.HitResult{Policy: "nope", Client: "bob", Cost: 1, UnknownPolicy: true}), nil)},
 		{name: "invalid client", path: "/check/api/" + strings.Repeat("x", cluster.MaxClientLen+1)},
 		{name: "invalid policy name", path: "/check/a%20b/bob"},
@@ -135,6 +137,7 @@ func TestCheckAnswersGolden(t *testing.T) {
 			{Name: "twolimits", Limits: []policy.Limit{{Limit: 10, Window: policy.Duration(time.Second)}, {Limit: 100, Window: policy.Duration(time.Hour)}}},
 			{Name: "odd", Limits: []policy.Limit{{Limit: 7, Window: policy.Duration(250 * time.Millisecond)}}},
 			{Name: "bucket", Algorithm: window.TokenBucket.String(), Limits: []policy.Limit{{Limit: 10, Window: policy.Duration(time.Second), Burst: 20}}},
+			{Name: "conc", Algorithm: policy.Concurrency, Limits: []policy.Limit{{Limit: 3, Window: policy.Duration(time.Minute)}}},
 		},
 	}
 	obs := &recordedChecks{}

@@ -48,6 +48,9 @@ func (f *fakeNode) CheckOne(ctx context.Context, vh cluster.ValidHit, _ time.Dur
 	hit := vh.Hit()
 	var res cluster.OneResult
 	res.Policy, res.Known = f.Policy(hit.Policy)
+	if res.Known && res.Policy.IsConcurrency() {
+		return res, nil
+	}
 	if res.Known {
 		if res.Beyond, res.NeverAllowed = res.Policy.NeverAllows(hit.Cost); res.NeverAllowed {
 			return res, nil

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
@@ -57,6 +58,8 @@ type Options struct {
 	// MaxClockOffset is the nodes' clock discipline bound (0: default);
 	// tests of a deliberately skewed leader lift it.
 	MaxClockOffset time.Duration
+	// TracerProvider, when set, traces the nodes (cluster.Config's).
+	TracerProvider trace.TracerProvider
 }
 
 func (o *Options) defaults() {
@@ -196,7 +199,7 @@ func (n *Node) start(bootstrap bool) {
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
-		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
+		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID), TracerProvider: c.opts.TracerProvider,
 	})
 	if err != nil {
 		c.t.Fatalf("open %s: %v", n.ID, err)
