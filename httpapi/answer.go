@@ -35,7 +35,8 @@ var (
 	noStore            = []string{"no-store"}
 )
 
-// writeAnswer sends body (already encoded) with status and content type.
+// write sends an encoded answer with status and content type, and puts
+// its buffer back.
 func (bufs *answerBufs) write(c *gin.Context, status int, contentType []string, b *[]byte) {
 	c.Writer.Header()["Content-Type"] = contentType
 	c.Status(status)

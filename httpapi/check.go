@@ -69,7 +69,7 @@ func (a *API) checkNamed(c *gin.Context) { a.checkOne(c, c.Param("a"), c.Param("
 func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	start := time.Now()
 	cost, costErr := int64(1), ""
-	if s := c.Request.URL.RawQuery; s != "" { // no query, no parsing
+	if c.Request.URL.RawQuery != "" { // no query, nothing to parse
 		if s, given := c.GetQuery("cost"); given {
 			v, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || v < 1 || v > policy.MaxLimit+1 {
