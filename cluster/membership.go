@@ -132,7 +132,8 @@ func (n *Node) removeOnLeader(id string) error {
 	for _, s := range cf.Configuration().Servers {
 		found = found || s.ID == raft.ServerID(id)
 	}
-	if _, ok := n.fsm.Node(id); ok {
+	meta, ok := n.fsm.Node(id)
+	if ok {
 		if err := n.apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error(); err != nil {
 			return fmt.Errorf("remove %s: forget metadata: %w", id, translate(err))
 		}
@@ -140,10 +141,14 @@ func (n *Node) removeOnLeader(id string) error {
 	if !found {
 		return fmt.Errorf("remove %s: %w", id, ErrUnknownServer)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, translate(err))
 	}
 	n.log.Info("server removed", "id", id)
+	// Tell it at once: a removal wins over a join it may still be
+	// retrying, and it stops taking traffic it can no longer decide.
+	n.tellRemoved(id, meta.HTTPAddr, f.Index())
 	return nil
 }
 
@@ -225,7 +230,7 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
-	if _, member := n.suffrage(); !member || n.raft.State() == raft.Shutdown {
+	if _, member := n.suffrage(); !member || n.isRemoved() || n.raft.State() == raft.Shutdown {
 		// Already removed (raft shuts itself down when its own removal
 		// commits): nothing to leave. Asking the cluster anyway retried
 		// until the shutdown timeout, against a leader it cannot know.
