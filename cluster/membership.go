@@ -88,6 +88,15 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 			}
 		}
 	}
+	// The HTTP address first: whoever removes the server as soon as it
+	// shows in the configuration must find where to tell it so
+	// (tellRemoved), or its join, retried, would undo the removal.
+	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
+	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
+		if err := n.apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
+		}
+	}
 	switch {
 	case present && isVoter && !j.voter():
 		if err := n.raft.DemoteVoter(raft.ServerID(j.ID), 0, 0).Error(); err != nil {
@@ -103,12 +112,6 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 	}
 	if j.voter() && !isVoter {
 		n.promoter.stage(j.ID, n.raft.CommitIndex())
-	}
-	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
-	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
-		if err := n.apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
-			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
-		}
 	}
 	return nil
 }
