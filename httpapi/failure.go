@@ -153,5 +153,5 @@ func readFailure(err error) failure {
 	if errors.Is(err, cluster.ErrNoLeader) {
 		code = CodeNoLeader
 	}
-	return failure{http.StatusServiceUnavailable, code, "linearizable read failed: " + firstLine(err), false}
+	return failure{http.StatusServiceUnavailable, code, "linearizable read failed: " + firstLine(err), true}
 }
