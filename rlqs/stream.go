@@ -12,6 +12,8 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
@@ -48,6 +50,9 @@ type stream struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	kick    chan struct{}
+	// end ends the stream with an error the assigner met (this node
+	// removed from the cluster): Envoy reconnects, to another node.
+	end chan error
 }
 
 func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer, scope string) (*stream, error) {
@@ -56,10 +61,12 @@ func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 		return nil, fmt.Errorf("holder id: %w", err)
 	}
 	return &stream{cfg: cfg, st: st, holder: "rlqs:" + scope + ":" + hex.EncodeToString(b[:]),
-		buckets: map[string]*bucket{}, kick: make(chan struct{}, 1)}, nil
+		buckets: map[string]*bucket{}, kick: make(chan struct{}, 1), end: make(chan error, 1)}, nil
 }
 
-// run reads reports until the stream ends; its assigner goroutine sends.
+// run reads reports until the stream ends, or the assigner ends it; its
+// assigner goroutine sends. Returning ends the stream, which ends a Recv
+// still waiting in the reader goroutine.
 func (q *stream) run() error {
 	ctx, cancel := context.WithCancel(q.st.Context())
 	done := make(chan struct{})
@@ -71,6 +78,18 @@ func (q *stream) run() error {
 		cancel()
 		<-done
 	}()
+	recvd := make(chan error, 1)
+	go func() { recvd <- q.recvLoop() }()
+	select {
+	case err := <-recvd:
+		return err
+	case err := <-q.end:
+		return err
+	}
+}
+
+// recvLoop takes in reports until the stream ends.
+func (q *stream) recvLoop() error {
 	for {
 		rep, err := q.st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -192,6 +211,17 @@ func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaRe
 		q.cfg.Logger.Warn("bucket's policy is unknown or strict; it gets no assignment", "policy", b.policy, "error", err)
 		b.mapped = false
 		q.observe(b.policy, "refused", 0)
+		return nil
+	case errors.Is(err, cluster.ErrNotMember):
+		// This node can grant nothing any more: end the stream so Envoy
+		// reconnects, through its cluster, to a node that can. The live
+		// assignments run out at their TTL meanwhile.
+		q.observe(b.policy, "failed", 0)
+		b.renewAt = time.Now().Add(q.cfg.Lease)
+		select {
+		case q.end <- status.Error(codes.Unavailable, "this node was removed from the cluster; nothing was granted; reconnect to another node"):
+		default:
+		}
 		return nil
 	case err != nil:
 		// No assignment: the current one runs out at its TTL, then
