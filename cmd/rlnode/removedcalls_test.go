@@ -230,5 +230,14 @@ func testRemovedNodeAnswers(t *testing.T, token string, start func(t *testing.T,
 		if c := strings.Count(n.Output(), "this node was removed from the cluster"); c != 1 {
 			t.Errorf("%s logged its removal %d times, want once", n.ID, c)
 		}
+		if m, err := n.Do("GET", "/metrics", token, nil); err != nil || !strings.Contains(string(m.Raw), `rlnode_member{state="removed"} 1`) {
+			t.Errorf("%s /metrics lacks rlnode_member{state=\"removed\"} 1: %v", n.ID, err)
+		}
+	}
+	if token != "" {
+		out, stderr, code := proctest.Run(t, rlnodeBin, nil, "status", "--addr", n3.URL())
+		if code != 0 || !strings.Contains(out, "REMOVED") {
+			t.Errorf("rlnode status of the removed node: exit %d\n%s%s", code, out, stderr)
+		}
 	}
 }
