@@ -328,7 +328,7 @@ func (n *Node) ClockOffset() time.Duration {
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
 	if n.isRemoved() {
-		return fmt.Errorf("%w: stop it, or add it back with rlnode join", n.notMember())
+		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.notMember())
 	}
 	if err := n.logWatch.failing(); err != nil {
 		return err

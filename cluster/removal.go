@@ -78,7 +78,7 @@ func (n *Node) membership() string {
 // notMember is the error a removed node answers with.
 func (n *Node) notMember() error {
 	reason, _ := n.Removed()
-	return fmt.Errorf("this node is %w: %s", ErrNotMember, reason)
+	return fmt.Errorf("%w: %s", ErrNotMember, reason)
 }
 
 // wasInCluster records that this node was a voter (it found Raft state
@@ -125,7 +125,7 @@ func (n *Node) observeConfiguration(servers []raft.Server, index uint64) {
 		return
 	case !in && len(servers) > 0 && n.removal.wasVoter && !n.removal.removed:
 		n.removal.mu.Unlock()
-		n.markRemoved(fmt.Sprintf("the cluster's configuration at index %d no longer names it", index), index)
+		n.markRemoved(fmt.Sprintf("the configuration at index %d no longer names it", index), index)
 		return
 	}
 	n.removal.mu.Unlock()
@@ -146,7 +146,7 @@ func (n *Node) watchMembership() {
 			case <-n.stop:
 				return
 			default:
-				n.markRemoved("its own removal committed while it led, and raft shut down", 0)
+				n.markRemoved("it removed itself while leading", 0)
 			}
 		}
 		select {
@@ -165,7 +165,7 @@ func (n *Node) refusedAsNonMember(leader string) {
 	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
 		index = cf.Index()
 	}
-	n.markRemoved("the leader "+leader+" refused it as not a member", index)
+	n.markRemoved("the leader "+leader+" refuses it as a non-member", index)
 }
 
 // removedNotice is RemovedPath's body: the leader tells a server it just
@@ -188,7 +188,7 @@ func (n *Node) serveRemoved(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, fmt.Errorf("%w: removed notice for %q reached %q", errMalformed, in.ID, n.cfg.ID))
 		return
 	}
-	n.markRemoved("the leader "+in.Leader+" removed it (rlnode remove)", in.Index)
+	n.markRemoved("the leader "+in.Leader+" removed it", in.Index)
 	w.Header().Set(HeaderServedBy, n.cfg.ID)
 	w.WriteHeader(http.StatusNoContent)
 }

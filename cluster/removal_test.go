@@ -52,7 +52,7 @@ func TestMembershipFromConfigurations(t *testing.T) {
 	// The leader's notice (or its refusal) needs no configuration: a
 	// node removed right after its join was accepted knows it too.
 	fresh := &Node{cfg: Config{ID: "n4"}, log: hclog.NewNullLogger()}
-	fresh.markRemoved("the leader n1 removed it (rlnode remove)", 50)
+	fresh.markRemoved("the leader n1 removed it", 50)
 	fresh.observeConfiguration(nonvoter(cfg("n1"), "n4"), 45)
 	if got := fresh.membership(); got != MemberRemoved {
 		t.Fatalf("notified node with an older configuration naming it: %q, want removed", got)

@@ -87,8 +87,8 @@ func TestCheckAnswersFailedHitsByOutcome(t *testing.T) {
 			"the leader refused the request; nothing was counted (bad client)"},
 		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Cause: &cluster.HTTPError{Status: 401, Code: "unauthorized", Detail: "wrong token"}}, 503, "not_counted",
 			"the leader refused this node's request; nothing was counted; ask another node (wrong token)"},
-		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Reason: cluster.ErrNotMember, Cause: errors.New("this node is not a member of the cluster: the leader n1 removed it (rlnode remove)")}, 503, "not_member",
-			"this node was removed from the cluster; nothing was counted; ask another node (this node is not a member of the cluster: the leader n1 removed it (rlnode remove))"},
+		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Reason: cluster.ErrNotMember, Cause: errors.New("not a member of the cluster: the leader n1 removed it")}, 503, "not_member",
+			"this node was removed from the cluster; nothing was counted; ask another node (not a member of the cluster: the leader n1 removed it)"},
 	}
 	for _, c := range cases {
 		url := serve(t, &fakeNode{check: func([]cluster.Hit) (cluster.CheckResult, error) { return cluster.CheckResult{}, c.err }}, "")

@@ -227,7 +227,7 @@ func testRemovedNodeAnswers(t *testing.T, token string, start func(t *testing.T,
 		if r.Status != 503 || !strings.Contains(string(r.Raw), "removed") {
 			t.Errorf("%s /readyz: %d %s, want 503 naming the removal", n.ID, r.Status, r.Raw)
 		}
-		if c := strings.Count(n.Output(), "this node was removed from the cluster"); c != 1 {
+		if c := strings.Count(n.Output(), "answers not_member (503) and is not ready"); c != 1 {
 			t.Errorf("%s logged its removal %d times, want once", n.ID, c)
 		}
 		if m, err := n.Do("GET", "/metrics", token, nil); err != nil || !strings.Contains(string(m.Raw), `rlnode_member{state="removed"} 1`) {
