@@ -43,8 +43,12 @@ type removal struct {
 	inConfig bool
 	removed  bool
 	reason    string
-	// index is the configuration index of the removal: only a later
-	// configuration naming this node (an operator's rlnode join) ends it.
+	// index is the log index of the removal (or this node's last index
+	// when it learned it): the leader stops replicating to a server it
+	// removed once it has sent that entry, so a configuration naming this
+	// node again together with entries past index means it was added
+	// back (an operator's rlnode join). raft (v1.7) reports no index with
+	// a configuration, hence the log's.
 	index uint64
 	since time.Time
 }
@@ -106,8 +110,9 @@ func (n *Node) markRemoved(reason string, index uint64) {
 }
 
 // observeConfiguration updates the removal state from the latest
-// configuration this node has (at index).
-func (n *Node) observeConfiguration(servers []raft.Server, index uint64) {
+// configuration this node has, its log reaching lastIndex.
+func (n *Node) observeConfiguration(servers []raft.Server, lastIndex uint64) {
+	index := lastIndex
 	in, voter := false, false
 	for _, s := range servers {
 		if s.ID == raft.ServerID(n.cfg.ID) {
@@ -121,11 +126,11 @@ func (n *Node) observeConfiguration(servers []raft.Server, index uint64) {
 	case in && n.removal.removed && index > n.removal.index:
 		n.removal.removed, n.removal.reason = false, ""
 		n.removal.mu.Unlock()
-		n.log.Info("this node is a member of the cluster again", "id", n.cfg.ID, "configuration_index", index)
+		n.log.Info("this node is a member of the cluster again", "id", n.cfg.ID, "last_index", index)
 		return
 	case !in && len(servers) > 0 && n.removal.wasVoter && !n.removal.removed:
 		n.removal.mu.Unlock()
-		n.markRemoved(fmt.Sprintf("the configuration at index %d no longer names it", index), index)
+		n.markRemoved("its latest configuration no longer names it", index)
 		return
 	}
 	n.removal.mu.Unlock()
@@ -139,8 +144,8 @@ func (n *Node) watchMembership() {
 	defer t.Stop()
 	for {
 		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err == nil {
-			n.observeConfiguration(cf.Configuration().Servers, cf.Index())
+		if err := cf.Error(); err == nil && n.raft.State() != raft.Shutdown {
+			n.observeConfiguration(cf.Configuration().Servers, n.raft.LastIndex())
 		} else if n.raft.State() == raft.Shutdown && !n.isRemoved() {
 			select {
 			case <-n.stop:
@@ -161,11 +166,7 @@ func (n *Node) watchMembership() {
 // non-member (mutual TLS: its certificate names a server the leader's
 // configuration no longer has).
 func (n *Node) refusedAsNonMember(leader string) {
-	index := uint64(0)
-	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
-		index = cf.Index()
-	}
-	n.markRemoved("the leader "+leader+" refuses it as a non-member", index)
+	n.markRemoved("the leader "+leader+" refuses it as a non-member", n.raft.LastIndex())
 }
 
 // removedNotice is RemovedPath's body: the leader tells a server it just
@@ -173,7 +174,7 @@ func (n *Node) refusedAsNonMember(leader string) {
 type removedNotice struct {
 	ID     string `json:"id"`
 	Leader string `json:"leader"`
-	// Index is the configuration entry that removed it.
+	// Index is the log index of the configuration entry that removed it.
 	Index uint64 `json:"index"`
 }
 

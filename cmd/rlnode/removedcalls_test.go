@@ -234,10 +234,25 @@ func testRemovedNodeAnswers(t *testing.T, token string, start func(t *testing.T,
 			t.Errorf("%s /metrics lacks rlnode_member{state=\"removed\"} 1: %v", n.ID, err)
 		}
 	}
-	if token != "" {
-		out, stderr, code := proctest.Run(t, rlnodeBin, nil, "status", "--addr", n3.URL())
-		if code != 0 || !strings.Contains(out, "REMOVED") {
-			t.Errorf("rlnode status of the removed node: exit %d\n%s%s", code, out, stderr)
-		}
+	if token == "" {
+		return
+	}
+	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "status", "--addr", n3.URL())
+	if code != 0 || !strings.Contains(out, "REMOVED") {
+		t.Errorf("rlnode status of the removed node: exit %d\n%s%s", code, out, stderr)
+	}
+	// An operator adds it back, still running: it is a member and ready
+	// again, a voter once caught up.
+	if out, stderr, code := proctest.Run(t, rlnodeBin, nil, "join", "--addr", n1.URL(), "--cluster-token", token,
+		"--id", "n3", "--raft-addr", n3.RaftAddr, "--http-addr", n3.HTTPAddr); code != 0 {
+		t.Fatalf("rlnode join n3 back: exit %d\n%s%s", code, out, stderr)
+	}
+	proctest.WaitReady(t, n3, 30*time.Second)
+	proctest.WaitVoters(t, n1, 3, 30*time.Second)
+	if st, err := proctest.Status(n3); err != nil || st["membership"] != "member" {
+		t.Fatalf("n3 after rlnode join: %v %v", st, err)
+	}
+	if r, err := n3.Do("GET", "/check/after-rejoin", "", nil); err != nil || r.Status != 200 {
+		t.Fatalf("a check on n3 after it was added back: %v %d %s", err, r.Status, r.Raw)
 	}
 }
