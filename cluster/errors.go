@@ -43,6 +43,11 @@ var (
 	// decides nothing and forwards nothing. Nothing was counted; another
 	// node can answer.
 	ErrNotMember = errors.New("not a member of the cluster")
+	// ErrTableChanged marks a whole-table policy write the leader refused
+	// before the log because the table is no longer the version the write
+	// was computed from: nothing changed; read the table again, redo the
+	// change on it and write again.
+	ErrTableChanged = errors.New("the policy table changed since it was read")
 )
 
 // HitError is why a hit (one all-or-nothing group of a check) failed: its

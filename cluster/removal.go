@@ -42,7 +42,7 @@ type removal struct {
 	// inConfig: the latest configuration seen names this node.
 	inConfig bool
 	removed  bool
-	reason    string
+	reason   string
 	// index is the log index of the removal (or this node's last index
 	// when it learned it): the leader stops replicating to a server it
 	// removed once it has sent that entry, so a configuration naming this

@@ -123,6 +123,8 @@ func adminFailure(what string, err error) failure {
 	switch {
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		return failure{http.StatusConflict, CodeClusterUpgrading, detail, false}
+	case errors.Is(err, cluster.ErrTableChanged):
+		return failure{http.StatusConflict, CodeTableChanged, detail, false}
 	case errors.Is(err, cluster.ErrConflict):
 		return failure{http.StatusConflict, CodeConflict, detail, false}
 	case errors.Is(err, policy.ErrTooManyPolicies):
