@@ -30,7 +30,7 @@ const outcomeFail checker.Outcome = "fail"
 // as a checker.Op.
 type opRecord struct {
 	checker.Op
-	Code     string `json:"code,omitempty"`   // problem "code" of an error answer
+	Code     string `json:"code,omitempty"` // problem "code" of an error answer
 	ServedBy string `json:"servedBy,omitempty"`
 	// Resent marks a synthetic unknown hit added because Go's transport
 	// silently re-sent a request after the first attempt had been
