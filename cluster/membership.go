@@ -239,6 +239,9 @@ func (n *Node) Leave(ctx context.Context) error {
 		// until the shutdown timeout, against a leader it cannot know.
 		return nil
 	}
+	n.removal.mu.Lock()
+	n.removal.leaving = true
+	n.removal.mu.Unlock()
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {
@@ -250,7 +253,8 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	for {
 		err := n.Remove(ctx, n.cfg.ID)
-		if err == nil {
+		if err == nil || n.isRemoved() {
+			// Removed, whether this call's answer got back or not.
 			return nil
 		}
 		select {

@@ -51,6 +51,9 @@ type removal struct {
 	// a configuration, hence the log's.
 	index uint64
 	since time.Time
+	// leaving: this node asked for its own removal (Leave), so being
+	// removed is news to no one.
+	leaving bool
 }
 
 // Removed says whether this node was removed from the cluster, and why.
@@ -104,7 +107,12 @@ func (n *Node) markRemoved(reason string, index uint64) {
 	}
 	n.removal.removed = true
 	n.removal.reason, n.removal.index, n.removal.since = reason, index, time.Now()
+	leaving := n.removal.leaving
 	n.removal.mu.Unlock()
+	if leaving {
+		n.log.Info("this node left the cluster as it asked", "reason", reason, "id", n.cfg.ID)
+		return
+	}
 	n.log.Error("this node was removed from the cluster: it answers not_member (503) and is not ready; stop it, or add it back with rlnode join (or restart it with an empty data dir and --join)",
 		"reason", reason, "id", n.cfg.ID)
 }
