@@ -50,7 +50,6 @@ type removal struct {
 	// back (an operator's rlnode join). raft (v1.7) reports no index with
 	// a configuration, hence the log's.
 	index uint64
-	since time.Time
 	// leaving: this node asked for its own removal (Leave), so being
 	// removed is news to no one.
 	leaving bool
@@ -106,7 +105,7 @@ func (n *Node) markRemoved(reason string, index uint64) {
 		return
 	}
 	n.removal.removed = true
-	n.removal.reason, n.removal.index, n.removal.since = reason, index, time.Now()
+	n.removal.reason, n.removal.index = reason, index
 	leaving := n.removal.leaving
 	n.removal.mu.Unlock()
 	if leaving {
