@@ -187,6 +187,20 @@ func testRemovedNodeAnswers(t *testing.T, token string, start func(t *testing.T,
 	if took > time.Second {
 		t.Errorf("n3 /readyz failed only %s after its removal, want within a second", took)
 	}
+	// Admin calls and strong reads say the same.
+	for _, call := range []struct {
+		method, path string
+		body         any
+	}{
+		{"PUT", "/v1/policies/after-removal", map[string]any{"name": "after-removal", "algorithm": "fixed_window", "limits": []map[string]any{{"limit": 5, "window": "1m"}}}},
+		{"GET", "/v1/policies", nil},
+		{"POST", "/v1/cluster/transfer-leadership", map[string]any{}},
+	} {
+		r, err := n3.Do(call.method, call.path, token, call.body)
+		if err != nil || r.Status != 503 || r.JSON["code"] != "not_member" || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s on the removed node: %v %d %s, want 503 not_member with Retry-After", call.method, call.path, err, r.Status, r.Raw)
+		}
+	}
 
 	// A node removed right after its join was accepted, while the join
 	// is still being retried, stays removed.
