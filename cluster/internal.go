@@ -105,6 +105,7 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
+	n.mountPermitOps(mux)
 	return n.requireToken(mux)
 }
 

@@ -1,12 +1,30 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
 )
+
+// written runs a handler's error answer on a recorder and reads back what
+// it wrote, for the mappings that write rather than return.
+func written(answer func(c *gin.Context)) failure {
+	w := httptest.NewRecorder()
+	c, _ := gin.CreateTestContext(w)
+	answer(c)
+	var body struct {
+		Code   string `json:"code"`
+		Detail string `json:"detail"`
+	}
+	json.Unmarshal(w.Body.Bytes(), &body)
+	return failure{w.Code, body.Code, body.Detail, w.Header().Get("Retry-After") != ""}
+}
 
 // Every error the node can produce (cluster.Failures: the cluster's
 // errors, the reasons of a failed hit, every code of the internal hop and
@@ -16,6 +34,7 @@ import (
 // A code added to the internal hop (cluster's errorCodes) or a row added
 // to unavailableFailures is walked here at once.
 func TestClusterFailuresNeverLookLikeTheCallersFault(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode) // as New sets it
 	mappings := []struct {
 		name string
 		of   func(error) failure
@@ -23,6 +42,10 @@ func TestClusterFailuresNeverLookLikeTheCallersFault(t *testing.T) {
 		{"hit (check, POST /v1/check, forward-auth, leases)", hitFailure},
 		{"admin", func(err error) failure { return adminFailure("remove n2", err) }},
 		{"read (peek, policies)", readFailure},
+		{"permits and reservations", func(err error) failure { return written(func(c *gin.Context) { (&API{}).permitError(c, err) }) }},
+		{"leases", func(err error) failure {
+			return written(func(c *gin.Context) { (&API{}).leaseError(c, "p", err) })
+		}},
 	}
 	for _, err := range cluster.Failures() {
 		for _, m := range mappings {
