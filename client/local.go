@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlnode/rlnode/lease"
 )
 
 // LocalConfig configures a Local.
@@ -51,8 +53,8 @@ func (c *LocalConfig) setDefaults() error {
 		}
 		c.Holder = "go-" + hex.EncodeToString(b[:])
 	}
-	if len(c.Holder) > 128 {
-		return fmt.Errorf("rlnode client: LocalConfig.Holder is %d bytes; at most 128", len(c.Holder))
+	if len(c.Holder) > lease.MaxAppHolderLen {
+		return fmt.Errorf("rlnode client: LocalConfig.Holder is %d bytes; at most %d", len(c.Holder), lease.MaxAppHolderLen)
 	}
 	if c.HotAfter == 0 {
 		c.HotAfter = 3
@@ -67,7 +69,7 @@ func (c *LocalConfig) setDefaults() error {
 		c.MaxKeys = 10000
 	}
 	if c.Lease == 0 {
-		c.Lease = 2 * time.Second
+		c.Lease = lease.DefaultLease
 	}
 	if c.Recheck == 0 {
 		c.Recheck = 250 * time.Millisecond

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -17,10 +18,10 @@ import (
 // a fixed part for whole-ms stamping and timer granularity. See
 // cluster/DESIGN.md, "Leases".
 const (
-	DefaultLease       = 2 * time.Second
-	LeaseMarginPPM     = 1000
-	LeaseMarginFixed   = 5 * time.Millisecond
-	MaxLease           = fsm.MaxLeaseMs * time.Millisecond
+	DefaultLease       = lease.DefaultLease
+	LeaseMarginPPM     = lease.MarginPPM
+	LeaseMarginFixed   = lease.MarginFixed
+	MaxLease           = lease.MaxLease
 	maxGrantItems      = fsm.MaxGrantItems
 	leaseRetryInterval = 20 * time.Millisecond
 )
@@ -105,11 +106,7 @@ func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 // usableFor is Valid less the lease margin (and the clock bound for a
 // token bucket).
 func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
-	d := valid - valid/1_000_000*LeaseMarginPPM - LeaseMarginFixed
-	if bucket {
-		d -= maxClockOffset
-	}
-	return d
+	return lease.UsableFor(valid, bucket, maxClockOffset)
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and

@@ -6,17 +6,17 @@ import "time"
 // (httpapi), the Go client and the quota service (rlqs) all read them
 // here.
 const (
-	// DefaultLease is the lease a holder asks for when it names none.
-	DefaultLease = 2 * time.Second
-	// DefaultLeaseMs is DefaultLease in the wire's unit.
-	DefaultLeaseMs = int64(DefaultLease / time.Millisecond)
+	// DefaultLeaseMs is the lease a holder asks for when it names none,
+	// in the wire's unit; DefaultLease the same as a Duration.
+	DefaultLeaseMs = 2000
+	DefaultLease   = DefaultLeaseMs * time.Millisecond
 	// MaxLease is the longest lease a grant may ask for. It bounds how
 	// long a lowered limit or a deleted policy can still be exceeded by
 	// units granted before the change, and how long a vanished holder's
 	// units are lost to everyone.
-	MaxLease = 60 * time.Second
+	MaxLease = MaxLeaseMs * time.Millisecond
 	// MaxLeaseMs is MaxLease in the wire's (and the log's) unit.
-	MaxLeaseMs = int64(MaxLease / time.Millisecond)
+	MaxLeaseMs = 60_000
 	// MaxHolderLen is the longest holder id the log takes: a node's id,
 	// or an external holder's id with the scope the node puts in front
 	// of it ("app:<scope>:", "rlqs:<scope>:").
