@@ -142,22 +142,17 @@ func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 // is unknown or not leased (Units 0).
 func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
 	if err := validateGrants(holder, lease, items); err != nil {
-		return nil, errors.Join(ErrNotCounted, err)
+		return nil, notCounted(nil, err)
 	}
 	if lease == 0 {
 		lease = DefaultLease
 	}
 	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
-	var out []Grant
-	err := n.leaseCall(ctx, func(ctx context.Context) error {
-		wire, err := opGrant.do(ctx, n, req)
-		out = wire.Grants
-		if err == nil && len(out) != len(items) {
-			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d grants for %d items", len(out), len(items)))
-		}
-		return err
-	})
-	return out, err
+	wire, err := opGrant.retrying(ctx, n, req, n.cfg.ApplyTimeout)
+	if err == nil && len(wire.Grants) != len(items) {
+		return nil, outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
+	}
+	return wire.Grants, err
 }
 
 func validateGrants(holder string, lease time.Duration, items []GrantItem) error {
@@ -209,7 +204,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 	}
 	gr, ok := res.(*fsm.GrantsResult)
 	if !ok {
-		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+		return nil, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
 	out := make([]Grant, len(items))
 	for i, r := range gr.Grants {
@@ -243,7 +238,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 // the units stay spent, the safe side).
 func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 	if req.ID == fsm.RefundIndex {
-		return 0, errors.Join(ErrNotCounted, errors.New("grant id 0 names no grant"))
+		return 0, notCounted(nil, errors.New("grant id 0 names no grant"))
 	}
 	got, err := n.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
 	if err != nil {
@@ -273,18 +268,13 @@ func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 // entry.
 func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
 	if err := validateReturns(holder, items); err != nil {
-		return nil, errors.Join(ErrNotCounted, err)
+		return nil, notCounted(nil, err)
 	}
-	var out []int64
-	err := n.leaseCall(ctx, func(ctx context.Context) error {
-		wire, err := opReturn.do(ctx, n, returnWire{Holder: holder, Items: items})
-		out = wire.Returned
-		if err == nil && len(out) != len(items) {
-			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d returns for %d items", len(out), len(items)))
-		}
-		return err
-	})
-	return out, err
+	wire, err := opReturn.retrying(ctx, n, returnWire{Holder: holder, Items: items}, n.cfg.ApplyTimeout)
+	if err == nil && len(wire.Returned) != len(items) {
+		return nil, outcomeUnknown(fmt.Errorf("leader answered %d returns for %d items", len(wire.Returned), len(items)))
+	}
+	return wire.Returned, err
 }
 
 // returnLocal writes the return entry on the leader.
@@ -295,7 +285,7 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 	}
 	rr, ok := res.(*fsm.ReturnsResult)
 	if !ok {
-		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+		return nil, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
 	for i, u := range rr.Returned {
 		if items[i].Index != fsm.RefundIndex {
@@ -305,55 +295,18 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 	return rr.Returned, nil
 }
 
-// leaseCall runs call until it succeeds or fails otherwise than not
-// counted, or ApplyTimeout (or ctx) ends: a grant or return that never
-// reached the log (no leader, the leader moved, the dial failed) is asked
-// of the next leader.
-func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
-	defer cancel()
-	for {
-		err := leaseError(call(ctx))
-		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-n.stop:
-			return errors.Join(ErrNotCounted, ErrClosed)
-		case <-time.After(leaseRetryInterval):
-		}
-	}
-}
-
-// leaseError sorts a failed grant or return into not counted (it never
-// reached the log) or outcome unknown.
-func leaseError(err error) error {
-	var he *HTTPError
-	switch {
-	case err == nil, errors.Is(err, ErrNotCounted), errors.Is(err, ErrOutcomeUnknown):
-		return err
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClockSkew), isDialError(err):
-		return errors.Join(ErrNotCounted, err)
-	case errors.As(err, &he) && he.Status/100 == 4:
-		return errors.Join(ErrNotCounted, err)
-	}
-	return errors.Join(ErrOutcomeUnknown, err)
-}
-
 // applyLease writes one lease entry stamped by the leader clock, never
 // with a clock that is off.
 func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
 	if n.clockCheck.skewed.Load() {
-		return nil, errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+		return nil, notCounted(ErrNotLeader, ErrClockSkew)
 	}
 	f := n.apply(encode(n.clock.nowMs(n.raft.CurrentTerm())), n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}
 	if err, ok := f.Response().(error); ok {
-		return nil, errors.Join(ErrOutcomeUnknown, err)
+		return nil, outcomeUnknown(err)
 	}
 	return f.Response(), nil
 }

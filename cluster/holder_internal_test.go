@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +173,30 @@ func BenchmarkHolderStrictParallel(b *testing.B) {
 			h.decide(strict)
 		}
 	})
+}
+
+// Grants and returns fail with the hit path's error shape: a *HitError
+// whose outcome says whether the log may have been written.
+func TestLeaderOperationErrorsAreHitErrors(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		outcome error
+	}{
+		{ErrNotLeader, ErrNotCounted},
+		{ErrNoLeader, ErrNotCounted},
+		{&HTTPError{Status: 400}, ErrNotCounted},
+		{ErrClockSkew, ErrNotCounted},
+		{errors.New("connection reset mid-answer"), ErrOutcomeUnknown},
+	} {
+		he := opError(c.err)
+		if he == nil || !errors.Is(he, c.outcome) || !errors.Is(he, c.err) {
+			t.Errorf("opError(%v) = %v, want a HitError of %v wrapping it", c.err, he, c.outcome)
+		}
+	}
+	var n Node
+	_, err := n.Grants(context.Background(), "", time.Second, nil)
+	var he *HitError
+	if !errors.As(err, &he) || !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("a bad grant request failed with %T %v, want a not-counted *HitError", err, err)
+	}
 }
