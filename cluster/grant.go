@@ -251,17 +251,38 @@ func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 // names no grant, so no holder's grant is touched.
 const RefundHolder = "refund"
 
-// Refund takes each hit's Cost off the current window of its key, never
-// below zero, in one log entry through the leader: return items naming no
-// grant (fsm.RefundIndex), what an Envoy descriptor's is_negative_hits
-// asks. It reports per hit the units taken off (0: the key holds no count
-// in a live window, or holders hold units of it).
+// Refund takes each hit's Cost off the current window of its key, what
+// an Envoy descriptor's is_negative_hits asks. A key of a leased policy
+// this node holds grants for gets its refund there first: up to what
+// this node spent from its live grants goes back into them (no log
+// entry). The rest goes in one log entry through the leader: return items
+// naming no grant (fsm.RefundIndex), taken off the key's count, never
+// below zero, and not at all while holders hold units of the key. It
+// reports per hit the units refunded.
 func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
-	items := make([]fsm.ReturnItem, len(hits))
-	for i, h := range hits {
-		items[i] = fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: h.Cost}
+	out := make([]int64, len(hits))
+	if n.holder != nil {
+		out = n.holder.refund(hits)
 	}
-	return n.Returns(ctx, RefundHolder, items)
+	var items []fsm.ReturnItem
+	var at []int
+	for i, h := range hits {
+		if rest := h.Cost - out[i]; rest > 0 {
+			items = append(items, fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: rest})
+			at = append(at, i)
+		}
+	}
+	if len(items) == 0 {
+		return out, nil
+	}
+	got, err := n.Returns(ctx, RefundHolder, items)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] += got[j]
+	}
+	return out, nil
 }
 
 // Returns gives back unspent units of several grants of one holder in one

@@ -241,6 +241,31 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 	return res, true
 }
 
+// refund gives each hit's Cost back to the grants this node holds for
+// its key, as far as they were spent (lease.Key.Refund), and reports per
+// hit what it gave; the rest of a refund goes through the log. Hits of
+// strict policies leave before the lock.
+func (h *holder) refund(hits []Hit) []int64 {
+	got := make([]int64, len(hits))
+	set := h.leasedNow()
+	leased := false
+	for i := range hits {
+		leased = leased || set.names[hits[i].Policy]
+	}
+	if !leased {
+		return got
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.clk.Now()
+	for i, hit := range hits {
+		if k := h.keys[keyID{hit.Policy, hit.Client}]; k != nil && set.names[hit.Policy] {
+			got[i] = k.Refund(now, hit.Cost)
+		}
+	}
+	return got
+}
+
 // track counts a hit of a leased key and returns its held state once the
 // key is hot (or already held), else nil. Called with mu held.
 func (h *holder) track(id keyID, cost int64, now lease.Stamp) *heldKey {

@@ -200,3 +200,28 @@ func TestLeaderOperationErrorsAreHitErrors(t *testing.T) {
 		t.Fatalf("a bad grant request failed with %T %v, want a not-counted *HitError", err, err)
 	}
 }
+
+// Envoy's is_negative_hits on a leased key this node holds: the refund
+// goes back into the node's grant, as far as the node spent from it.
+func TestNodeHolderTakesRefundsIntoItsGrants(t *testing.T) {
+	h, clk, l := testHolder(t, 1000)
+	hit := Hit{Policy: "leased", Client: "hot", Cost: 1}
+	untilLocal(t, h, hit)
+	for len(h.sem) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.mu.Lock()
+	k := h.keys[keyID{"leased", "hot"}]
+	before := k.Available(clk.Now())
+	h.mu.Unlock()
+	l.mu.Lock()
+	granted := l.granted
+	l.mu.Unlock()
+	got := h.refund([]Hit{{Policy: "leased", Client: "hot", Cost: 1000}, {Policy: "strict", Client: "hot", Cost: 1}})
+	h.mu.Lock()
+	after := k.Available(clk.Now())
+	h.mu.Unlock()
+	if got[1] != 0 || got[0] < 1 || after != before+got[0] || after > granted {
+		t.Fatalf("refund gave %v: available %d -> %d of %d granted; want the spent units back, no more", got, before, after, granted)
+	}
+}

@@ -102,6 +102,28 @@ func (k *Key[G]) Spend(now Stamp, n int64) (from *Grant[G], ok bool) {
 	return from, true
 }
 
+// Refund gives up to n units back to the key's live grants, never more
+// than was spent from each (latest deadline first, so they stay usable
+// longest), and reports how many it gave. It is a refund of hits this
+// holder or another allowed in the current window (Envoy's
+// is_negative_hits): the grant's window is the current one, and a grant
+// never holds more than it was granted, so what is allowed less what is
+// refunded stays within the limit, as for a refund through the log.
+func (k *Key[G]) Refund(now Stamp, n int64) int64 {
+	given := int64(0)
+	for i := len(k.grants) - 1; i >= 0 && n > 0; i-- {
+		g := &k.grants[i]
+		if !now.Before(g.Deadline) {
+			continue
+		}
+		give := min(n, g.Units-g.Left)
+		g.Left += give
+		n -= give
+		given += give
+	}
+	return given
+}
+
 // Refusing reports whether the key is refused locally: its budget was
 // found spent, and the recheck time has not come or the next request is
 // in flight.

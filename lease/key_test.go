@@ -300,3 +300,23 @@ func TestConfigsAreValid(t *testing.T) {
 		t.Fatal("a zero config is valid")
 	}
 }
+
+// A refund goes back to live grants only, never more than was spent from
+// them: a holder never holds more than it was granted.
+func TestRefundGivesBackOnlyWhatWasSpent(t *testing.T) {
+	clk := newFakeClock()
+	k := testKey(NodeConfig(), clk)
+	grant(t, k, clk, 10, time.Second)
+	k.Spend(clk.Now(), 4)
+	if got := k.Refund(clk.Now(), 10); got != 4 {
+		t.Fatalf("refunded %d into a grant that spent 4", got)
+	}
+	if got := k.Available(clk.Now()); got != 10 {
+		t.Fatalf("%d available after the refund, want the 10 granted", got)
+	}
+	k.Spend(clk.Now(), 3)
+	clk.both(time.Second)
+	if got := k.Refund(clk.Now(), 3); got != 0 {
+		t.Fatalf("refunded %d into an expired grant", got)
+	}
+}
