@@ -36,13 +36,13 @@ type Limiter interface {
 // Reader reads state without counting.
 type Reader interface {
 	Peek(ctx context.Context, policy, client string, stale bool) (cluster.PeekResult, error)
-	ReadPolicies(ctx context.Context, stale bool) ([]policy.Policy, error)
+	ReadPolicies(ctx context.Context, stale bool) (cluster.PolicyTable, error)
 }
 
 // PolicyAdmin changes the policy table and resets keys.
 type PolicyAdmin interface {
 	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
-	ReplacePolicies(ctx context.Context, ps []policy.Policy) (cluster.TableChange, error)
+	ReplacePolicies(ctx context.Context, ps []policy.Policy, ifMatch string) (cluster.TableChange, error)
 	DeletePolicy(ctx context.Context, name string) error
 	ResetKey(ctx context.Context, policy, client string) (bool, error)
 }
@@ -297,6 +297,8 @@ func (a *API) adminError(c *gin.Context, what string, err error) {
 	switch {
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
+	case errors.Is(err, cluster.ErrTableChanged):
+		writeProblem(c, http.StatusConflict, CodeTableChanged, detail)
 	case errors.Is(err, cluster.ErrConflict):
 		writeProblem(c, http.StatusConflict, CodeConflict, detail)
 	case errors.Is(err, policy.ErrTooManyPolicies):

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster/transport"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -70,9 +71,14 @@ func (s *securityConfig) validate(token string) []error {
 	return errs
 }
 
+// maxTokenFileBytes is the largest token file read: a token is a line.
+const maxTokenFileBytes = 64 << 10
+
 // readTokenFile returns the token a file holds, without surrounding space.
+// The file is read bounded (internal/boundedfile): a FIFO or a device is
+// refused with its name.
 func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := boundedfile.Read(path, maxTokenFileBytes)
 	if err != nil {
 		return "", fmt.Errorf("read --cluster-token-file: %w", err)
 	}
