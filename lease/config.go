@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -35,6 +36,30 @@ type Config struct {
 	// spent, a prefetched one, one of the next window...); past it the
 	// grant that ends first gives way and is given back.
 	MaxGrants int
+}
+
+// Size is how many units to ask for at rate units per second, for a hit
+// of need units (0: a prefetch): what the rate spends in Horizon, within
+// MinWant and MaxWant, and at least need.
+func (c Config) Size(rate float64, need int64) int64 {
+	want := int64(math.Min(math.Ceil(rate*c.Horizon.Seconds()), float64(c.MaxWant)))
+	return max(min(max(want, c.MinWant), c.MaxWant), need)
+}
+
+// RenewIn is when to ask again for a grant usable for usable from now: in
+// its last 1/RenewDivisor.
+func (c Config) RenewIn(usable time.Duration) time.Duration {
+	return usable - usable/time.Duration(c.RenewDivisor)
+}
+
+// RecheckIn is how long a spent budget is refused locally before the
+// cluster is asked again, when it has room again in retry (0: unknown):
+// Recheck at most.
+func (c Config) RecheckIn(retry time.Duration) time.Duration {
+	if retry <= 0 {
+		return c.Recheck
+	}
+	return min(retry, c.Recheck)
 }
 
 // ratePeriod is how often a key's demand rate is refreshed.
@@ -74,6 +99,18 @@ func NodeConfig() Config {
 func AppConfig(lease time.Duration) Config {
 	return Config{MinWant: 1, MaxWant: 100, Horizon: lease, PrefetchAhead: lease / 2, RenewDivisor: 3,
 		Recheck: 250 * time.Millisecond, FailBackoff: 100 * time.Millisecond, CoolAfter: 2 * time.Second, MaxGrants: 3}
+}
+
+// EnvoyConfig is an Envoy quota stream's (rlqs): Envoy decides from the
+// assignment, the stream only renews it, so it sizes a grant from the
+// rate Envoy reported over one lease (1 unit at least, a lease's demand
+// at most what a policy could allow), renews in the grant's last third
+// (an assignment travels to Envoy and back as a report), and after a spent
+// budget denies and asks again when the window has room, in 50 ms at
+// least and one lease at most.
+func EnvoyConfig(lease time.Duration, maxWant int64) Config {
+	return Config{MinWant: 1, MaxWant: maxWant, Horizon: lease, PrefetchAhead: lease / 2, RenewDivisor: 3,
+		Recheck: lease, FailBackoff: 50 * time.Millisecond, CoolAfter: 30 * time.Second, MaxGrants: 1}
 }
 
 // Threshold is how many hits in two tracker periods make a key hot, given

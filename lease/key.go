@@ -1,9 +1,6 @@
 package lease
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // Grant is one grant a holder holds for a key. Info is what the adapter
 // needs to answer from it (the cluster's or the client's grant type).
@@ -161,10 +158,8 @@ func (k *Key[G]) Want(now Stamp, need int64) (int64, bool) {
 	if !low {
 		return 0, false
 	}
-	want := int64(math.Min(math.Ceil(rate*k.cfg.Horizon.Seconds()), float64(k.cfg.MaxWant)))
-	want = max(min(max(want, k.cfg.MinWant), k.cfg.MaxWant), need)
 	k.fetching = true
-	return want, true
+	return k.cfg.Size(rate, need), true
 }
 
 // Fetching reports whether a request is in flight.
@@ -205,10 +200,8 @@ func (k *Key[G]) Installed(now, sent Stamp, id uint64, units int64, usable time.
 func (k *Key[G]) Exhausted(now Stamp, retry time.Duration, info G) {
 	k.fetching = false
 	k.last, k.hasLast = info, true
-	wait := k.cfg.Recheck
-	if retry > 0 {
-		wait = min(wait, retry)
-	} else {
+	wait := k.cfg.RecheckIn(retry)
+	if retry <= 0 {
 		retry = wait
 	}
 	k.dry = true

@@ -49,3 +49,27 @@ func TestThresholdFallsWithTheLoadOnTheLog(t *testing.T) {
 		}
 	}
 }
+
+// The rules an Envoy stream takes from the core: a lease of its reported
+// rate, renewal in the last third, a recheck bounded by the lease.
+func TestEnvoyRules(t *testing.T) {
+	c := EnvoyConfig(2*time.Second, 1000)
+	if got := c.Size(0, 0); got != 1 {
+		t.Errorf("size at no demand: %d, want 1", got)
+	}
+	if got := c.Size(100, 0); got != 200 {
+		t.Errorf("size at 100/s: %d, want 200 (a 2 s lease of it)", got)
+	}
+	if got := c.Size(1e9, 0); got != 1000 {
+		t.Errorf("size at 1e9/s: %d, want the cap 1000", got)
+	}
+	if got := c.RenewIn(3 * time.Second); got != 2*time.Second {
+		t.Errorf("renew a 3s assignment in %s, want 2s", got)
+	}
+	if got := c.RecheckIn(time.Hour); got != 2*time.Second {
+		t.Errorf("recheck a window an hour from room in %s, want the lease", got)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+}
