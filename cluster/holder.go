@@ -28,8 +28,9 @@ const (
 	busyLogRate = 500
 	// maxTracked bounds the keys whose demand a node counts per second.
 	maxTracked = 100_000
-	// maxFetches bounds the grant requests in flight from one node.
-	maxFetches = 8
+	// maxFetches bounds the grant entries in flight from one node; each
+	// carries every key that asked meanwhile (up to maxGrantItems).
+	maxFetches = 2
 	sweepEvery = 250 * time.Millisecond
 )
 
@@ -70,7 +71,7 @@ type heldKey struct {
 // the policy table (the forwarder's way: a narrow interface, not the
 // node).
 type lender interface {
-	Grant(ctx context.Context, req GrantRequest) (Grant, error)
+	Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) ([]Grant, error)
 	Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error)
 	LeaseFor(bucket bool, usable time.Duration) time.Duration
 }
@@ -103,7 +104,9 @@ type holder struct {
 	clk          lease.Clock
 	stop         <-chan struct{}
 	sem          chan struct{}
-	wg           sync.WaitGroup
+	// kick wakes the fetcher: keys wait in pending (by lease length).
+	kick chan struct{}
+	wg   sync.WaitGroup
 
 	leased atomic.Pointer[leasedSet]
 	// logHits counts hits this node sent through the log since the last
@@ -111,6 +114,7 @@ type holder struct {
 	logHits atomic.Int64
 
 	mu      sync.Mutex
+	pending map[time.Duration][]fsm.GrantItem
 	keys    map[keyID]*heldKey
 	tracker *lease.Tracker[keyID]
 	// keysVersion is the table version the held keys were checked against.
@@ -122,9 +126,15 @@ type holder struct {
 
 func newHolder(n *Node) *holder {
 	h := newHolderOver(n.cfg.ID, n, n.fsm, n.leaseObs, n.cfg.ApplyTimeout, n.cfg.LeaseHotHits, lease.NewSystemClock(), n.stop)
-	h.wg.Add(1)
-	go h.sweeper()
+	h.start()
 	return h
+}
+
+// start runs the holder's sweeper and fetcher until stop closes.
+func (h *holder) start() {
+	h.wg.Add(2)
+	go h.sweeper()
+	go h.fetcher()
 }
 
 // newHolderOver builds a holder over the parts it needs (tests give it
@@ -133,7 +143,8 @@ func newHolderOver(id string, l lender, table policyTable, obs LeaseObserver, ap
 	clk lease.Clock, stop <-chan struct{}) *holder {
 	now := clk.Now()
 	return &holder{id: id, lender: l, table: table, obs: obs, applyTimeout: applyTimeout, hotHits: hotHits,
-		cfg: lease.NodeConfig(), clk: clk, stop: stop, sem: make(chan struct{}, maxFetches), keys: make(map[keyID]*heldKey),
+		cfg: lease.NodeConfig(), clk: clk, stop: stop, sem: make(chan struct{}, maxFetches), kick: make(chan struct{}, 1),
+		pending: make(map[time.Duration][]fsm.GrantItem), keys: make(map[keyID]*heldKey),
 		tracker: lease.NewTracker[keyID](hotHits, time.Second, maxTracked, now), keysVersion: ^uint64(0), lastSweep: now}
 }
 
@@ -334,26 +345,80 @@ func (h *holder) localRefusal(hits []Hit, now lease.Stamp) CheckResult {
 	return res
 }
 
-// maybeFetch starts a grant request for a hot key when the core says so
-// (what it holds runs low, or its deadline nears) and the node has room
-// for one more request. Called with mu held.
+// maybeFetch queues a grant request for a hot key when the core says so
+// (what it holds runs low, or its deadline nears); the fetcher sends the
+// queued keys together. Called with mu held.
 func (h *holder) maybeFetch(id keyID, k *heldKey, now lease.Stamp, need int64) {
-	if len(h.sem) == cap(h.sem) {
-		return // enough requests in flight; the next hit asks again
-	}
 	want, ok := k.Want(now, need)
 	if !ok {
 		return
 	}
-	h.sem <- struct{}{} // room: only callers holding mu take a slot
 	d := h.lender.LeaseFor(k.bucket, DefaultLease)
-	h.wg.Add(1)
-	go h.fetch(id, want, d)
+	h.pending[d] = append(h.pending[d], fsm.GrantItem{Policy: id.policy, Client: id.client, Want: want})
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
 }
 
-// fetch asks the leader for a grant and installs it. The send time is read
-// before the request leaves: the lease is measured from it, on both clocks.
-func (h *holder) fetch(id keyID, want int64, leaseFor time.Duration) {
+// fetcher sends the queued grant requests, as few entries as it can: the
+// keys of one lease length in one grant entry (group commit for grants:
+// on a skewed key set thousands of warm keys renew every second, and one
+// entry each would load the log more than their hits did), at most
+// maxFetches entries in flight.
+func (h *holder) fetcher() {
+	defer h.wg.Done()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.kick:
+		}
+		for {
+			h.mu.Lock()
+			var d time.Duration
+			var items []fsm.GrantItem
+			for l, its := range h.pending {
+				d, items = l, its
+				break
+			}
+			if n := len(items); n > maxGrantItems {
+				items, h.pending[d] = items[:maxGrantItems:maxGrantItems], items[maxGrantItems:]
+			} else if n > 0 {
+				delete(h.pending, d)
+			}
+			h.mu.Unlock()
+			if len(items) == 0 {
+				break
+			}
+			select {
+			case h.sem <- struct{}{}:
+			case <-h.stop:
+				h.abandon(items)
+				return
+			}
+			h.wg.Add(1)
+			go h.fetch(d, items)
+		}
+	}
+}
+
+// abandon ends the requests of items that will not be sent.
+func (h *holder) abandon(items []fsm.GrantItem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.clk.Now()
+	for _, it := range items {
+		if k := h.keys[keyID{it.Policy, it.Client}]; k != nil {
+			k.Failed(now)
+		}
+	}
+}
+
+// fetch asks the leader for the grants of items in one entry and installs
+// them. The send time is read before the request leaves: each lease is
+// measured from it, on both clocks.
+func (h *holder) fetch(leaseFor time.Duration, items []fsm.GrantItem) {
 	defer h.wg.Done()
 	defer func() { <-h.sem }()
 	ctx, cancel := context.WithTimeout(context.Background(), h.applyTimeout)
@@ -366,30 +431,40 @@ func (h *holder) fetch(id keyID, want int64, leaseFor time.Duration) {
 		}
 	}()
 	sent := h.clk.Now()
-	g, err := h.lender.Grant(ctx, GrantRequest{Policy: id.policy, Client: id.client, Holder: h.id, Want: want, Lease: leaseFor})
+	gs, err := h.lender.Grants(ctx, h.id, leaseFor, items)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := h.keys[id]
-	if k == nil {
-		// Forgotten meanwhile (the policy changed): give the units back.
-		if err == nil && g.Units > 0 {
-			h.send([]fsm.ReturnItem{{Policy: id.policy, Client: id.client, Index: g.ID, Units: g.Units}})
-		}
-		return
-	}
 	now := h.clk.Now()
-	switch {
-	case err != nil:
-		// Nothing usable: if the entry applied and the answer was lost,
-		// the units stay spent until the grant expires (under-admission).
-		k.Failed(now)
-	case g.Units == 0:
-		k.Exhausted(now, time.Duration(g.ResetAt-g.Now)*time.Millisecond, heldGrant{g: g, sentMono: sent.Mono})
-	default:
-		k.bucket = g.Algorithm == window.TokenBucket.String()
-		h.giveBack(id, k.Installed(now, sent, g.ID, g.Units, g.UsableFor, heldGrant{g: g, sentMono: sent.Mono}), false)
-		h.grantsGot++
+	var orphans []fsm.ReturnItem
+	for i, it := range items {
+		id := keyID{it.Policy, it.Client}
+		var g Grant
+		if err == nil {
+			g = gs[i]
+		}
+		k := h.keys[id]
+		if k == nil {
+			// Forgotten meanwhile (the policy changed): give the units back.
+			if g.Units > 0 {
+				orphans = append(orphans, fsm.ReturnItem{Policy: id.policy, Client: id.client, Index: g.ID, Units: g.Units})
+			}
+			continue
+		}
+		switch {
+		case err != nil || g.ID == 0 && g.Units == 0:
+			// Nothing usable: if the entry applied and the answer was
+			// lost, the units stay spent until the grant expires
+			// (under-admission). ID 0: the policy is unknown or strict.
+			k.Failed(now)
+		case g.Units == 0:
+			k.Exhausted(now, time.Duration(g.ResetAt-g.Now)*time.Millisecond, heldGrant{g: g, sentMono: sent.Mono})
+		default:
+			k.bucket = g.Algorithm == window.TokenBucket.String()
+			h.giveBack(id, k.Installed(now, sent, g.ID, g.Units, g.UsableFor, heldGrant{g: g, sentMono: sent.Mono}), false)
+			h.grantsGot++
+		}
 	}
+	h.send(orphans)
 }
 
 // sweeper gives back what cooled keys hold, forgets idle keys, and sets

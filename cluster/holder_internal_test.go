@@ -41,15 +41,19 @@ type testLender struct {
 	usable  time.Duration
 }
 
-func (l *testLender) Grant(_ context.Context, req GrantRequest) (Grant, error) {
+func (l *testLender) Grants(_ context.Context, holder string, _ time.Duration, items []GrantItem) ([]Grant, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u := min(req.Want, l.budget[req.Client])
-	l.budget[req.Client] -= u
-	l.granted += u
-	return Grant{Policy: req.Policy, Client: req.Client, Holder: req.Holder, Units: u, ID: uint64(l.granted),
-		Now: 1, Expiry: 2001, Valid: 2 * time.Second, UsableFor: l.usable, ResetAt: 3_600_000,
-		Algorithm: window.FixedWindow.String(), Parts: []window.Result{{Limit: 100, WindowMs: 3_600_000, ResetAt: 3_600_000}}}, nil
+	var out []Grant
+	for _, it := range items {
+		u := min(it.Want, l.budget[it.Client])
+		l.budget[it.Client] -= u
+		l.granted += u
+		out = append(out, Grant{Policy: it.Policy, Client: it.Client, Holder: holder, Units: u, ID: uint64(l.granted) + 1,
+			Now: 1, Expiry: 2001, Valid: 2 * time.Second, UsableFor: l.usable, ResetAt: 3_600_000,
+			Algorithm: window.FixedWindow.String(), Parts: []window.Result{{Limit: 100, WindowMs: 3_600_000, ResetAt: 3_600_000}}})
+	}
+	return out, nil
 }
 
 func (l *testLender) Returns(context.Context, string, []fsm.ReturnItem) ([]int64, error) {
@@ -69,9 +73,31 @@ func testHolder(t testing.TB, budget int64) (*holder, *testClock, *testLender) {
 		{Name: "leased", Consistency: policy.Leased},
 		{Name: "strict"},
 	}
-	h := newHolderOver("n1", l, testTable{ps}, nopLeaseObserver{}, time.Second, 3, clk, make(chan struct{}))
-	t.Cleanup(h.close)
+	stop := make(chan struct{})
+	h := newHolderOver("n1", l, testTable{ps}, nopLeaseObserver{}, time.Second, 3, clk, stop)
+	h.wg.Add(1)
+	go h.fetcher()
+	t.Cleanup(func() {
+		close(stop)
+		h.close()
+	})
 	return h, clk, h.lender.(*testLender)
+}
+
+// settle waits until no grant request is queued or in flight.
+func settle(h *holder) {
+	for {
+		h.mu.Lock()
+		busy := len(h.pending) > 0 || len(h.sem) > 0
+		for _, k := range h.keys {
+			busy = busy || k.Fetching()
+		}
+		h.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // untilLocal checks the key until it is decided locally (the grant
@@ -122,9 +148,7 @@ func TestNodeHolderWakesFromSuspendWithNothingToSpend(t *testing.T) {
 	if !res.Allowed || res.Decided != DecidedLocal {
 		t.Fatalf("hot key: %+v, want a local allow", res)
 	}
-	for len(h.sem) > 0 { // let a prefetch in flight land first
-		time.Sleep(time.Millisecond)
-	}
+	settle(h)
 	clk.move(0, 10*time.Second) // suspended 10 s: only the wall clock moved
 	h.mu.Lock()
 	for _, k := range h.keys {
@@ -207,9 +231,7 @@ func TestNodeHolderTakesRefundsIntoItsGrants(t *testing.T) {
 	h, clk, l := testHolder(t, 1000)
 	hit := Hit{Policy: "leased", Client: "hot", Cost: 1}
 	untilLocal(t, h, hit)
-	for len(h.sem) > 0 {
-		time.Sleep(time.Millisecond)
-	}
+	settle(h)
 	h.mu.Lock()
 	k := h.keys[keyID{"leased", "hot"}]
 	before := k.Available(clk.Now())
