@@ -115,6 +115,7 @@ type holder struct {
 
 	mu      sync.Mutex
 	pending map[time.Duration][]fsm.GrantItem
+	returns []fsm.ReturnItem
 	keys    map[keyID]*heldKey
 	tracker *lease.Tracker[keyID]
 	// keysVersion is the table version the held keys were checked against.
@@ -361,7 +362,7 @@ func (h *holder) maybeFetch(id keyID, k *heldKey, now lease.Stamp, need int64) {
 	}
 }
 
-// fetcher sends the queued grant requests, as few entries as it can: the
+// fetcher sends the queued grant requests and returns, as few entries as it can: the
 // keys of one lease length in one grant entry (group commit for grants:
 // on a skewed key set thousands of warm keys renew every second, and one
 // entry each would load the log more than their hits did), at most
@@ -400,6 +401,7 @@ func (h *holder) fetcher() {
 			h.wg.Add(1)
 			go h.fetch(d, items)
 		}
+		h.sendReturns()
 	}
 }
 
@@ -518,19 +520,48 @@ func (h *holder) giveBack(id keyID, gs []lease.Grant[heldGrant], expired bool) {
 	h.send(items)
 }
 
-// send writes a return entry on its own goroutine (best effort: what is
-// not returned expires).
+// send queues returns for the fetcher, which writes every return queued
+// meanwhile in one entry (best effort: what is not returned expires).
+// Called with mu held.
 func (h *holder) send(items []fsm.ReturnItem) {
 	if len(items) == 0 {
 		return
 	}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), h.applyTimeout)
-		defer cancel()
-		h.lender.Returns(ctx, h.id, items) // best effort: unreturned units expire
-	}()
+	h.returns = append(h.returns, items...)
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sendReturns writes the queued returns, up to maxGrantItems per entry.
+func (h *holder) sendReturns() {
+	for {
+		h.mu.Lock()
+		items := h.returns
+		if len(items) > maxGrantItems {
+			items, h.returns = items[:maxGrantItems:maxGrantItems], items[maxGrantItems:]
+		} else {
+			h.returns = nil
+		}
+		h.mu.Unlock()
+		if len(items) == 0 {
+			return
+		}
+		select {
+		case h.sem <- struct{}{}:
+		case <-h.stop:
+			return // unreturned units expire
+		}
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			defer func() { <-h.sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), h.applyTimeout)
+			defer cancel()
+			h.lender.Returns(ctx, h.id, items) // best effort: unreturned units expire
+		}()
+	}
 }
 
 // LeaseStats is what one node holds of leased policies' budgets: totals,
