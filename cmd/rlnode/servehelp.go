@@ -23,7 +23,7 @@ var serveFlagGroups = []struct {
 		"leave-on-shutdown", "max-clock-offset"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
 		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
-		"raft-max-pending", "http-max-conns", "http-max-conns-per-ip", "grpc-max-streams-per-conn", "grpc-max-streams",
+		"raft-max-pending", "raft-max-conns", "http-max-conns", "http-max-conns-per-ip", "grpc-max-streams-per-conn", "grpc-max-streams",
 		"grpc-max-streams-per-credential", "pprof-addr"}},
 	{"tuning", []string{"snapshot-threshold", "snapshot-interval", "trailing-logs", "max-batch", "max-inflight",
 		"max-forward-inflight", "lease-hot-hits", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
