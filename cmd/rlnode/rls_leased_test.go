@@ -12,6 +12,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
@@ -43,6 +44,19 @@ func TestLeasedEnvoyConfigAnswersFromLeases(t *testing.T) {
 		return nil
 	})
 	c := rig.clients["follower"]
+	// The follower's rate limit service matches the descriptor once its
+	// tree has the new policies (a look with hits_addend 0 counts nothing).
+	proctest.Poll(t, 10*time.Second, func() error {
+		look := desc("api", "tenant-1")
+		look.HitsAddend = wrapperspb.UInt64(0)
+		ctx, cancel := context.WithTimeout(authed(), 5*time.Second)
+		defer cancel()
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "hot", Descriptors: []*commonv3.RateLimitDescriptor{look}})
+		if err != nil || len(resp.GetStatuses()) != 1 || resp.GetStatuses()[0].GetCurrentLimit() == nil {
+			return fmt.Errorf("the follower does not match the descriptor yet: %v %v", resp, err)
+		}
+		return nil
+	})
 	allowed := 0
 	for i := range 300 {
 		ctx, cancel := context.WithTimeout(authed(), 10*time.Second)
