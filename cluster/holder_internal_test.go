@@ -247,3 +247,38 @@ func TestNodeHolderTakesRefundsIntoItsGrants(t *testing.T) {
 		t.Fatalf("refund gave %v: available %d -> %d of %d granted; want the spent units back, no more", got, before, after, granted)
 	}
 }
+
+// A busy commit path lowers the hot-key threshold, so warm keys get
+// leases; a quiet one restores it. (Failed with the sweep not setting the
+// threshold.)
+func TestBusyLogLowersTheHotThreshold(t *testing.T) {
+	h, clk, _ := testHolder(t, 1000)
+	h.hotHits = 20
+	h.tracker.SetThreshold(20)
+	clk.move(time.Second, time.Second)
+	h.countLog(5000) // 5,000 hits/s through the log: busy
+	h.sweep()
+	h.mu.Lock()
+	busy := h.tracker.Threshold()
+	h.mu.Unlock()
+	if busy != warmHits {
+		t.Fatalf("threshold %d after 5,000 log hits/s, want the warm %d", busy, warmHits)
+	}
+	warm := Hit{Policy: "leased", Client: "warm", Cost: 1}
+	h.decide([]Hit{warm})
+	h.decide([]Hit{warm})
+	h.mu.Lock()
+	_, held := h.keys[keyID{"leased", "warm"}]
+	h.mu.Unlock()
+	if !held {
+		t.Fatal("a key with 2 hits is not leased on a busy log")
+	}
+	clk.move(time.Second, time.Second)
+	h.sweep() // no log hits since: quiet
+	h.mu.Lock()
+	quiet := h.tracker.Threshold()
+	h.mu.Unlock()
+	if quiet != 20 {
+		t.Fatalf("threshold %d on a quiet log, want 20", quiet)
+	}
+}
