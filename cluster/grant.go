@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/window"
@@ -143,7 +145,9 @@ func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 // Grants lends units of several keys to one holder in one entry (a node
 // prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
 // is unknown or not leased (Units 0).
-func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
+func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) (_ []Grant, err error) {
+	ctx, span := n.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
+	defer func() { fail(span, err); span.End() }()
 	if err := validateGrants(holder, lease, items); err != nil {
 		return nil, notCounted(nil, err)
 	}
@@ -153,7 +157,8 @@ func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, i
 	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
 	wire, err := opGrant.retrying(ctx, n, req, n.cfg.ApplyTimeout)
 	if err == nil && len(wire.Grants) != len(items) {
-		return nil, outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
+		err = outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
+		return nil, err
 	}
 	return wire.Grants, err
 }
@@ -375,4 +380,14 @@ var (
 func (n *Node) mountLeaseOps(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
 	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
+}
+
+// leaseError sorts a failed lease-family write (permits and reservations
+// use it in their own loop) the way the leader-operation rule does:
+// a *HitError, not counted or outcome unknown; nil stays nil.
+func leaseError(err error) error {
+	if he := opError(err); he != nil {
+		return he
+	}
+	return nil
 }
