@@ -64,7 +64,8 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 // path that write the log (a grant, a return): run op until it succeeds
 // or fails otherwise than not counted, or budget (or ctx) ends; an
 // operation that never reached the log (no leader, the leader moved, the
-// dial failed, the clock was off) is asked of the next leader. Failures
+// dial failed, the clock was off) is asked of the next leader (not of a
+// node that says it was removed: not_member is final). Failures
 // have the hit path's shape: a *HitError, not counted or outcome unknown.
 func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, budget time.Duration) (Resp, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
@@ -75,7 +76,7 @@ func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, bu
 		if he == nil {
 			return resp, nil
 		}
-		if !errors.Is(he, ErrNotCounted) || errors.Is(he, ErrUnknownPolicy) {
+		if !errors.Is(he, ErrNotCounted) || errors.Is(he, ErrUnknownPolicy) || errors.Is(he, ErrNotMember) {
 			return resp, he
 		}
 		select {
@@ -107,7 +108,7 @@ func opError(err error) *HitError {
 			reason = ErrNoLeader
 		}
 		return notCounted(reason, err)
-	case errors.Is(err, ErrNotCounted), errors.Is(err, ErrClockSkew), isDialError(err):
+	case errors.Is(err, ErrNotCounted), errors.Is(err, ErrNotMember), errors.Is(err, ErrClockSkew), isDialError(err):
 		return notCounted(nil, err)
 	case errors.As(err, &hte) && hte.Status/100 == 4:
 		return notCounted(nil, err)
@@ -307,6 +308,10 @@ var errorCodes = []struct {
 	{ErrNotEmpty, "not_empty", http.StatusConflict},
 	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},
 	{errMalformed, "invalid_request", http.StatusBadRequest},
+	// A leader refusing a removed node: 403 as before this code existed
+	// (an older sender takes it as a definite refusal, nothing counted);
+	// the sender answers its own callers 503 not_member.
+	{ErrNotMember, "not_member", http.StatusForbidden},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
 	{ErrNotFound, "not_found", http.StatusNotFound},
