@@ -84,13 +84,16 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration)
 	if err := fsm.ValidateCost(hit.Cost); err != nil {
 		return res, notCounted(nil, err)
 	}
-	if n.holder != nil && res.Known && res.Policy.IsLeased() {
-		one := [1]Hit{hit}
-		if r, ok := n.holder.decide(one[:]); ok {
-			n.recordTop(r)
-			res.CheckResult = r
-			return res, nil
+	if n.holder != nil {
+		if res.Known && res.Policy.IsLeased() {
+			one := [1]Hit{hit}
+			if r, ok := n.holder.decide(one[:]); ok {
+				n.recordTop(r)
+				res.CheckResult = r
+				return res, nil
+			}
 		}
+		n.holder.countLog(1) // as CheckAll: every hit through the log
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
