@@ -82,7 +82,7 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 		}
 	}
 	if n.holder != nil {
-		if res, ok := n.holder.decide(hits); ok {
+		if res, ok := n.holder.decide(hits, nil); ok {
 			n.recordTop(res)
 			return res, nil
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
 )
 
 // ValidHit is a hit whose client id and policy name passed ValidateHit, so
@@ -41,7 +42,10 @@ func ValidateHit(policyName, client string, cost int64) (ValidHit, error) {
 }
 
 // OneResult is the decision on one hit, with what this node's table says
-// of its policy, so a front end words its answer without asking again.
+// of its policy, so a front end words its answer without asking again. It
+// carries room for a local decision's slices: a caller that reuses one
+// (a pool) decides a hot leased key without allocating. Its slices are
+// valid until it is reused.
 type OneResult struct {
 	CheckResult
 	// Policy is the hit's policy in this node's table, when Known.
@@ -53,6 +57,33 @@ type OneResult struct {
 	// for a concurrency policy (Policy.IsConcurrency: it takes permits).
 	NeverAllowed bool
 	Beyond       int
+
+	buf resultBuf
+}
+
+// resultBuf is room for one hit's result and its limits' parts; the
+// holder takes slices from it instead of allocating. A nil one, or a
+// request beyond its room, allocates.
+type resultBuf struct {
+	hits  [1]HitResult
+	parts [policy.MaxLimits]window.Result
+	used  int
+}
+
+func (b *resultBuf) hitResults(n int) []HitResult {
+	if b == nil || n > len(b.hits) {
+		return make([]HitResult, n)
+	}
+	return b.hits[:n:n]
+}
+
+func (b *resultBuf) results(n int) []window.Result {
+	if b == nil || b.used+n > len(b.parts) {
+		return make([]window.Result, n)
+	}
+	s := b.parts[b.used : b.used+n : b.used+n]
+	b.used += n
+	return s
 }
 
 // errNotValidated answers a zero ValidHit.
@@ -65,32 +96,32 @@ var errNotValidated = errors.New("hit was not validated (cluster.ValidateHit)")
 // a leased policy is decided from the lease this node holds, without a
 // context or timer; everything else goes through the log within timeout
 // (none if 0). Errors are *HitError, as CheckAll's.
-func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration) (OneResult, error) {
-	var res OneResult
+func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration, res *OneResult) error {
+	*res = OneResult{}
 	hit := vh.hit
 	if hit.Client == "" {
-		return res, notCounted(nil, errNotValidated)
+		return notCounted(nil, errNotValidated)
 	}
 	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
 	if res.Known && res.Policy.IsConcurrency() {
-		return res, nil // permits, not hits: the caller says so
+		return nil // permits, not hits: the caller says so
 	}
 	if res.Known {
 		if i, never := res.Policy.NeverAllows(hit.Cost); never {
 			res.NeverAllowed, res.Beyond = true, i
-			return res, nil
+			return nil
 		}
 	}
 	if err := fsm.ValidateCost(hit.Cost); err != nil {
-		return res, notCounted(nil, err)
+		return notCounted(nil, err)
 	}
 	if n.holder != nil {
 		if res.Known && res.Policy.IsLeased() {
 			one := [1]Hit{hit}
-			if r, ok := n.holder.decide(one[:]); ok {
+			if r, ok := n.holder.decide(one[:], &res.buf); ok {
 				n.recordTop(r)
 				res.CheckResult = r
-				return res, nil
+				return nil
 			}
 		}
 		n.holder.countLog(1) // as CheckAll: every hit through the log
@@ -105,5 +136,5 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration)
 		n.recordTop(o.res)
 	}
 	res.CheckResult = o.res
-	return res, o.err
+	return o.err
 }

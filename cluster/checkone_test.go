@@ -29,7 +29,9 @@ func TestCheckOneIsOneCallPerHit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ValidateHit(%q, %q): %v", pol, client, err)
 		}
-		return n.CheckOne(ctx, hit, time.Second)
+		var res cluster.OneResult
+		err = n.CheckOne(ctx, hit, time.Second, &res)
+		return res, err
 	}
 
 	before := n.Status().LastLogIndex
@@ -59,7 +61,7 @@ func TestCheckOneIsOneCallPerHit(t *testing.T) {
 		t.Fatalf("policy not in the table: %+v %v; want the log's unknown policy", res, err)
 	}
 
-	if _, err := n.CheckOne(ctx, cluster.ValidHit{}, time.Second); !errors.Is(err, cluster.ErrNotCounted) {
+	if err := n.CheckOne(ctx, cluster.ValidHit{}, time.Second, &res); !errors.Is(err, cluster.ErrNotCounted) {
 		t.Fatalf("zero ValidHit: %v; want not counted", err)
 	}
 	var ih *cluster.InvalidHitError

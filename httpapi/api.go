@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,8 +34,9 @@ import (
 // Limiter decides hits: the check API and forward-auth.
 type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
-	// CheckOne is the single checks' path (one call per request).
-	CheckOne(ctx context.Context, hit cluster.ValidHit, timeout time.Duration) (cluster.OneResult, error)
+	// CheckOne is the single checks' path (one call per request); the
+	// handler lends the result from a pool.
+	CheckOne(ctx context.Context, hit cluster.ValidHit, timeout time.Duration, res *cluster.OneResult) error
 	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
 }
 
@@ -131,6 +133,7 @@ type API struct {
 	draining atomic.Bool
 	holders  *holderGrants
 	answers  *answerBufs
+	results  sync.Pool // of *cluster.OneResult
 }
 
 // New builds the router.

@@ -154,7 +154,13 @@ type oneCheck struct {
 // answer: 200, 422 when the cost can never be allowed, or a refusal with
 // Retry-After.
 func (a *API) decideOne(c *gin.Context, q oneCheck) {
-	res, err := a.cfg.Node.CheckOne(c.Request.Context(), q.hit, a.cfg.RequestTimeout)
+	res, _ := a.results.Get().(*cluster.OneResult)
+	if res == nil {
+		res = new(cluster.OneResult)
+	}
+	// Everything below is done with res (its slices) when this returns.
+	defer a.results.Put(res)
+	err := a.cfg.Node.CheckOne(c.Request.Context(), q.hit, a.cfg.RequestTimeout, res)
 	label := unknownLabel
 	if res.Known {
 		label = q.hit.Hit().Policy

@@ -44,21 +44,21 @@ func (f *fakeNode) Check(ctx context.Context, pol, client string, cost int64) (c
 
 // CheckOne answers as the node does: the cost pre-check against the
 // table, then the test's check.
-func (f *fakeNode) CheckOne(ctx context.Context, vh cluster.ValidHit, _ time.Duration) (cluster.OneResult, error) {
+func (f *fakeNode) CheckOne(ctx context.Context, vh cluster.ValidHit, _ time.Duration, res *cluster.OneResult) error {
 	hit := vh.Hit()
-	var res cluster.OneResult
+	*res = cluster.OneResult{}
 	res.Policy, res.Known = f.Policy(hit.Policy)
 	if res.Known && res.Policy.IsConcurrency() {
-		return res, nil
+		return nil
 	}
 	if res.Known {
 		if res.Beyond, res.NeverAllowed = res.Policy.NeverAllows(hit.Cost); res.NeverAllowed {
-			return res, nil
+			return nil
 		}
 	}
 	var err error
 	res.CheckResult, err = f.CheckAll(ctx, []cluster.Hit{hit})
-	return res, err
+	return err
 }
 
 func (f *fakeNode) CheckAll(_ context.Context, hits []cluster.Hit) (cluster.CheckResult, error) {
