@@ -72,3 +72,33 @@ func TestCheckOneIsOneCallPerHit(t *testing.T) {
 		t.Fatalf("bad client and bad policy: %v; want the client named first", err)
 	}
 }
+
+// TestCheckOneDecidesAHotLeasedKeyWithoutAllocating: with a result the
+// caller reuses, a hot leased key's local decision allocates nothing (the
+// average over many decisions, so the node's own background work, a grant
+// request now and then, does not count).
+func TestCheckOneDecidesAHotLeasedKeyWithoutAllocating(t *testing.T) {
+	c := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{leasedPolicy("lf", "fixed_window", policy.MaxLimit, time.Hour)}})
+	n := c.Leader(5 * time.Second)
+	hit, err := cluster.ValidateHit("lf", "hot", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var res cluster.OneResult
+	clustertest.Poll(t, 10*time.Second, func() error {
+		if err := n.CheckOne(ctx, hit, time.Second, &res); err != nil || res.Decided != cluster.DecidedLocal {
+			return errorf("hot leased key: decided %q, %v", res.Decided, err)
+		}
+		return nil
+	})
+	local := 0
+	allocs := testing.AllocsPerRun(2000, func() {
+		if n.CheckOne(ctx, hit, time.Second, &res) == nil && res.Decided == cluster.DecidedLocal {
+			local++
+		}
+	})
+	if local < 1900 || allocs != 0 {
+		t.Fatalf("%d of 2001 decided locally, %v allocations per decision; want nearly all local and none", local, allocs)
+	}
+}
