@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rlnode/rlnode/client"
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/httpapi/apitest"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // freezer stands in for SIGSTOP on a node as its clients see it: while an
@@ -181,4 +183,53 @@ func TestCheckSkipsAHungNode(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// When the cluster does not answer, callers waiting on a grant fetch that
+// another caller started get an error (the middleware's fail mode then
+// decides), never a refusal: before, every caller but the one that started
+// the fetch got Allowed=false with no error.
+func TestLocalFailedFetchIsAnErrorToWaiters(t *testing.T) {
+	cl := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{leased("api", 1000, time.Minute)}})
+	cl.Leader(10 * time.Second)
+	cl.WaitConverged(10 * time.Second)
+	f := newFreezer(t)
+	var addrs []string
+	for _, n := range cl.Nodes {
+		addrs = append(addrs, n.HTTPAddr)
+		f.freeze(n.HTTPAddr, true)
+	}
+	var mu sync.Mutex
+	c := newClient(t, client.Config{Addrs: addrs, Timeout: 600 * time.Millisecond, AttemptTimeout: 100 * time.Millisecond,
+		Transport: f.transport(map[string]int{}, &mu)})
+	l, err := client.NewLocal(c, client.LocalConfig{HotAfter: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Close(ctx)
+	})
+	var wg sync.WaitGroup
+	var refused, errs atomic.Int32
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := l.Allow(context.Background(), "api", "k")
+			switch {
+			case err != nil:
+				errs.Add(1)
+			case !r.Allowed:
+				refused.Add(1)
+			default:
+				t.Errorf("allowed with every node hung: %+v", r)
+			}
+		}()
+	}
+	wg.Wait()
+	if refused.Load() > 0 {
+		t.Fatalf("%d of 8 callers were refused (Allowed=false) because a grant fetch failed; want errors (%d were)", refused.Load(), errs.Load())
+	}
 }
