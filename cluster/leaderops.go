@@ -37,6 +37,11 @@ type leaderOp[Req, Resp any] struct {
 	// wait says a caller may wait briefly for a leader to be elected (an
 	// admin call); reads fail at once when none is known.
 	wait bool
+	// bounded: a forward of op that the leader does not answer within
+	// GrantAttemptTimeout fails fast, and the next waits for a new leader
+	// (attempt.go); only for an operation whose lost answer can only
+	// under-admit (a grant).
+	bounded bool
 }
 
 func (op leaderOp[Req, Resp]) path() string { return leaderPrefix + op.name }
@@ -51,6 +56,12 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, e
 	}
 	if n.IsLeader() {
 		return op.run(n, ctx, req)
+	}
+	if op.bounded {
+		err := n.forwardBounded(ctx, func(ctx context.Context) error {
+			return n.fwd.call(ctx, op.wait, op.path(), req, &resp)
+		})
+		return resp, err
 	}
 	err := n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 	return resp, err
