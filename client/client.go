@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,11 +69,13 @@ type Client struct {
 	scheme string
 	http   *http.Client
 	health *health
+	auth   []string // the Authorization header's value, nil without a token
 
 	mu        sync.Mutex
 	seeds     []string
 	members   []string // host:port, leader first when known
 	next      int      // index of the member to try first
+	ordered   []string // members from next on (order), nil when stale
 	refreshed time.Time
 }
 
@@ -118,17 +121,24 @@ func New(cfg Config) (*Client, error) {
 	rt := cfg.Transport
 	if rt == nil {
 		rt = &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSClientConfig:     cfg.TLS,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 64,
+			Proxy:           nil,
+			DialContext:     (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig: cfg.TLS,
+			// Every caller in flight holds a connection: keep as many
+			// idle as parallel callers use, or each burst past the idle
+			// cap dials (and later closes) connections of its own.
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 512,
 			IdleConnTimeout:     90 * time.Second,
 			ForceAttemptHTTP2:   cfg.TLS != nil,
 		}
 	}
-	return &Client{cfg: cfg, scheme: scheme, http: &http.Client{Transport: rt}, health: newHealth(),
-		seeds: seeds, members: append([]string(nil), seeds...)}, nil
+	c := &Client{cfg: cfg, scheme: scheme, http: &http.Client{Transport: rt}, health: newHealth(),
+		seeds: seeds, members: append([]string(nil), seeds...)}
+	if cfg.Token != "" {
+		c.auth = []string{"Bearer " + cfg.Token}
+	}
+	return c, nil
 }
 
 // Close stops the probes of nodes that did not answer and releases idle
@@ -140,23 +150,33 @@ func (c *Client) Close() {
 
 // Members returns the node addresses the client currently knows, the one it
 // will try first at the front.
-func (c *Client) Members() []string {
+func (c *Client) Members() []string { return slices.Clone(c.order()) }
+
+// order is Members without the copy: the caller must not change it. It is
+// rebuilt only when the members or the first one change, so a call costs
+// no allocation here.
+func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.members))
-	for i := range c.members {
-		out = append(out, c.members[(c.next+i)%len(c.members)])
+	if c.ordered == nil {
+		c.ordered = make([]string, 0, len(c.members))
+		for i := range c.members {
+			c.ordered = append(c.ordered, c.members[(c.next+i)%len(c.members)])
+		}
 	}
-	return out
+	return c.ordered
 }
 
 // worked remembers a node that answered, so the next call starts there.
 func (c *Client) worked(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.members) > 0 && c.members[c.next] == addr {
+		return
+	}
 	for i, m := range c.members {
 		if m == addr {
-			c.next = i
+			c.next, c.ordered = i, nil
 			return
 		}
 	}
@@ -218,7 +238,7 @@ func (c *Client) refresh(ctx context.Context, force bool) {
 			continue
 		}
 		c.mu.Lock()
-		c.members, c.next = members, 0
+		c.members, c.next, c.ordered = members, 0, nil
 		c.mu.Unlock()
 		return
 	}
@@ -304,7 +324,7 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, ok 
 			}
 		}
 		c.refresh(ctx, true)
-		if len(answered) >= len(c.Members()) {
+		if len(answered) >= len(c.order()) {
 			return answer{}, c.worst(answered, unknown, last)
 		}
 		select {
@@ -323,7 +343,7 @@ func (c *Client) worst(answered map[string]error, unknown, last error) error {
 	if unknown != nil {
 		return unknown
 	}
-	for _, addr := range c.Members() {
+	for _, addr := range c.order() {
 		if err := answered[addr]; err != nil && errors.Is(err, ErrNoLeader) {
 			return err
 		}
@@ -361,13 +381,15 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 	if body != nil {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = acceptJSON
 	} else if method != http.MethodGet || strings.HasPrefix(path, "/check") {
 		req.Body = noReplay{}
 	}
-	req.Header.Set("Accept", "application/json")
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	// Canonical keys set directly: no canonicalizing per call; the value
+	// slices are shared and never changed.
+	req.Header["Accept"] = acceptJSON
+	if c.auth != nil {
+		req.Header["Authorization"] = c.auth
 	}
 	resp, err := c.http.Do(req)
 	wrote := sent.Load()
@@ -429,6 +451,8 @@ func (c *Client) hungError(addr string, wrote bool, err error) *Error {
 	return &Error{Node: addr, kind: kind, hung: true,
 		cause: fmt.Errorf("no answer within the attempt budget of %s: %w", c.cfg.AttemptTimeout, err)}
 }
+
+var acceptJSON = []string{"application/json"}
 
 // noReplay is an empty request body net/http cannot rewind.
 type noReplay struct{}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -140,12 +141,12 @@ func (c *Client) attemptContext(ctx context.Context) (context.Context, context.C
 // ruled out is down, the down ones (one of them may be back before its
 // probe noticed). skip rules nodes out for this call.
 func (c *Client) candidates(skip func(addr string) bool) []string {
-	members := c.Members()
+	members := c.order()
 	if !c.health.anyDown() {
-		if skip == nil {
+		if skip == nil || !slices.ContainsFunc(members, skip) {
 			return members
 		}
-		out := members[:0]
+		var out []string
 		for _, m := range members {
 			if !skip(m) {
 				out = append(out, m)
