@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/rlnode/rlnode/internal/problem"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -47,8 +49,9 @@ type leaderOp[Req, Resp any] struct {
 func (op leaderOp[Req, Resp]) path() string { return leaderPrefix + op.name }
 
 // do applies the rule for a caller of this node.
-func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, error) {
-	var resp Resp
+func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Resp, err error) {
+	ctx, span := n.tracer.start(ctx, "rlnode.leader_op", attribute.String("rlnode.op", op.name))
+	defer func() { fail(span, err); span.End() }()
 	if op.check != nil {
 		if err := op.check(req); err != nil {
 			return resp, err
@@ -58,12 +61,12 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, e
 		return op.run(n, ctx, req)
 	}
 	if op.bounded {
-		err := n.forwardBounded(ctx, func(ctx context.Context) error {
+		err = n.forwardBounded(ctx, func(ctx context.Context) error {
 			return n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 		})
 		return resp, err
 	}
-	err := n.fwd.call(ctx, op.wait, op.path(), req, &resp)
+	err = n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 	return resp, err
 }
 
@@ -261,6 +264,10 @@ var errorCodes = []struct {
 	{errMalformed, "invalid_request", http.StatusBadRequest},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
+	{ErrNotFound, "not_found", http.StatusNotFound},
+	{ErrAlreadySettled, "already_settled", http.StatusConflict},
+	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
+	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 }
 
 // writeError answers err as a problem document naming its cluster errors.
