@@ -10,8 +10,20 @@
 //
 // Calls that certainly did not count (no leader, a node that could not be
 // reached, a node that was not ready) are retried on the other nodes until
-// Config.Timeout. A call whose outcome is unknown is never retried: it
-// returns an error matching ErrOutcomeUnknown and the caller decides.
+// Config.Timeout. A call whose outcome a node reported as unknown (it
+// answered so, or the connection broke after the request left) is never
+// retried: it returns an error matching ErrOutcomeUnknown and the caller
+// decides.
+//
+// A node that answers nothing within Config.AttemptTimeout (default 300ms:
+// a stopped process, a frozen VM) is skipped for the next node, and later
+// calls leave it alone until it answers a probe of its /livez again (Close
+// stops the probes). A check such a node later decides too counts twice,
+// and a grant it made lapses unspent: under-admission, never over. The
+// last node left to try keeps the call's whole time.
+//
+// The Client keeps idle keep-alive connections for up to 512 parallel
+// callers per node; make one Client per process and share it.
 package client
 
 import (
@@ -51,12 +63,12 @@ type Config struct {
 	// failure).
 	RefreshInterval time.Duration
 	// AttemptTimeout bounds how long one node may take to answer one
-	// attempt before the call goes on to the next node (default 300ms,
-	// well under Timeout; negative: no bound but Timeout). A node that
-	// did not answer in time, or refused the connection, is skipped by
-	// later calls until it answers a probe again (see Config docs in the
-	// package comment: a check sent to a node that then hung may count
-	// there as well as on the node that answered: the safe side).
+	// attempt while another node is left to try (default 300ms, well
+	// under Timeout; negative: no bound but Timeout). A node that did not
+	// answer in time, or refused the connection, is skipped by later
+	// calls until it answers a probe again. A check sent to a node that
+	// then hung may count there as well as on the node that answered: the
+	// safe side. Keep it above the slowest healthy answer.
 	AttemptTimeout time.Duration
 	// Transport replaces the client's own pooled transport (tests, proxies).
 	Transport http.RoundTripper
