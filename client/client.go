@@ -300,9 +300,8 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, ok 
 	backoff := 10 * time.Millisecond
 	var answered map[string]error
 	var last, unknown error
-	skip := func(addr string) bool { return answered[addr] != nil }
 	for {
-		try := c.candidates(skip)
+		try := c.candidates(answered)
 		if len(try) == 0 {
 			return answer{}, c.worst(answered, unknown, last)
 		}
@@ -427,7 +426,7 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 	}
 	defer resp.Body.Close()
 	a.status, a.header = resp.StatusCode, resp.Header
-	a.body, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	a.body, err = readAnswer(resp)
 	if err != nil {
 		if c.hung(ctx, actx) {
 			return a, c.hungError(addr, true, err)
@@ -465,6 +464,20 @@ func (c *Client) hungError(addr string, wrote bool, err error) *Error {
 }
 
 var acceptJSON = []string{"application/json"}
+
+// maxAnswer bounds an answer's body.
+const maxAnswer = 4 << 20
+
+// readAnswer reads an answer's body, in one allocation of its size when
+// the node sent a Content-Length (every rlnode answer does).
+func readAnswer(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxAnswer {
+		b := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, b)
+		return b, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+}
 
 // noReplay is an empty request body net/http cannot rewind.
 type noReplay struct{}

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 )
@@ -139,25 +138,16 @@ func (c *Client) attemptContext(ctx context.Context) (context.Context, context.C
 // candidates lists the nodes a call may try now, in order: the ones that
 // are up (the one that last answered first), else, when every node not yet
 // ruled out is down, the down ones (one of them may be back before its
-// probe noticed). skip rules nodes out for this call.
-func (c *Client) candidates(skip func(addr string) bool) []string {
+// probe noticed). Nodes in answered are ruled out for this call.
+func (c *Client) candidates(answered map[string]error) []string {
 	members := c.order()
-	if !c.health.anyDown() {
-		if skip == nil || !slices.ContainsFunc(members, skip) {
-			return members
-		}
-		var out []string
-		for _, m := range members {
-			if !skip(m) {
-				out = append(out, m)
-			}
-		}
-		return out
+	if !c.health.anyDown() && len(answered) == 0 {
+		return members
 	}
 	var up, down []string
 	for _, m := range members {
 		switch {
-		case skip != nil && skip(m):
+		case answered[m] != nil:
 		case c.health.isDown(m):
 			down = append(down, m)
 		default:
