@@ -142,7 +142,10 @@ func New(cfg Config) (*Client, error) {
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 512,
 			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   cfg.TLS != nil,
+			// Answers are a few hundred bytes and never compressed: no
+			// Accept-Encoding to send, no gzip check per answer.
+			DisableCompression: true,
+			ForceAttemptHTTP2:  cfg.TLS != nil,
 		}
 	}
 	c := &Client{cfg: cfg, scheme: scheme, http: &http.Client{Transport: rt}, health: newHealth(),
