@@ -95,7 +95,9 @@ var errNotValidated = errors.New("hit was not validated (cluster.ValidateHit)")
 // when the table here has not caught up with a new policy); a hot key of
 // a leased policy is decided from the lease this node holds, without a
 // context or timer; everything else goes through the log within timeout
-// (none if 0). Errors are *HitError, as CheckAll's.
+// (none if 0). A hit of a concurrency policy is not counted (res says
+// whose it is). res is reset and filled; reuse it for the next check once
+// done with this one. Errors are *HitError, as CheckAll's.
 func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration, res *OneResult) error {
 	*res = OneResult{}
 	hit := vh.hit
