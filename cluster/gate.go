@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -32,34 +35,139 @@ func (e *UpgradingError) Unwrap() error { return ErrClusterUpgrading }
 
 // RequireFormat returns nil when every voter can apply entries of format
 // need, else an *UpgradingError. Call it on the leader, before the log,
-// for any write that needs more than fsm.OldestFormat.
+// for any write that needs more than fsm.OldestFormat. Before it lets
+// such a write through it records the format in the data dir
+// (storage.RaiseFormat), so a build too old for what follows refuses
+// this dir instead of halting on it.
 func (n *Node) RequireFormat(need fsm.Format) error {
 	if need <= fsm.OldestFormat {
 		return nil
 	}
-	eff, behind := n.effectiveFormat()
+	eff, members := n.effectiveFormat()
 	if need <= eff {
-		return nil
+		return n.raiseFormat(eff)
+	}
+	var behind []string
+	for _, m := range members {
+		if m.Format < need {
+			behind = append(behind, m.ID)
+		}
 	}
 	return &UpgradingError{Need: need, Effective: eff, Behind: behind}
 }
 
-// effectiveFormat is the lowest format any voter supports, and the voters
-// below the newest. Until voters report their formats (the version gate's
-// work), every other voter is unknown and counts as old.
-func (n *Node) effectiveFormat() (fsm.Format, []string) {
+// MemberFormat is one server's release and log format as this node last
+// heard them (with its clock reading, at most clockReadingTTL ago);
+// Format 0 means unknown: not heard from, or a release that does not
+// report it, and counts as fsm.OldestFormat.
+type MemberFormat struct {
+	ID      string     `json:"id"`
+	Version string     `json:"version,omitempty"`
+	Format  fsm.Format `json:"format"`
+}
+
+// format is the log format this node applies and reports.
+func (n *Node) format() fsm.Format {
+	if n.cfg.Format != 0 {
+		return n.cfg.Format
+	}
+	return fsm.CurrentFormat
+}
+
+// effectiveFormat is the lowest format any server of the configuration
+// supports (a server whose format is unknown counts as
+// fsm.OldestFormat), and each server's. Non-voters count too: they apply
+// the same log. With the configuration unreadable it is
+// fsm.OldestFormat.
+func (n *Node) effectiveFormat() (fsm.Format, []MemberFormat) {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
-		return fsm.OldestFormat, []string{"(configuration unknown)"}
+		return fsm.OldestFormat, []MemberFormat{{ID: "(configuration unknown)"}}
 	}
-	var behind []string
+	eff := n.format()
+	var members []MemberFormat
 	for _, s := range cf.Configuration().Servers {
-		if s.Suffrage == 0 && string(s.ID) != n.cfg.ID { // raft.Voter
-			behind = append(behind, string(s.ID))
+		m := MemberFormat{ID: string(s.ID)}
+		if m.ID == n.cfg.ID {
+			m.Version, m.Format = n.cfg.Version, n.format()
+		} else if pf, ok := n.formats.get(m.ID); ok {
+			m.Version, m.Format = pf.version, pf.format
 		}
+		members = append(members, m)
+		eff = min(eff, max(m.Format, fsm.OldestFormat))
 	}
-	if len(behind) == 0 {
-		return fsm.CurrentFormat, nil
+	return eff, members
+}
+
+// MemberFormats is every server's release and format as this node knows
+// them, and the cluster's effective format (the version gate's view).
+func (n *Node) MemberFormats() (fsm.Format, []MemberFormat) { return n.effectiveFormat() }
+
+// raiseFormat records in the data dir that it may hold entries of format
+// f (never lowering it); the first raise past what the dir records logs
+// once.
+func (n *Node) raiseFormat(f fsm.Format) error {
+	if f <= fsm.Format(n.formatMark.Load()) {
+		return nil
 	}
-	return fsm.OldestFormat, behind
+	n.formatMu.Lock()
+	defer n.formatMu.Unlock()
+	if f <= fsm.Format(n.formatMark.Load()) {
+		return nil
+	}
+	if err := storage.RaiseFormat(n.cfg.DataDir, f, n.cfg.Version); err != nil {
+		return fmt.Errorf("record log format %d in the data dir: %w", f, err)
+	}
+	n.formatMark.Store(uint32(f))
+	n.log.Info("every member runs a release that applies this log format: features that need it are open", "format", f)
+	return nil
+}
+
+// noteClusterFormat raises the data dir's format once every member
+// reports a newer one (the clock check's goroutine, after each round of
+// readings), so followers record it too, not only a leader that lets a
+// gated write through.
+func (n *Node) noteClusterFormat() {
+	eff, _ := n.effectiveFormat()
+	if err := n.raiseFormat(eff); err != nil {
+		n.log.Warn("version gate", "error", err)
+	}
+}
+
+// peerFormats are the releases and formats peers reported with their
+// clock readings (clockcheck.go). A reading older than clockReadingTTL is
+// forgotten: a server not heard from counts as old.
+type peerFormats struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	seen map[string]peerFormat
+}
+
+type peerFormat struct {
+	version string
+	format  fsm.Format
+	at      time.Time
+}
+
+func newPeerFormats(now func() time.Time) *peerFormats {
+	return &peerFormats{now: now, seen: map[string]peerFormat{}}
+}
+
+// record keeps what a reading said (a reading without a format, from an
+// older release, records it as unknown).
+func (p *peerFormats) record(rd ClockReading) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen[rd.ID] = peerFormat{version: rd.Version, format: rd.Format, at: p.now()}
+}
+
+// get is id's last report if recent.
+func (p *peerFormats) get(id string) (peerFormat, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pf, ok := p.seen[id]
+	if !ok || p.now().Sub(pf.at) > clockReadingTTL {
+		return peerFormat{}, false
+	}
+	return pf, true
 }

@@ -47,6 +47,11 @@ type Node struct {
 	peerIPs    atomic.Pointer[map[string]bool]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck clockCheck
+	formats    *peerFormats // members' formats, for the version gate
+	// formatMark is the format the data dir records (storage.FormatFile);
+	// formatMu makes raising it one step.
+	formatMark atomic.Uint32
+	formatMu   sync.Mutex
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
@@ -88,6 +93,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
+	n.formats = newPeerFormats(time.Now)
 	n.fwd = newForwarder(cfg, n, n.stop)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.requireNode(n.internalMux())
@@ -114,11 +120,17 @@ func Open(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log})
+	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log,
+		Reads: n.format(), Version: cfg.Version})
 	if err != nil {
 		return err
 	}
 	n.data = data
+	mark, _, err := storage.ReadFormat(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	n.formatMark.Store(uint32(mark))
 	n.peerAddrs = loadPeerAddrs(cfg.DataDir)
 	if err := n.openTransport(); err != nil {
 		return err
@@ -378,6 +390,13 @@ type Status struct {
 	// Waiting, on a node that belongs to no cluster yet, says what it
 	// waits for (the nodes --bootstrap-expect has not met, a join).
 	Waiting string `json:"waiting,omitempty"`
+	// Version is this node's release and Format the newest log format
+	// it applies (both absent from releases before formats were
+	// reported); ClusterFormat is the cluster's effective format as this
+	// node sees it (the version gate: the lowest any voter reports).
+	Version       string     `json:"version,omitempty"`
+	Format        fsm.Format `json:"format,omitempty"`
+	ClusterFormat fsm.Format `json:"clusterFormat,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -397,6 +416,8 @@ func (n *Node) Status() Status {
 		ClockOffsetMs: n.clock.debugOffset.Load(),
 		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
+	s.Version, s.Format = n.cfg.Version, n.format()
+	s.ClusterFormat, _ = n.effectiveFormat()
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}

@@ -26,6 +26,11 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (string, error) {
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
+	// The node asked checks the gate too: a leader of an older release
+	// has no gate and might misread what it does not know.
+	if err := n.RequireFormat(fsm.PolicyFormat(p)); err != nil {
+		return "", fmt.Errorf("set policy %s: %w", p.Name, err)
+	}
 	res, err := opSetPolicy.do(ctx, n, p)
 	return res.Result, err
 }
@@ -61,6 +66,9 @@ type TableChange struct {
 // policies are added or changed (open windows kept), every other policy is
 // deleted with its windows. On a follower it goes to the leader.
 func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy) (TableChange, error) {
+	if err := n.RequireFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
+		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
+	}
 	return opReplacePolicies.do(ctx, n, policiesResult{Policies: ps})
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cluster/transport"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -57,6 +58,9 @@ type Options struct {
 	// MaxClockOffset is the nodes' clock discipline bound (0: default);
 	// tests of a deliberately skewed leader lift it.
 	MaxClockOffset time.Duration
+	// Formats, by node id ("n3"), is the log format a node reports from
+	// its first start (Node.Format); others report the current one.
+	Formats map[string]fsm.Format
 }
 
 func (o *Options) defaults() {
@@ -95,6 +99,10 @@ type Node struct {
 	HTTPAddr string
 	// ClockOffset is applied when the node (re)starts.
 	ClockOffset time.Duration
+	// Format, when set, is the log format the node reports when it
+	// (re)starts: an older one stands in for a node of an older release
+	// in tests of the version gate.
+	Format fsm.Format
 
 	c      *Cluster
 	stream *faultStream
@@ -134,7 +142,7 @@ func (c *Cluster) AddNode(bootstrap bool) *Node {
 	c.mu.Lock()
 	id := fmt.Sprintf("n%d", len(c.Nodes)+1)
 	c.mu.Unlock()
-	n := &Node{ID: id, Dir: filepath.Join(c.dir, id), c: c}
+	n := &Node{ID: id, Dir: filepath.Join(c.dir, id), c: c, Format: c.opts.Formats[id]}
 	n.start(bootstrap)
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)
@@ -195,7 +203,7 @@ func (n *Node) start(bootstrap bool) {
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
-		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
+		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, Format: n.Format, MaxClockOffset: c.opts.MaxClockOffset,
 		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
 	})
 	if err != nil {
