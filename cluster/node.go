@@ -417,7 +417,7 @@ func (n *Node) Status() Status {
 		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
 	s.Version, s.Format = n.cfg.Version, n.format()
-	s.ClusterFormat, _ = n.effectiveFormat()
+	s.ClusterFormat = n.clusterFormat()
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
@@ -440,6 +440,8 @@ type Gauges struct {
 	// ClockSkewMs and ClockSkewed: see Status.
 	ClockSkewMs int64
 	ClockSkewed bool
+	// ClusterFormat: see Status.
+	ClusterFormat uint32
 }
 
 // Gauges returns the node's gauges without computing a digest.
@@ -447,7 +449,13 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load()}
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), ClusterFormat: uint32(n.clusterFormat())}
+}
+
+// clusterFormat is the cluster's effective format as this node sees it.
+func (n *Node) clusterFormat() fsm.Format {
+	f, _ := n.effectiveFormat()
+	return f
 }
 
 // Peer is one server of the Raft configuration.
