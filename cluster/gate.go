@@ -84,9 +84,15 @@ func (n *Node) effectiveFormat() (fsm.Format, []MemberFormat) {
 	if cf.Error() != nil {
 		return fsm.OldestFormat, []MemberFormat{{ID: "(configuration unknown)"}}
 	}
+	servers := cf.Configuration().Servers
+	if len(servers) == 0 {
+		// In no cluster yet: nothing is known, and nothing may be
+		// recorded in the data dir it will join with.
+		return fsm.OldestFormat, nil
+	}
 	eff := n.format()
 	var members []MemberFormat
-	for _, s := range cf.Configuration().Servers {
+	for _, s := range servers {
 		m := MemberFormat{ID: string(s.ID)}
 		if m.ID == n.cfg.ID {
 			m.Version, m.Format = n.cfg.Version, n.format()
@@ -133,6 +139,48 @@ func (n *Node) noteClusterFormat() {
 		n.log.Warn("version gate", "error", err)
 	}
 }
+
+// checkJoinerFormat refuses a server that cannot apply the log it would
+// receive: once this node's data dir records a format past the oldest
+// (every member ran it, so entries of it may be in the log), a joining
+// server must report at least that format on its clock endpoint (a
+// release before formats reports none and counts as the oldest).
+func (n *Node) checkJoinerFormat(j JoinRequest) error {
+	mark := fsm.Format(n.formatMark.Load())
+	if mark <= fsm.OldestFormat {
+		return nil
+	}
+	var have fsm.Format
+	if j.HTTPAddr != "" {
+		if rd, _, ok := n.readClock(j.HTTPAddr); ok && rd.ID == j.ID {
+			n.formats.record(rd)
+			have = rd.Format
+		}
+	}
+	if have >= mark {
+		return nil
+	}
+	return &JoinFormatError{ID: j.ID, Have: have, Need: mark}
+}
+
+// JoinFormatError refuses a join: the server runs a release older than
+// the log format the cluster may already hold. It is ErrConflict (409).
+type JoinFormatError struct {
+	ID   string
+	Have fsm.Format // 0: unknown (unreachable, or a release before formats)
+	Need fsm.Format
+}
+
+func (e *JoinFormatError) Error() string {
+	have := fmt.Sprintf("log format %d", e.Have)
+	if e.Have == 0 {
+		have = "a release that does not report its log format (or could not be asked at its HTTP address)"
+	}
+	return fmt.Sprintf("join %s: %v: the cluster's log may hold format %d entries and %s runs %s; upgrade it before it joins (docs/upgrading.md)",
+		e.ID, ErrConflict, e.Need, e.ID, have)
+}
+
+func (e *JoinFormatError) Unwrap() error { return ErrConflict }
 
 // peerFormats are the releases and formats peers reported with their
 // clock readings (clockcheck.go). A reading older than clockReadingTTL is

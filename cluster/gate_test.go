@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,14 +29,22 @@ func gateRefuses(n *clustertest.Node, behind ...string) error {
 	return nil
 }
 
-// TestVersionGateOpensWhenEveryMemberIsNew: a cluster with one node of the
-// previous format refuses writes that need the new one, on the leader and
+// TestVersionGateOpensWhenEveryMemberIsNew: a cluster of the previous
+// format upgraded but for one node refuses writes that need the new one, on the leader and
 // on followers, naming that node; once it restarts on the new format the
 // gate opens on every node without an operator step, and every data dir
-// records the new format, so rolling a node back is refused at start. A
-// member that goes silent counts as old again.
+// records the new format, so a node of the old format may not join and
+// rolling a node back is refused at start. A member that goes silent
+// counts as old again.
 func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Formats: map[string]fsm.Format{"n3": fsm.FormatR3}})
+	r3 := fsm.FormatR3
+	c := clustertest.Start(t, 3, clustertest.Options{Formats: map[string]fsm.Format{"n1": r3, "n2": r3, "n3": r3, "n4": r3}})
+	for _, n := range c.Nodes[:2] {
+		n.Stop()
+		n.Format = 0
+		n.Restart()
+	}
+	c.WaitReady(10 * time.Second)
 	old := c.Nodes[2]
 
 	for _, n := range c.Live() {
@@ -44,10 +53,10 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 			t.Fatalf("%s: status clusterFormat %d with %s old; want 3", n.ID, st.ClusterFormat, old.ID)
 		}
 	}
-	// n1 and n2 were a cluster of new nodes before n3 joined, and
-	// recorded format 4 then; the old node never records it.
-	if f, _, err := storage.ReadFormat(old.Dir); err != nil || f != fsm.FormatR3 {
-		t.Fatalf("%s: data dir records format %d (%v) on a format-3 node; want 3", old.ID, f, err)
+	for _, n := range c.Nodes {
+		if f, _, err := storage.ReadFormat(n.Dir); err != nil || f != fsm.FormatR3 {
+			t.Fatalf("%s: data dir records format %d (%v) while %s is old; want 3", n.ID, f, err, old.ID)
+		}
 	}
 	if _, members := c.Nodes[0].MemberFormats(); len(members) != 3 {
 		t.Fatalf("member formats: %+v", members)
@@ -69,12 +78,26 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 		t.Fatalf("status with every member new: format %d, clusterFormat %d; want %d", st.Format, st.ClusterFormat, fsm.CurrentFormat)
 	}
 
+	// A node of the old format may not join now: the log may hold
+	// format-4 entries it cannot apply.
+	stale := c.StartNode(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.Nodes[1].Join(ctx, cluster.JoinRequest{ID: stale.ID, RaftAddr: stale.RaftAddr, HTTPAddr: stale.HTTPAddr})
+	if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(fmt.Sprint(err), "may hold format 4 entries and n4 runs log format 3") {
+		t.Fatalf("join of a format-3 node after the gate opened (asked through a member that may not lead): %v; want a conflict naming formats 3 and 4", err)
+	}
+	if _, members := c.Nodes[0].MemberFormats(); len(members) != 3 {
+		t.Fatalf("members after the refused join: %+v; want the three", members)
+	}
+	stale.Stop()
+
 	// Rolling a node back now is refused at start: its data dir may hold
 	// format-4 entries.
 	back := c.Nodes[0]
 	back.Stop()
 	back.Format = fsm.FormatR3
-	_, err := storage.Open(storage.Options{Dir: back.Dir, ID: back.ID, Reads: fsm.FormatR3})
+	_, err = storage.Open(storage.Options{Dir: back.Dir, ID: back.ID, Reads: fsm.FormatR3})
 	if !errors.Is(err, storage.ErrFormatTooNew) {
 		t.Fatalf("rolled-back node opening its data dir: %v; want ErrFormatTooNew", err)
 	}

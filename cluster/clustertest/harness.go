@@ -139,6 +139,18 @@ func Start(t *testing.T, n int, opts Options) *Cluster {
 // joins the cluster through the first live node.
 func (c *Cluster) AddNode(bootstrap bool) *Node {
 	c.t.Helper()
+	n := c.StartNode(bootstrap)
+	if !bootstrap {
+		c.Join(n)
+	}
+	return n
+}
+
+// StartNode starts a new node with a fresh data dir (bootstrapping a
+// one-node cluster if told to) and does not join it: a test that expects
+// the join to be refused asks itself.
+func (c *Cluster) StartNode(bootstrap bool) *Node {
+	c.t.Helper()
 	c.mu.Lock()
 	id := fmt.Sprintf("n%d", len(c.Nodes)+1)
 	c.mu.Unlock()
@@ -147,9 +159,6 @@ func (c *Cluster) AddNode(bootstrap bool) *Node {
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)
 	c.mu.Unlock()
-	if !bootstrap {
-		c.Join(n)
-	}
 	return n
 }
 

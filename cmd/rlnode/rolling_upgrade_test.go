@@ -183,6 +183,9 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 				refusedWhileUpgrading(t, m, old)
 			}
 		}
+		if step == 0 {
+			versionsShown(t, n, newBin, upgraded)
+		}
 		allReady(t, nodes)
 	}
 
@@ -258,8 +261,43 @@ func upgradeNode(t *testing.T, n *proctest.Node, newBin string, step int) time.D
 	return took
 }
 
+// versionsShown checks what a user sees of a mixed cluster through the
+// upgraded node n: each member's version and format in GET
+// /v1/cluster/members and rlnode peers, and this build's in
+// rlnode_build_info.
+func versionsShown(t *testing.T, n *proctest.Node, newBin string, upgraded map[string]bool) {
+	t.Helper()
+	r, err := n.Do("GET", "/v1/cluster/members", "", nil)
+	if err != nil || r.Status != 200 {
+		t.Fatalf("members via %s: %v %d %s", n.ID, err, r.Status, r.Raw)
+	}
+	members, _ := r.JSON["members"].([]any)
+	if len(members) != 3 {
+		t.Fatalf("members via %s: %s", n.ID, r.Raw)
+	}
+	for _, raw := range members {
+		m, _ := raw.(map[string]any)
+		id, ver, format := m["id"], m["version"], m["format"]
+		if want := upgraded[fmt.Sprint(id)]; want && (ver != "r4-test" || format != float64(4)) || !want && (ver != "" || format != float64(0)) {
+			t.Fatalf("member %v via %s: version %q format %v; want r4-test and 4 upgraded, none and 0 old", id, n.ID, ver, format)
+		}
+	}
+	out, stderr, code := proctest.Run(t, newBin, nil, "peers", "--addr", n.URL())
+	if code != 0 || !strings.Contains(out, "r4-test (format 4)") || !strings.Contains(out, "older (format 3)") {
+		t.Fatalf("rlnode peers of a mixed cluster: exit %d\n%s%s", code, out, stderr)
+	}
+	metrics := proctest.MustGet(t, n.URL()+"/metrics")
+	if want := `rlnode_build_info{format="4",oldest_format="3",version="r4-test"} 1`; !strings.Contains(string(metrics.Raw), want) {
+		t.Fatalf("metrics of %s lack %s", n.ID, want)
+	}
+	if want := "rlnode_cluster_log_format 3"; !strings.Contains(string(metrics.Raw), want) {
+		t.Fatalf("metrics of %s in a mixed cluster lack %s", n.ID, want)
+	}
+}
+
 // refusedWhileUpgrading asks upgraded node n for a write that needs the
-// new format: 409 cluster_upgrading naming every old node.
+// new format: 409 cluster_upgrading naming exactly the old nodes (sorted,
+// as the configuration lists them here: n1, n2, n3).
 func refusedWhileUpgrading(t *testing.T, n *proctest.Node, old []string) {
 	t.Helper()
 	proctest.Poll(t, 15*time.Second, func() error {
@@ -270,10 +308,11 @@ func refusedWhileUpgrading(t *testing.T, n *proctest.Node, old []string) {
 		if r.Status != 409 || r.JSON["code"] != "cluster_upgrading" {
 			return fmt.Errorf("gated write through %s with %v old: %d %s; want 409 cluster_upgrading", n.ID, old, r.Status, r.Raw)
 		}
-		for _, id := range old {
-			if !strings.Contains(string(r.Raw), id) {
-				return fmt.Errorf("refusal through %s does not name old node %s: %s", n.ID, id, r.Raw)
-			}
+		detail, _ := r.JSON["detail"].(string)
+		_, named, _ := strings.Cut(detail, "(behind: ")
+		named, _, _ = strings.Cut(named, ")")
+		if named != strings.Join(old, ", ") {
+			return fmt.Errorf("refusal through %s names %q as behind; want exactly the old nodes %v: %s", n.ID, named, old, r.Raw)
 		}
 		t.Logf("gated write through %s: %d %s", n.ID, r.Status, r.Raw)
 		return nil
