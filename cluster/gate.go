@@ -143,41 +143,44 @@ func (n *Node) noteClusterFormat() {
 // checkJoinerFormat refuses a server that cannot apply the log it would
 // receive: once this node's data dir records a format past the oldest
 // (every member ran it, so entries of it may be in the log), a joining
-// server must report at least that format on its clock endpoint (a
-// release before formats reports none and counts as the oldest).
+// server that answers on its clock endpoint must report at least that
+// format (a release before formats reports none: old). A server that
+// cannot be asked yet is let in, as `rlnode join` of a server not started
+// yet always was: it joins as a non-voter, and counts as old for the gate
+// until it reports.
 func (n *Node) checkJoinerFormat(j JoinRequest) error {
 	mark := fsm.Format(n.formatMark.Load())
-	if mark <= fsm.OldestFormat {
+	if mark <= fsm.OldestFormat || j.HTTPAddr == "" {
 		return nil
 	}
-	var have fsm.Format
-	if j.HTTPAddr != "" {
-		if rd, _, ok := n.readClock(j.HTTPAddr); ok && rd.ID == j.ID {
-			n.formats.record(rd)
-			have = rd.Format
-		}
-	}
-	if have >= mark {
+	rd, _, ok := n.readClock(j.HTTPAddr)
+	if !ok || rd.ID != j.ID {
+		n.log.Warn("joining server not reachable at its HTTP address: its log format is unknown until it answers", "id", j.ID, "http_addr", j.HTTPAddr)
 		return nil
 	}
-	return &JoinFormatError{ID: j.ID, Have: have, Need: mark}
+	n.formats.record(rd)
+	if have := max(rd.Format, fsm.OldestFormat); have < mark {
+		return &JoinFormatError{ID: j.ID, Version: rd.Version, Have: have, Need: mark}
+	}
+	return nil
 }
 
 // JoinFormatError refuses a join: the server runs a release older than
 // the log format the cluster may already hold. It is ErrConflict (409).
 type JoinFormatError struct {
-	ID   string
-	Have fsm.Format // 0: unknown (unreachable, or a release before formats)
-	Need fsm.Format
+	ID      string
+	Version string // "" for a release before versions were reported
+	Have    fsm.Format
+	Need    fsm.Format
 }
 
 func (e *JoinFormatError) Error() string {
-	have := fmt.Sprintf("log format %d", e.Have)
-	if e.Have == 0 {
-		have = "a release that does not report its log format (or could not be asked at its HTTP address)"
+	rel := ""
+	if e.Version != "" {
+		rel = " (rlnode " + e.Version + ")"
 	}
-	return fmt.Sprintf("join %s: %v: the cluster's log may hold format %d entries and %s runs %s; upgrade it before it joins (docs/upgrading.md)",
-		e.ID, ErrConflict, e.Need, e.ID, have)
+	return fmt.Sprintf("join %s: %v: the cluster's log may hold format %d entries and %s runs log format %d%s; upgrade it before it joins (docs/upgrading.md)",
+		e.ID, ErrConflict, e.Need, e.ID, e.Have, rel)
 }
 
 func (e *JoinFormatError) Unwrap() error { return ErrConflict }
