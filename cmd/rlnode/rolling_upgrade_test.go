@@ -16,8 +16,8 @@ import (
 )
 
 // previousRelease is the release a rolling upgrade starts from: the
-// commit whose log format is fsm.FormatR3. Move it on when a release is
-// cut (CHANGELOG.md), with fsm.OldestFormat.
+// commit whose log format is fsm.FormatR3. Move it on to each release
+// when it is cut (scripts/release.sh, CHANGELOG.md).
 const previousRelease = "bd9eb85f1ad080e1334c77a19bcb3077f90d91e1"
 
 // gatedPolicy is a policy only the new build counts as needing format 4:
@@ -190,6 +190,7 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 	}
 
 	// Every node is new: the gate opens by itself within a few readings.
+	lastUp := time.Now()
 	proctest.Poll(t, 30*time.Second, func() error {
 		r, err := nodes[2].Do("PUT", "/v1/policies/"+gatedPolicy, "", policyBody)
 		if err != nil {
@@ -200,6 +201,7 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 		}
 		return nil
 	})
+	t.Logf("gated write accepted %v after the last node served checks", time.Since(lastUp).Round(10*time.Millisecond))
 	for _, n := range nodes {
 		proctest.Poll(t, 10*time.Second, func() error {
 			r, err := n.Do("GET", "/check/"+gatedPolicy+"/after", "", nil)
