@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -51,10 +52,22 @@ func (n *Node) backup(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
+// MaxBackupBytes is the largest backup a node restores or a command reads:
+// far above any real state (about 200 bytes per live key), it is there so
+// that a size is checked before anything is read.
+const MaxBackupBytes = 64 << 30
+
+// OpenBackup opens a backup file: a regular file (or a link to one) of at
+// most MaxBackupBytes, with its size; a device, FIFO or directory is
+// refused with its name (internal/boundedfile).
+func OpenBackup(path string) (*os.File, int64, error) {
+	return boundedfile.Open(path, MaxBackupBytes)
+}
+
 // VerifyBackup checks a backup file end to end (format and CRC) by loading
 // it into a scratch state machine.
 func VerifyBackup(path string) (windows int, err error) {
-	f, err := os.Open(path)
+	f, _, err := OpenBackup(path)
 	if err != nil {
 		return 0, err
 	}
@@ -92,6 +105,9 @@ func (n *Node) restore(ctx context.Context, r io.Reader, size int64, force bool)
 }
 
 func (n *Node) restoreOnLeader(ctx context.Context, r io.Reader, size int64, force bool) error {
+	if size > MaxBackupBytes {
+		return fmt.Errorf("restore: %w: %d bytes, more than the %d a backup may be", ErrInvalidBackup, size, int64(MaxBackupBytes))
+	}
 	if err := n.readBarrier(ctx); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
@@ -124,6 +140,10 @@ func (n *Node) restoreOnLeader(ctx context.Context, r io.Reader, size int64, for
 	}
 	before := n.fsm.Nodes()
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
+	// A restore replaces the policy table: a policy write like any other
+	// (checkTableVersion).
+	n.policyMu.Lock()
+	defer n.policyMu.Unlock()
 	if err := n.raft.Restore(meta, tmp, n.cfg.ApplyTimeout*10); err != nil {
 		return fmt.Errorf("restore: %w", translate(err))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // Symmetric bootstrap (--bootstrap-expect N). Every node starts with the
@@ -92,7 +93,7 @@ func (n *Node) claimedVoter() bool {
 
 func (n *Node) readClaim() (*BootstrapClaim, error) {
 	path := filepath.Join(n.cfg.DataDir, storage.ClaimFile)
-	b, err := os.ReadFile(path)
+	b, err := boundedfile.Read(path, storage.MaxMetaFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

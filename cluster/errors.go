@@ -38,6 +38,11 @@ var (
 	// asked (a transfer to a non-voter or to a node whose clock is off):
 	// nothing changed, and asking again unchanged will not help.
 	ErrConflict = errors.New("refused in the cluster's current state")
+	// ErrTableChanged marks a whole-table policy write the leader refused
+	// before the log because the table is no longer the version the write
+	// was computed from: nothing changed; read the table again, redo the
+	// change on it and write again.
+	ErrTableChanged = errors.New("the policy table changed since it was read")
 )
 
 // HitError is why a hit (one all-or-nothing group of a check) failed: its

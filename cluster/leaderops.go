@@ -101,6 +101,15 @@ type (
 	}
 	policiesResult struct {
 		Policies []policy.Policy `json:"policies"`
+		// Version is the table's fsm.TableVersion (read-policies);
+		// a leader of the previous release leaves it out.
+		Version string `json:"version,omitempty"`
+	}
+	// replaceRequest is a whole-table write and the version it was
+	// computed from ("*": whatever the table is).
+	replaceRequest struct {
+		Policies []policy.Policy `json:"policies"`
+		IfMatch  string          `json:"ifMatch"`
 	}
 	none struct{}
 )
@@ -147,9 +156,22 @@ var (
 		run: (*Node).remove}
 	opTransfer = leaderOp[TransferRequest, TransferResult]{name: "transfer-leadership", wait: true,
 		run: (*Node).transferLeadership}
+	opReplaceTable = leaderOp[replaceRequest, TableChange]{name: "replace-table", wait: true,
+		check: func(r replaceRequest) error {
+			if r.IfMatch == "" {
+				return errors.New("replace the policy table: no version to match")
+			}
+			return checkTable(r.Policies)
+		},
+		run: (*Node).replacePolicies}
+	// opReplacePolicies is the previous release's replace, without a
+	// version: served for its followers during a rolling upgrade (their
+	// API took unconditional writes), never sent.
 	opReplacePolicies = leaderOp[policiesResult, TableChange]{name: "replace-policies", wait: true,
 		check: func(r policiesResult) error { return checkTable(r.Policies) },
-		run:   (*Node).replacePolicies}
+		run: func(n *Node, ctx context.Context, r policiesResult) (TableChange, error) {
+			return n.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
+		}}
 	opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
 		check: checkCounter,
 		run:   (*Node).writeCounter}
@@ -173,6 +195,7 @@ func (n *Node) mountLeaderOps(mux *http.ServeMux) {
 		opRemove.path():          opRemove.handler(n),
 		opTransfer.path():        opTransfer.handler(n),
 		opReplacePolicies.path(): opReplacePolicies.handler(n),
+		opReplaceTable.path():    opReplaceTable.handler(n),
 		opWriteCounter.path():    opWriteCounter.handler(n),
 		restorePath:              n.serveRestore,
 	} {
@@ -218,6 +241,7 @@ var errorCodes = []struct {
 	{ErrUnknownPolicy, "unknown_policy", http.StatusNotFound},
 	{ErrUnknownServer, "unknown_server", http.StatusNotFound},
 	{ErrClusterUpgrading, "cluster_upgrading", http.StatusConflict},
+	{ErrTableChanged, "table_changed", http.StatusConflict},
 	{ErrConflict, "conflict", http.StatusConflict},
 	{policy.ErrTooManyPolicies, "too_many_policies", http.StatusConflict},
 	{ErrClockSkew, "clock_skew", http.StatusConflict},

@@ -28,7 +28,7 @@ func TestFollowerForwardsEveryLeaderOperation(t *testing.T) {
 		t.Fatalf("set policy via follower: %q %v", res, err)
 	}
 	ps, err := f.ReadPolicies(ctx, false)
-	if err != nil || len(ps) != 2 {
+	if err != nil || len(ps.Policies) != 2 {
 		t.Fatalf("read policies via follower: %+v %v", ps, err)
 	}
 	if _, err := f.CheckAll(ctx, []cluster.Hit{{Policy: "api", Client: "alice", Cost: 1}}); err != nil {

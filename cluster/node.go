@@ -40,7 +40,7 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	claimMu     sync.Mutex
-	policyMu    sync.Mutex // makes the table-size check and the add one step
+	policyMu    sync.Mutex // held by every policy write while it applies: a check (table size, table version) and its write are one step
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]

@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // peerAddrFile remembers the members' HTTP addresses across restarts. The
@@ -25,7 +28,7 @@ type peerAddrs struct {
 
 func loadPeerAddrs(dataDir string) *peerAddrs {
 	p := &peerAddrs{path: filepath.Join(dataDir, peerAddrFile), addrs: map[string]string{}}
-	if b, err := os.ReadFile(p.path); err == nil {
+	if b, err := boundedfile.Read(p.path, storage.MaxMetaFileBytes); err == nil {
 		json.Unmarshal(b, &p.addrs) // a damaged cache is only a cache
 	}
 	return p

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
@@ -60,16 +61,33 @@ type TableChange struct {
 	Changed   []string `json:"changed"`
 	Unchanged []string `json:"unchanged"`
 	Removed   []string `json:"removed"`
+	// Version is the table's version after the write.
+	Version string `json:"version"`
+}
+
+// AnyVersion is the version to match that a whole-table write names to
+// replace whatever the table holds (HTTP's If-Match: *).
+const AnyVersion = "*"
+
+// PolicyTable is the replicated table, sorted by name, and its version
+// (fsm.TableVersion): what a whole-table write names as the table it was
+// computed from.
+type PolicyTable struct {
+	Policies []policy.Policy `json:"policies"`
+	Version  string          `json:"version"`
 }
 
 // ReplacePolicies makes the table exactly ps in one log entry: listed
 // policies are added or changed (open windows kept), every other policy is
-// deleted with its windows. On a follower it goes to the leader.
-func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy) (TableChange, error) {
+// deleted with its windows. ifMatch is the version of the table ps was
+// computed from (PolicyTable.Version), or AnyVersion; when the table's
+// version is another, nothing is written and the error is
+// ErrTableChanged. On a follower it goes to the leader.
+func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy, ifMatch string) (TableChange, error) {
 	if err := n.RequireFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
-	return opReplacePolicies.do(ctx, n, policiesResult{Policies: ps})
+	return opReplaceTable.do(ctx, n, replaceRequest{Policies: ps, IfMatch: ifMatch})
 }
 
 // checkTable refuses a table no replace may write: invalid or repeated
@@ -94,12 +112,15 @@ func checkTable(ps []policy.Policy) error {
 	return nil
 }
 
-func (n *Node) replacePolicies(_ context.Context, r policiesResult) (TableChange, error) {
+func (n *Node) replacePolicies(ctx context.Context, r replaceRequest) (TableChange, error) {
 	if err := n.RequireFormat(fsm.PoliciesFormat(r.Policies)); err != nil {
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
 	n.policyMu.Lock()
 	defer n.policyMu.Unlock()
+	if err := n.checkTableVersion(ctx, r.IfMatch); err != nil {
+		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
+	}
 	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, r.Policies))
 	if err != nil {
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
@@ -116,7 +137,51 @@ func (n *Node) replacePolicies(_ context.Context, r policiesResult) (TableChange
 			out.Unchanged = append(out.Unchanged, p.Name)
 		}
 	}
+	_, out.Version = n.fsm.PolicyTable()
 	return out, nil
+}
+
+// checkTableVersion refuses a whole-table write computed from a table that
+// is no longer this leader's (ErrTableChanged). Called with policyMu held:
+// every policy write on the leader holds it while its entry applies, so
+// nothing changes the table between this check and the write's own entry
+// (DESIGN.md, "No lost update"). It first waits until this leader has
+// applied what earlier leaders committed, or it would compare with a
+// table older than the log's.
+func (n *Node) checkTableVersion(ctx context.Context, ifMatch string) error {
+	if ifMatch == AnyVersion {
+		return nil
+	}
+	if err := n.waitLeaderReady(ctx); err != nil {
+		return err
+	}
+	if _, have := n.fsm.PolicyTable(); have != ifMatch {
+		return fmt.Errorf("%w: it was computed from version %s, the table is now version %s; read it again (GET /v1/policies) and redo the change", ErrTableChanged, ifMatch, have)
+	}
+	return nil
+}
+
+// waitLeaderReady waits until this node, as leader, has applied everything
+// committed before its term (the barrier of watchLeadership).
+func (n *Node) waitLeaderReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	for {
+		term := n.raft.CurrentTerm()
+		if !n.IsLeader() {
+			return ErrNotLeader
+		}
+		if n.readyTerm.Load() == term {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ErrNotLeader, fmt.Errorf("leader not ready yet: %w", ctx.Err()))
+		case <-n.stop:
+			return ErrClosed
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // DeletePolicy deletes a policy and its windows through the log; it fails
@@ -128,6 +193,10 @@ func (n *Node) DeletePolicy(ctx context.Context, name string) error {
 }
 
 func (n *Node) deletePolicy(_ context.Context, r policyName) (none, error) {
+	// Every policy write holds policyMu while it applies, so a
+	// whole-table write's version check and its entry are one step.
+	n.policyMu.Lock()
+	defer n.policyMu.Unlock()
 	res, err := n.applyAdmin(fsm.EncodeDeletePolicy(r.Name))
 	if err != nil {
 		return none{}, fmt.Errorf("delete policy %s: %w", r.Name, err)
@@ -178,6 +247,8 @@ func (n *Node) applyAdmin(data []byte) (any, error) {
 // before policies. The state machine ignores a seed once anything set the
 // table, so a race between two leaders is harmless.
 func (n *Node) seedPolicies() {
+	n.policyMu.Lock() // a policy write like any other (checkTableVersion)
+	defer n.policyMu.Unlock()
 	if n.fsm.Seeded() {
 		return
 	}
@@ -191,17 +262,28 @@ func (n *Node) seedPolicies() {
 // ReadPolicies returns the replicated table. Unless stale is set the read is
 // linearizable like Peek (a follower asks the leader), so a client that just
 // changed a policy reads its own write wherever it asks.
-func (n *Node) ReadPolicies(ctx context.Context, stale bool) ([]policy.Policy, error) {
+// The table comes with its version, which a whole-table write names.
+func (n *Node) ReadPolicies(ctx context.Context, stale bool) (PolicyTable, error) {
 	if stale {
-		return n.fsm.Policies(), nil
+		ps, v := n.fsm.PolicyTable()
+		return PolicyTable{Policies: ps, Version: v}, nil
 	}
 	res, err := opReadPolicies.do(ctx, n, none{})
-	return res.Policies, err
+	if err != nil {
+		return PolicyTable{}, err
+	}
+	if res.Version == "" {
+		// A leader of the previous release: the version is the
+		// content's, so the table it sent names it as well.
+		res.Version = fsm.TableVersion(res.Policies)
+	}
+	return PolicyTable{Policies: res.Policies, Version: res.Version}, nil
 }
 
 func (n *Node) readPolicies(ctx context.Context, _ none) (policiesResult, error) {
 	if err := n.readBarrier(ctx); err != nil {
 		return policiesResult{}, err
 	}
-	return policiesResult{n.fsm.Policies()}, nil
+	ps, v := n.fsm.PolicyTable()
+	return policiesResult{Policies: ps, Version: v}, nil
 }

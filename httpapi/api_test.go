@@ -29,6 +29,13 @@ func do(t *testing.T, method, url, token, body string) answer {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return send(t, req)
+}
+
+// send sends req and reads its JSON answer.
+func send(t *testing.T, req *http.Request) answer {
+	t.Helper()
+	method, url := req.Method, req.URL.String()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

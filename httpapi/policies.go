@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -52,7 +53,7 @@ func (a *API) readPolicies(c *gin.Context) ([]policy.Policy, bool) {
 	stale := c.Query("stale") == "true" || c.Query("stale") == "1"
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	ps, err := a.cfg.Node.ReadPolicies(ctx, stale)
+	t, err := a.cfg.Node.ReadPolicies(ctx, stale)
 	if err != nil {
 		code := CodeNotLeader
 		if errors.Is(err, cluster.ErrNoLeader) {
@@ -62,7 +63,32 @@ func (a *API) readPolicies(c *gin.Context) ([]policy.Policy, bool) {
 		return nil, false
 	}
 	c.Header("Cache-Control", "no-store")
-	return ps, true
+	c.Header("ETag", etag(t.Version))
+	return t.Policies, true
+}
+
+// etag is a table version as an HTTP entity tag.
+func etag(version string) string { return `"` + version + `"` }
+
+// ifMatch reads the table version a whole-table write names: If-Match with
+// one entity tag (quotes optional), or "*" for whatever the table is. ok is
+// false once it has answered.
+func ifMatch(c *gin.Context) (version string, ok bool) {
+	h := strings.TrimSpace(c.GetHeader("If-Match"))
+	switch {
+	case h == "":
+		writeProblem(c, http.StatusPreconditionRequired, CodePreconditionRequired,
+			`PUT /v1/policies replaces the whole table: send If-Match with the ETag of the GET /v1/policies you computed it from (or If-Match: * to overwrite whatever the table holds)`)
+		return "", false
+	case h == cluster.AnyVersion:
+		return h, true
+	}
+	v := strings.TrimSuffix(strings.TrimPrefix(h, `"`), `"`)
+	if v == "" || strings.ContainsAny(v, `", `) || strings.HasPrefix(h, "W/") {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "If-Match: want one strong entity tag as GET /v1/policies answers in ETag, or *")
+		return "", false
+	}
+	return v, true
 }
 
 func (a *API) listPolicies(c *gin.Context) {
@@ -112,7 +138,10 @@ func (a *API) putPolicy(c *gin.Context) {
 // replacePolicies is PUT /v1/policies: the whole table in one log entry.
 // The body is a policy file's ({"policies": [...]}, JSON or YAML); every
 // policy it does not list is deleted with its windows. An empty list is
-// refused: it would leave no policy for any check to use.
+// refused: it would leave no policy for any check to use. If-Match names
+// the table version (GET's ETag) the body was computed from; the leader
+// refuses a stale one with 409 table_changed, so a write never undoes a
+// change it did not see.
 func (a *API) replacePolicies(c *gin.Context) {
 	body, ok := readPolicyBody(c, 4<<20)
 	if !ok {
@@ -127,13 +156,18 @@ func (a *API) replacePolicies(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, "policies: the list is empty; replacing the table with it would delete every policy (DELETE /v1/policies/NAME deletes one)")
 		return
 	}
+	version, ok := ifMatch(c)
+	if !ok {
+		return
+	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.ReplacePolicies(ctx, ps)
+	res, err := a.cfg.Node.ReplacePolicies(ctx, ps, version)
 	if err != nil {
 		a.adminError(c, "replace the policy table", err)
 		return
 	}
+	c.Header("ETag", etag(res.Version))
 	c.JSON(http.StatusOK, res)
 }
 

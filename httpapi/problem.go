@@ -26,9 +26,14 @@ const (
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
 	CodeClusterUpgrading = "cluster_upgrading"
-	CodeTooManyPolicies  = "too_many_policies"
-	CodeNotReady         = "not_ready"
-	CodeInternal         = "internal"
+	// CodeTableChanged: a whole-table write named a table version that
+	// is no longer the table's (409); CodePreconditionRequired: it named
+	// none (428).
+	CodeTableChanged         = "table_changed"
+	CodePreconditionRequired = "precondition_required"
+	CodeTooManyPolicies      = "too_many_policies"
+	CodeNotReady             = "not_ready"
+	CodeInternal             = "internal"
 )
 
 // problem is the one problem document type, shared with the cluster's

@@ -113,7 +113,7 @@ func LoadEnvoy(files []EnvoyFile, opt EnvoyOptions) (domains []string, ps []Poli
 func ReadEnvoyFiles(opt EnvoyOptions, paths ...string) (domains []string, ps []Policy, err error) {
 	files := make([]EnvoyFile, len(paths))
 	for i, path := range paths {
-		b, err := readBounded(path)
+		b, err := ReadDocument(path)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // ReadFile reads a file of policies; see Parse.
 func ReadFile(path string) ([]Policy, error) {
-	b, err := readBounded(path)
+	b, err := ReadDocument(path)
 	if err != nil {
 		return nil, err
 	}
@@ -28,21 +29,16 @@ func ReadFile(path string) ([]Policy, error) {
 	return ps, nil
 }
 
-// readBounded reads a file of at most MaxDocumentBytes.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxDocumentBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxDocumentBytes {
+// ReadDocument reads a policy or Envoy configuration file: a regular file
+// (or a link to one) of at most MaxDocumentBytes, checked before it is
+// read, the read itself capped; a device, FIFO, socket or directory is
+// refused with its name, never read or waited on (internal/boundedfile).
+func ReadDocument(path string) ([]byte, error) {
+	b, err := boundedfile.Read(path, MaxDocumentBytes)
+	if errors.Is(err, boundedfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: larger than %d bytes, the most a policy file may be", path, MaxDocumentBytes)
 	}
-	return b, nil
+	return b, err
 }
 
 // Parse reads a list of policies written as YAML or JSON (JSON is YAML):

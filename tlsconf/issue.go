@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // File names Init writes into its directory.
@@ -77,8 +79,8 @@ func Init(o InitOptions) ([]string, error) {
 
 func loadOrCreateCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, []string, error) {
 	certPath, keyPath := filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile)
-	certPEM, err1 := os.ReadFile(certPath)
-	keyPEM, err2 := os.ReadFile(keyPath)
+	certPEM, err1 := boundedfile.Read(certPath, MaxFileBytes)
+	keyPEM, err2 := boundedfile.Read(keyPath, MaxFileBytes)
 	if err1 == nil && err2 == nil {
 		cert, key, err := parseCA(certPEM, keyPEM)
 		if err != nil {

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // Environment variables the flags default to.
@@ -110,6 +112,10 @@ func (s *Source) HasCert() bool {
 	return s.cert != nil
 }
 
+// MaxFileBytes is the largest certificate, key or CA bundle file read: a
+// bundle of a few hundred certificates fits.
+const MaxFileBytes = 1 << 20
+
 // Reload re-reads the files. If they are unchanged it does nothing and
 // returns false; if they are broken (e.g. half written) it keeps the previous
 // material and returns the error.
@@ -119,7 +125,7 @@ func (s *Source) Reload() (changed bool, err error) {
 		if name == "" {
 			continue
 		}
-		if raw[i], err = os.ReadFile(name); err != nil {
+		if raw[i], err = boundedfile.Read(name, MaxFileBytes); err != nil {
 			return false, fmt.Errorf("read TLS file: %w", err)
 		}
 	}

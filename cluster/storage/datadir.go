@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // More file names inside a data dir (see BoltFile and WALDir).
@@ -41,10 +43,15 @@ func lostStateError(dir, id, missing string) error {
 		ErrLostState, dir, IdentityFile, id, missing)
 }
 
+// MaxMetaFileBytes is the largest small metadata file of a data dir read
+// (identity, bootstrap claim, peer addresses, snapshot meta): each is a
+// line or a few of JSON.
+const MaxMetaFileBytes = 1 << 20
+
 // ReadIdentity returns the id recorded in dir ("" when there is none).
 func ReadIdentity(dir string) (string, error) {
 	path := filepath.Join(dir, IdentityFile)
-	b, err := os.ReadFile(path)
+	b, err := boundedfile.Read(path, MaxMetaFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}

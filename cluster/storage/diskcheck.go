@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // CorruptError reports a data-dir file that cannot be read safely. Its
@@ -226,7 +227,7 @@ func CheckSnapshots(dir string, snaps *raft.FileSnapshotStore) error {
 			continue
 		}
 		meta := filepath.Join(dir, e.Name(), "meta.json")
-		b, err := os.ReadFile(meta)
+		b, err := boundedfile.Read(meta, MaxMetaFileBytes)
 		if err != nil {
 			return &CorruptError{File: meta, Err: err}
 		}

@@ -3,12 +3,12 @@ package storage
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // RecoverPeer is one surviving server in a recovery peers file.
@@ -19,10 +19,13 @@ type RecoverPeer struct {
 	Voter *bool `json:"voter,omitempty"`
 }
 
+// maxPeersFileBytes is the largest peers file read.
+const maxPeersFileBytes = 1 << 20
+
 // ReadRecoverPeers reads and checks a peers file: a JSON array of
 // {"id","raftAddr"} naming every server that survives.
 func ReadRecoverPeers(path string) ([]RecoverPeer, error) {
-	b, err := os.ReadFile(path)
+	b, err := boundedfile.Read(path, maxPeersFileBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,8 @@ type adminFlags struct {
 	timeout   time.Duration
 	tls       tlsconf.Files
 	client    *http.Client
+	// stderr, when set, hears of retries (a whole-table write's).
+	stderr io.Writer
 }
 
 // newAdminFlags makes the flag set of an admin command; args names its
@@ -104,40 +106,59 @@ func (a *adminFlags) url(path string) string {
 
 // call sends one request to a node and decodes a 2xx JSON answer into out.
 func (a *adminFlags) call(ctx context.Context, method, path string, in, out any) error {
+	_, err := a.callWith(ctx, method, path, nil, in, out)
+	return err
+}
+
+// callWith is call with extra request headers; it returns the answer's.
+func (a *adminFlags) callWith(ctx context.Context, method, path string, hdr http.Header, in, out any) (http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	var body io.Reader
 	var size int64
-	contentType := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		body, size, contentType = bytes.NewReader(b), int64(len(b)), "application/json"
+		body, size = bytes.NewReader(b), int64(len(b))
+		hdr = hdr.Clone()
+		if hdr == nil {
+			hdr = http.Header{}
+		}
+		hdr.Set("Content-Type", "application/json")
 	}
 	url := a.url(path)
-	resp, err := a.send(ctx, method, url, contentType, body, size)
+	resp, err := a.sendWith(ctx, method, url, hdr, body, size)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, url, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, url, err)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("%s: decode answer: %w", url, err)
+			return nil, fmt.Errorf("%s: decode answer: %w", url, err)
 		}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // send is the one request every admin command makes: to url with the
-// token, returning a 2xx answer for the caller to read, or an error
-// carrying the problem detail of any other.
+// token, returning a 2xx answer for the caller to read, or an
+// *answerError carrying the problem of any other.
 func (a *adminFlags) send(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+	var hdr http.Header
+	if contentType != "" {
+		hdr = http.Header{"Content-Type": {contentType}}
+	}
+	return a.sendWith(ctx, method, url, hdr, body, size)
+}
+
+// sendWith is send with the request's headers.
+func (a *adminFlags) sendWith(ctx context.Context, method, url string, hdr http.Header, body io.Reader, size int64) (*http.Response, error) {
 	if err := a.prepare(); err != nil {
 		return nil, err
 	}
@@ -146,8 +167,8 @@ func (a *adminFlags) send(ctx context.Context, method, url, contentType string, 
 		return nil, usageErr("bad --addr %q: %v", a.addr, err)
 	}
 	req.ContentLength = size
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
@@ -159,9 +180,36 @@ func (a *adminFlags) send(ctx context.Context, method, url, contentType string, 
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, problemDetail(b))
+		return nil, newAnswerError(url, resp.StatusCode, b)
 	}
 	return resp, nil
+}
+
+// answerError is a node's answer other than 2xx: its status, its problem
+// code and detail.
+type answerError struct {
+	url    string
+	status int
+	code   string
+	detail string
+}
+
+func newAnswerError(url string, status int, body []byte) *answerError {
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return &answerError{url: url, status: status, code: p.Code, detail: problemDetail(body)}
+}
+
+func (e *answerError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.url, e.status, e.detail)
+}
+
+// isAnswer reports whether err is a node's answer with the problem code.
+func isAnswer(err error, code string) bool {
+	var ae *answerError
+	return errors.As(err, &ae) && ae.code == code
 }
 
 // problemDetail returns the detail of a problem+json body, or the body.

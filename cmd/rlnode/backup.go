@@ -73,15 +73,11 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(file)
+	f, size, err := cluster.OpenBackup(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	// Any node will do: a follower streams the backup on to the leader.
@@ -89,7 +85,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *force {
 		url += "?force=true"
 	}
-	resp, err := a.send(ctx, http.MethodPost, url, "application/octet-stream", f, st.Size())
+	resp, err := a.send(ctx, http.MethodPost, url, "application/octet-stream", io.LimitReader(f, size), size)
 	if err != nil {
 		return err
 	}

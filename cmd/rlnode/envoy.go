@@ -5,10 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 
-	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -39,7 +37,8 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	ch, err := applyEnvoy(ctx, a, domains, want, dry, stdout)
+	a.stderr = stderr
+	ch, err := applyEnvoy(ctx, a, func([]policy.Policy) []string { return domains }, want, dry, stdout)
 	if err != nil {
 		return err
 	}
@@ -64,15 +63,36 @@ func (c envoyChanges) none() bool { return len(c.added)+len(c.changed)+len(c.rem
 // exactly want in one change: the new table (every other policy as it is,
 // plus want) replaces the old one in one log entry (PUT /v1/policies), so
 // no node ever holds half a sync. Each line is printed unless --json. A
-// domain in domains with no policy in want loses all its policies. The
-// write does not compare table versions: a policy another writer adds
-// between the read and the write (a limit override's, which the RLS adds
-// again on its next use, or an operator's) is deleted by it.
-func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []policy.Policy, dry bool, stdout io.Writer) (envoyChanges, error) {
-	all, err := fetchPolicies(ctx, a)
+// domain in domains with no policy in want loses all its policies; owned
+// may add domains seen in the table. The write names the table version it
+// was computed from, and is computed again when another writer (an
+// operator, a limit override's policy the RLS adds) changed the table
+// meanwhile (replaceTable), so nothing they added is deleted by it.
+func applyEnvoy(ctx context.Context, a *adminFlags, owned func(all []policy.Policy) []string, want []policy.Policy, dry bool, stdout io.Writer) (envoyChanges, error) {
+	var ch envoyChanges
+	err := replaceTable(ctx, a, func(all []policy.Policy) ([]policy.Policy, error) {
+		table, c, err := envoyTable(all, owned(all), want)
+		ch = c
+		if err != nil {
+			return nil, err
+		}
+		if dry || ch.none() {
+			return nil, errNoWrite
+		}
+		return table, nil
+	})
 	if err != nil {
 		return envoyChanges{}, err
 	}
+	if !a.json {
+		ch.print(stdout, dry)
+	}
+	return ch, nil
+}
+
+// envoyTable is the table all becomes when the envoy policies of domains
+// are exactly want, and what that changes.
+func envoyTable(all []policy.Policy, domains []string, want []policy.Policy) ([]policy.Policy, envoyChanges, error) {
 	var have, table []policy.Policy
 	byName := make(map[string]policy.Policy, len(all))
 	for _, p := range all {
@@ -85,21 +105,12 @@ func applyEnvoy(ctx context.Context, a *adminFlags, domains []string, want []pol
 	}
 	for _, p := range want {
 		if q, ok := byName[p.Name]; ok && (q.Envoy == nil || q.Envoy.Domain != p.Envoy.Domain) {
-			return envoyChanges{}, fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
+			return nil, envoyChanges{}, fmt.Errorf("policy %s already exists and was not imported from domain %s; delete or rename it first", p.Name, p.Envoy.Domain)
 		}
 	}
 	var ch envoyChanges
 	ch.added, ch.changed, ch.removed = policy.Diff(have, want)
-	if !dry && !ch.none() {
-		table = append(table, want...)
-		if err := a.call(ctx, http.MethodPut, httpapi.PoliciesPath, policyTable{Policies: table}, nil); err != nil {
-			return envoyChanges{}, err
-		}
-	}
-	if !a.json {
-		ch.print(stdout, dry)
-	}
-	return ch, nil
+	return append(table, want...), ch, nil
 }
 
 // print writes one line per change, as writeChanges reports them.

@@ -263,13 +263,42 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		// included, which every GET /check/:client needs).
 		return usageErr("%s defines no policies: apply would delete every policy; delete them one by one with rlnode policy delete NAME", file)
 	}
+	a.stderr = stderr
+	var d applyDiff
+	if prune && !dry {
+		// One whole-table write, computed again if the table changes
+		// meanwhile (replaceTable).
+		err = replaceTable(ctx, a, func(all []policy.Policy) ([]policy.Policy, error) {
+			var envoyKept []policy.Policy
+			d, envoyKept = diffApply(all, want)
+			if len(d.added)+len(d.changed)+len(d.removed) == 0 {
+				return nil, errNoWrite
+			}
+			return append(slices.Clone(want), envoyKept...), nil
+		})
+		if err != nil {
+			return err
+		}
+		return d.print(stdout, a.json, dry, prune)
+	}
 	all, err := fetchPolicies(ctx, a)
 	if err != nil {
 		return err
 	}
-	// Policies with an Envoy match belong to import-envoy (and to the
-	// gRPC service's limit overrides): apply leaves them alone unless the
-	// file names them, even with --prune.
+	d, _ = diffApply(all, want)
+	if !dry {
+		if err := writeChanges(ctx, a, false, d.added, d.changed, nil, func(string, string, *policy.Policy, string) {}); err != nil {
+			return err
+		}
+	}
+	return d.print(stdout, a.json, dry, prune)
+}
+
+// diffApply is what applying want to the table all changes, and the
+// policies with an Envoy match it keeps: those belong to import-envoy (and
+// to the gRPC service's limit overrides), so apply leaves them alone unless
+// the file names them, even with --prune.
+func diffApply(all, want []policy.Policy) (applyDiff, []policy.Policy) {
 	wanted := make(map[string]bool, len(want))
 	for _, p := range want {
 		wanted[p.Name] = true
@@ -282,14 +311,9 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			envoyKept = append(envoyKept, p)
 		}
 	}
-	d := applyDiff{}
+	var d applyDiff
 	d.added, d.changed, d.removed = policy.Diff(have, want)
-	if !dry {
-		if err := d.write(ctx, a, want, envoyKept, prune); err != nil {
-			return err
-		}
-	}
-	return d.print(stdout, a.json, dry, prune)
+	return d, envoyKept
 }
 
 // applyDiff is what apply changes: added and changed policies, and the
@@ -297,19 +321,6 @@ func policyApply(ctx context.Context, args []string, stdout, stderr io.Writer) e
 type applyDiff struct {
 	added, changed []policy.Policy
 	removed        []string
-}
-
-// write sets the added and changed policies one by one, or with prune the
-// whole table (the file's policies and the Envoy ones kept) in one entry.
-func (d applyDiff) write(ctx context.Context, a *adminFlags, want, envoyKept []policy.Policy, prune bool) error {
-	if prune {
-		if len(d.added)+len(d.changed)+len(d.removed) == 0 {
-			return nil
-		}
-		table := policyTable{Policies: append(slices.Clone(want), envoyKept...)}
-		return a.call(ctx, http.MethodPut, httpapi.PoliciesPath, table, nil)
-	}
-	return writeChanges(ctx, a, false, d.added, d.changed, nil, func(string, string, *policy.Policy, string) {})
 }
 
 func (d applyDiff) print(w io.Writer, asJSON, dry, prune bool) error {

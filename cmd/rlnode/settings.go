@@ -4,13 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+	"github.com/rlnode/rlnode/internal/boundedfile"
+	"github.com/rlnode/rlnode/policy"
 )
 
 // Every serve flag can also come from the environment and from a YAML
@@ -82,7 +83,7 @@ type setting struct{ name, value string }
 // readSettings reads a YAML mapping of flag names to values: scalars, or
 // lists of scalars for the comma-separated flags (join, trusted-proxies).
 func readSettings(path string) ([]setting, error) {
-	b, err := os.ReadFile(path)
+	b, err := boundedfile.Read(path, policy.MaxDocumentBytes)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rlnode/rlnode/internal/boundedfile"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -45,6 +46,7 @@ func policySyncEnvoy(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageErr("rlnode policy sync-envoy --dir DIR [--watch] [--interval D] [--metrics-addr ADDR] [--merge-domains] [--anchored]")
 	}
 	s.a, s.stdout = a, stdout
+	a.stderr = stderr
 	if !s.watch {
 		if err := s.once(ctx); errors.Is(err, errConfig) {
 			return usageErr("%v", err)
@@ -76,15 +78,26 @@ type envoySync struct {
 	metrics          *syncMetrics
 }
 
+// maxSyncDirBytes bounds what one sync reads from its directory in all
+// (each file is bounded by policy.MaxDocumentBytes too), and
+// maxSyncDirEntries, how many names it looks at.
+const (
+	maxSyncDirBytes   = 16 * policy.MaxDocumentBytes
+	maxSyncDirEntries = 10_000
+)
+
 // envoyFiles reads the directory's YAML files, sorted by name. Names
 // starting with '.' are skipped: a ConfigMap's ..data and timestamped
-// directories are reached through the top-level symlinks.
+// directories are reached through the top-level symlinks. Each file is
+// read bounded (policy.ReadDocument): a link to /dev/zero, a FIFO or a
+// huge file is refused with its name, never read whole or waited on.
 func envoyFiles(dir string) ([]policy.EnvoyFile, error) {
-	ents, err := os.ReadDir(dir)
+	ents, err := boundedfile.ReadDir(dir, maxSyncDirEntries)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	var files []policy.EnvoyFile
+	total := 0
 	for _, e := range ents {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
@@ -94,9 +107,12 @@ func envoyFiles(dir string) ([]policy.EnvoyFile, error) {
 		if st, err := os.Stat(path); err != nil || st.IsDir() {
 			continue // a dangling symlink mid-swap, or a directory
 		}
-		b, err := os.ReadFile(path)
+		b, err := policy.ReadDocument(path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		if total += len(b); total > maxSyncDirBytes {
+			return nil, fmt.Errorf("%w: %s: its YAML files hold more than %d bytes in all, the most one sync reads", errConfig, dir, maxSyncDirBytes)
 		}
 		files = append(files, policy.EnvoyFile{Name: name, Data: b})
 	}
@@ -140,15 +156,14 @@ func (s *envoySync) apply(ctx context.Context, files []policy.EnvoyFile) error {
 	}
 	// Every envoy domain in the cluster belongs to the directory: one
 	// whose file is gone loses its policies.
-	all, err := fetchPolicies(ctx, s.a)
-	if err != nil {
-		return err
-	}
-	owned := slices.Clone(domains)
-	for _, p := range all {
-		if p.Envoy != nil && p.Envoy.Domain != "" && !slices.Contains(owned, p.Envoy.Domain) {
-			owned = append(owned, p.Envoy.Domain)
+	owned := func(all []policy.Policy) []string {
+		owned := slices.Clone(domains)
+		for _, p := range all {
+			if p.Envoy != nil && p.Envoy.Domain != "" && !slices.Contains(owned, p.Envoy.Domain) {
+				owned = append(owned, p.Envoy.Domain)
+			}
 		}
+		return owned
 	}
 	ch, err := applyEnvoy(ctx, s.a, owned, want, false, s.stdout)
 	if err == nil && ch.none() && !s.watch {

@@ -369,6 +369,19 @@ func DoWith(c *http.Client, method, url, token string, body any) (Response, erro
 	return DoRawWith(c, method, url, token, raw)
 }
 
+// DoHeader is Do with extra request headers (e.g. If-Match).
+func DoHeader(method, url, token string, hdr http.Header, body any) (Response, error) {
+	var raw []byte
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return Response{}, err
+		}
+		raw = b
+	}
+	return doRequest(client, method, url, token, hdr, raw)
+}
+
 // DoRaw performs a request with an optional bearer token and a body sent as
 // is (nil: none), so tests can send malformed input.
 func DoRaw(method, url, token string, body []byte) (Response, error) {
@@ -377,6 +390,10 @@ func DoRaw(method, url, token string, body []byte) (Response, error) {
 
 // DoRawWith is DoRaw with a given HTTP client.
 func DoRawWith(c *http.Client, method, url, token string, body []byte) (Response, error) {
+	return doRequest(c, method, url, token, nil, body)
+}
+
+func doRequest(c *http.Client, method, url, token string, hdr http.Header, body []byte) (Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -384,6 +401,9 @@ func DoRawWith(c *http.Client, method, url, token string, body []byte) (Response
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		return Response{}, err
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
