@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // previousRelease is the release a rolling upgrade starts from: the
@@ -399,4 +400,32 @@ func (l *hotLoad) stop() (allowed, refused, failed int64) {
 	l.once.Do(func() { close(l.done) })
 	l.wg.Wait()
 	return l.allowed.Load(), l.refused.Load(), l.failed.Load()
+}
+
+// TestServeRefusesDataDirOfNewerFormat: a data dir whose format.json
+// records a newer log format than this build reads (a newer release ran
+// on it after its cluster's gate opened) is refused at start, naming both
+// formats and releases, before anything is replayed; the node exits
+// rather than halting later.
+func TestServeRefusesDataDirOfNewerFormat(t *testing.T) {
+	proctest.Long(t)
+	n := proctest.StartNode(t, rlnodeBin, "n1")
+	proctest.WaitReady(t, n, 15*time.Second)
+	if code := n.Signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("stop: exit %d", code)
+	}
+	rec := `{"format":99,"version":"v99.0.0"}`
+	if err := os.WriteFile(filepath.Join(n.DataDir, "format.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.Restart()
+	if code := n.Wait(20 * time.Second); code == 0 || code == -1 {
+		t.Fatalf("start on a data dir of format 99: exit %d; want a refusal\n%s", code, n.Output())
+	}
+	out := n.Output()
+	for _, want := range []string{"may hold log format 99", "rlnode v99.0.0", fmt.Sprintf("reads formats %d to %d", fsm.OldestFormat, fsm.CurrentFormat)} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("refusal does not say %q:\n%s", want, out)
+		}
+	}
 }
