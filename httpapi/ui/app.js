@@ -72,7 +72,7 @@ function renderMembers(members) {
     tr.dataset.role = s.state;
     if (s.state === "Leader") { tr.className = "leader"; leader = m.id; }
     cell(tr, s.state);
-    cell(tr, s.version ? s.version + " · format " + s.format : "older (format 3)", "version");
+    cell(tr, s.format ? (s.version || "-") + " · format " + s.format : "older (format 3)", "version");
     if (s.clusterFormat) clusterFormat = Math.min(clusterFormat || s.clusterFormat, s.clusterFormat);
     cell(tr, s.term, "num");
     cell(tr, s.commitIndex, "num");
