@@ -110,8 +110,8 @@ func (n *Node) effectiveFormat() (fsm.Format, []MemberFormat) {
 func (n *Node) MemberFormats() (fsm.Format, []MemberFormat) { return n.effectiveFormat() }
 
 // raiseFormat records in the data dir that it may hold entries of format
-// f (never lowering it); the first raise past what the dir records logs
-// once.
+// f (never lowering it); on a node that started with state (an upgraded
+// one) the raise is logged once.
 func (n *Node) raiseFormat(f fsm.Format) error {
 	if f <= fsm.Format(n.formatMark.Load()) {
 		return nil
@@ -125,7 +125,10 @@ func (n *Node) raiseFormat(f fsm.Format) error {
 		return fmt.Errorf("record log format %d in the data dir: %w", f, err)
 	}
 	n.formatMark.Store(uint32(f))
-	n.log.Info("every member runs a release that applies this log format: features that need it are open", "format", f)
+	if n.hadState {
+		// News only on an upgrade: a new cluster starts at its format.
+		n.log.Info("every member runs a release that applies this log format: features that need it are open", "format", f)
+	}
 	return nil
 }
 
