@@ -124,7 +124,7 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 		}
 		want[client] = int64(i + 1)
 	}
-	windowsOnEveryNode(t, nodes, want)
+	windowsOnEveryNode(t, nodes, "keep", want)
 
 	// The hot key's budget is spent before the first node is upgraded:
 	// from then on every check of it must be refused, through every
@@ -157,7 +157,7 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 		t.Logf("step %d: %s upgraded (it was %s); serving checks %v after it was started", step+1, n.ID,
 			map[bool]string{true: "the leader", false: "a follower"}[n.ID == leader], took.Round(10*time.Millisecond))
 		allReady(t, nodes)
-		windowsOnEveryNode(t, nodes, want)
+		windowsOnEveryNode(t, nodes, "keep", want)
 		if step == len(order)-1 {
 			break
 		}
@@ -213,12 +213,14 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 		})
 	}
 	allReady(t, nodes)
-	windowsOnEveryNode(t, nodes, want)
+	windowsOnEveryNode(t, nodes, "keep", want)
 	allowed, refused, failed := load.stop()
 	t.Logf("hot key load: %d allowed, %d refused, %d failed (limit %d)", allowed, refused, failed, hotLimit)
 	if allowed > hotLimit {
 		t.Fatalf("the hot key was allowed %d times across the upgrade; its limit is %d", allowed, hotLimit)
 	}
+	windowsOnEveryNode(t, nodes, "tight", map[string]int64{"hot": hotLimit})
+	waitConverged(t, nodes) // every replica the same state, digest for digest
 }
 
 var policyBody = map[string]any{"algorithm": "fixed_window", "limits": []map[string]any{{"limit": 5, "window": "1m"}}}
@@ -335,14 +337,14 @@ func allReady(t *testing.T, nodes []*proctest.Node) {
 
 // windowsOnEveryNode reads every window written before the upgrade from each
 // node's own state (stale reads, once it has caught up).
-func windowsOnEveryNode(t *testing.T, nodes []*proctest.Node, want map[string]int64) {
+func windowsOnEveryNode(t *testing.T, nodes []*proctest.Node, policy string, want map[string]int64) {
 	t.Helper()
 	for _, n := range nodes {
 		proctest.Poll(t, 15*time.Second, func() error {
 			for client, used := range want {
-				r, err := n.Do("GET", "/v1/status/keep/"+client+"?stale=true", "", nil)
+				r, err := n.Do("GET", "/v1/status/"+policy+"/"+client+"?stale=true", "", nil)
 				if err != nil || r.Status != 200 || r.Num("used") != used {
-					return fmt.Errorf("%s: window keep/%s: %v %d %s; want %d used", n.ID, client, err, r.Status, r.Raw, used)
+					return fmt.Errorf("%s: window %s/%s: %v %d %s; want %d used", n.ID, policy, client, err, r.Status, r.Raw, used)
 				}
 			}
 			return nil
