@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 
@@ -15,6 +16,11 @@ import (
 // "dev" plus the VCS commit Go records.
 var version = ""
 
+// pseudoVersion matches the version Go stamps on a build of an untagged
+// commit (v0.0.0-20261126221859-48ca3b43f13f, maybe +dirty): that is a
+// dev build, shown as dev+<commit>.
+var pseudoVersion = regexp.MustCompile(`-(\d+\.)?\d{14}-[0-9a-f]{12}(\+dirty)?$`)
+
 // releaseVersion is this build's release as members report it to each
 // other (GET /v1/cluster/members, the version gate's refusals):
 // "v1.2.3", or "dev+<commit>[-dirty]" for a build from a checkout.
@@ -24,8 +30,8 @@ func releaseVersion() string {
 	}
 	v, rev, dirty := "", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
+		if mv := bi.Main.Version; mv != "" && mv != "(devel)" && !pseudoVersion.MatchString(mv) {
+			v = mv // a tagged module version (go install ...@v1.2.3)
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
