@@ -38,7 +38,10 @@ const (
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
 	f := FormatR3
-	if policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm {
+	switch {
+	case p.IsConcurrency():
+		f = FormatR4 // algorithm byte 5: a round-3 node's decoder refuses it
+	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:
 		f = FormatR4
 	}
 	return max(f, gateTestFormat(p))
