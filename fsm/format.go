@@ -37,14 +37,13 @@ const (
 // carrying p: a policy option or algorithm added in a later format needs
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
-	f := FormatR3
 	switch {
-	case p.IsConcurrency():
-		f = FormatR4 // algorithm byte 5: a round-3 node's decoder refuses it
+	case p.IsConcurrency(): // algorithm byte 5: a round-3 node's decoder refuses it
+		return FormatR4
 	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:
-		f = FormatR4
+		return FormatR4
 	}
-	return max(f, gateTestFormat(p))
+	return FormatR3
 }
 
 // PoliciesFormat is the highest PolicyFormat of ps.

@@ -21,13 +21,15 @@ import (
 // when it is cut (scripts/release.sh, CHANGELOG.md).
 const previousRelease = "bd9eb85f1ad080e1334c77a19bcb3077f90d91e1"
 
-// gatedPolicy is a policy only the new build counts as needing format 4:
-// the test binary is built with the rlnode_gatetest tag
-// (fsm/format_gatetest.go) until a real format-4 policy feature is on
-// this branch. An old leader would accept it (to an old build it is an
-// ordinary policy), so the mixed cluster is only ever asked through
-// upgraded nodes, whose own gate answers.
-const gatedPolicy = "gatetest-r4-feature"
+// gatedWrites are this release's writes that round 3 cannot apply (log
+// format 4): a concurrency policy (algorithm byte 5) and a reservation
+// (entry kind 11). An old leader would refuse the first with a 400 and
+// not know the second; a node of the new release answers both with 409
+// cluster_upgrading while any member is old.
+var gatedWrites = []struct{ what, method, path, body string }{
+	{"concurrency policy", "PUT", "/v1/policies/inflight", `{"algorithm":"concurrency","limits":[{"limit":4}]}`},
+	{"reservation", "POST", "/v1/reservations", `{"policy":"keep","client":"resv","units":3,"ttl":"30s"}`},
+}
 
 var upgradeBins struct {
 	once     sync.Once
@@ -37,7 +39,7 @@ var upgradeBins struct {
 }
 
 // buildUpgradeBins builds the previous release from git history and this
-// tree with the gate's test tag, once per test binary.
+// tree, once per test binary.
 func buildUpgradeBins(t *testing.T) (oldBin, newBin string) {
 	t.Helper()
 	upgradeBins.once.Do(func() {
@@ -75,7 +77,7 @@ func buildUpgradeBins(t *testing.T) (oldBin, newBin string) {
 			return
 		}
 		upgradeBins.new, upgradeBins.err = proctest.BuildFrom(root, filepath.Join(dir, "rlnode-new"),
-			"-tags", "rlnode_gatetest", "-ldflags", "-X main.version=r4-test")
+			"-ldflags", "-X main.version=r4-test")
 	})
 	if upgradeBins.skip != "" {
 		t.Skip(upgradeBins.skip)
@@ -93,7 +95,8 @@ func buildUpgradeBins(t *testing.T) (oldBin, newBin string) {
 // limit, each restarted node serves within seconds, and nobody halts. A
 // write that needs the new format is refused with 409 cluster_upgrading
 // naming the old nodes while any is left (also through an upgraded
-// leader, as the issue's Done-when asks) and accepted once all are new.
+// leader, as the issue's Done-when asks: a concurrency policy and a
+// reservation) and accepted once all are new.
 // Both orders: the leader last (after a transfer to the first upgraded
 // node) and the leader first.
 func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
@@ -190,27 +193,27 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 		allReady(t, nodes)
 	}
 
-	// Every node is new: the gate opens by itself within a few readings.
+	// Every node is new: the gate opens by itself within a few readings,
+	// and the new features work through every node.
 	lastUp := time.Now()
-	proctest.Poll(t, 30*time.Second, func() error {
-		r, err := nodes[2].Do("PUT", "/v1/policies/"+gatedPolicy, "", policyBody)
-		if err != nil {
-			return err
-		}
-		if r.Status != 200 && r.Status != 201 {
-			return fmt.Errorf("PUT %s with every node upgraded: %d %s", gatedPolicy, r.Status, r.Raw)
-		}
-		return nil
-	})
-	t.Logf("gated write accepted %v after the last node served checks", time.Since(lastUp).Round(10*time.Millisecond))
-	for _, n := range nodes {
-		proctest.Poll(t, 10*time.Second, func() error {
-			r, err := n.Do("GET", "/check/"+gatedPolicy+"/after", "", nil)
-			if err != nil || r.Status != 200 {
-				return fmt.Errorf("%s: check of the gated policy: %v %d %s", n.ID, err, r.Status, r.Raw)
+	for _, w := range gatedWrites {
+		proctest.Poll(t, 30*time.Second, func() error {
+			r, err := proctest.DoRaw(w.method, nodes[2].URL()+w.path, "", []byte(w.body))
+			if err != nil {
+				return err
+			}
+			if r.Status != 200 && r.Status != 201 {
+				return fmt.Errorf("%s with every node upgraded: %d %s", w.what, r.Status, r.Raw)
 			}
 			return nil
 		})
+	}
+	t.Logf("gated writes accepted %v after the last node served checks", time.Since(lastUp).Round(10*time.Millisecond))
+	for _, n := range nodes {
+		r, err := n.Do("POST", "/v1/permits", "", map[string]any{"policy": "inflight", "client": "alice", "ttl": "30s"})
+		if err != nil || r.Status != 201 {
+			t.Fatalf("permit of the concurrency policy through %s: %v %d %s", n.ID, err, r.Status, r.Raw)
+		}
 	}
 	allReady(t, nodes)
 	windowsOnEveryNode(t, nodes, "keep", want)
@@ -222,8 +225,6 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 	windowsOnEveryNode(t, nodes, "tight", map[string]int64{"hot": hotLimit})
 	waitConverged(t, nodes) // every replica the same state, digest for digest
 }
-
-var policyBody = map[string]any{"algorithm": "fixed_window", "limits": []map[string]any{{"limit": 5, "window": "1m"}}}
 
 func putPolicy(t *testing.T, n *proctest.Node, name, body string, ok ...int) {
 	t.Helper()
@@ -300,28 +301,30 @@ func versionsShown(t *testing.T, n *proctest.Node, newBin string, upgraded map[s
 	}
 }
 
-// refusedWhileUpgrading asks upgraded node n for a write that needs the
-// new format: 409 cluster_upgrading naming exactly the old nodes (sorted,
-// as the configuration lists them here: n1, n2, n3).
+// refusedWhileUpgrading asks upgraded node n for each write that needs
+// the new format: 409 cluster_upgrading naming exactly the old nodes
+// (sorted, as the configuration lists them here: n1, n2, n3).
 func refusedWhileUpgrading(t *testing.T, n *proctest.Node, old []string) {
 	t.Helper()
-	proctest.Poll(t, 15*time.Second, func() error {
-		r, err := n.Do("PUT", "/v1/policies/"+gatedPolicy, "", policyBody)
-		if err != nil {
-			return err
-		}
-		if r.Status != 409 || r.JSON["code"] != "cluster_upgrading" {
-			return fmt.Errorf("gated write through %s with %v old: %d %s; want 409 cluster_upgrading", n.ID, old, r.Status, r.Raw)
-		}
-		detail, _ := r.JSON["detail"].(string)
-		_, named, _ := strings.Cut(detail, "(behind: ")
-		named, _, _ = strings.Cut(named, ")")
-		if named != strings.Join(old, ", ") {
-			return fmt.Errorf("refusal through %s names %q as behind; want exactly the old nodes %v: %s", n.ID, named, old, r.Raw)
-		}
-		t.Logf("gated write through %s: %d %s", n.ID, r.Status, r.Raw)
-		return nil
-	})
+	for _, w := range gatedWrites {
+		proctest.Poll(t, 15*time.Second, func() error {
+			r, err := proctest.DoRaw(w.method, n.URL()+w.path, "", []byte(w.body))
+			if err != nil {
+				return err
+			}
+			if r.Status != 409 || r.JSON["code"] != "cluster_upgrading" {
+				return fmt.Errorf("%s through %s with %v old: %d %s; want 409 cluster_upgrading", w.what, n.ID, old, r.Status, r.Raw)
+			}
+			detail, _ := r.JSON["detail"].(string)
+			_, named, _ := strings.Cut(detail, "(behind: ")
+			named, _, _ = strings.Cut(named, ")")
+			if named != strings.Join(old, ", ") {
+				return fmt.Errorf("refusal of a %s through %s names %q as behind; want exactly the old nodes %v: %s", w.what, n.ID, named, old, r.Raw)
+			}
+			t.Logf("%s through %s: %d %s", w.what, n.ID, r.Status, detail)
+			return nil
+		})
+	}
 }
 
 // allReady checks that every node is ready and none has halted.
