@@ -38,9 +38,14 @@ func (e *UpgradingError) Unwrap() error { return ErrClusterUpgrading }
 // for any write that needs more than fsm.OldestFormat. Before it lets
 // such a write through it records the format in the data dir
 // (storage.RaiseFormat), so a build too old for what follows refuses
-// this dir instead of halting on it.
+// this dir instead of halting on it; from then on the format stays open
+// on this node.
 func (n *Node) RequireFormat(need fsm.Format) error {
-	if need <= fsm.OldestFormat {
+	if need <= fsm.OldestFormat || need <= fsm.Format(n.formatMark.Load()) {
+		// Once every member reported it, the format is never lowered
+		// (CockroachDB's cluster version): entries of it may be in the
+		// log already, so a member that goes silent since changes
+		// nothing, and an older one may not join (checkJoinerFormat).
 		return nil
 	}
 	eff, members := n.effectiveFormat()
@@ -54,6 +59,38 @@ func (n *Node) RequireFormat(need fsm.Format) error {
 		}
 	}
 	return &UpgradingError{Need: need, Effective: eff, Behind: behind}
+}
+
+// requireLeaderFormat is the gate on the node asked, before it forwards a
+// write that needs format need: a leader of an older release has no gate
+// (and may not know the operation), so a follower refuses unless the
+// leader reports need or more, asking it at once if it has not heard from
+// it yet (a node just started). A new leader's own RequireFormat then
+// decides with every member's format. The refusal names every member this
+// node sees behind.
+func (n *Node) requireLeaderFormat(need fsm.Format) error {
+	if need <= fsm.OldestFormat || n.IsLeader() {
+		return nil
+	}
+	id, addr := n.Leader()
+	if id == "" {
+		return nil // no leader: the forward fails as not counted
+	}
+	pf, ok := n.formats.get(id)
+	if !ok && addr != "" {
+		if rd, _, read := n.readClock(addr); read && rd.ID == id {
+			n.formats.record(rd)
+			pf, ok = peerFormat{version: rd.Version, format: rd.Format}, true
+		}
+	}
+	if ok && pf.format >= need {
+		return nil
+	}
+	err := n.RequireFormat(need)
+	if err == nil {
+		err = &UpgradingError{Need: need, Effective: fsm.OldestFormat, Behind: []string{id}}
+	}
+	return err
 }
 
 // MemberFormat is one server's release and log format as this node last

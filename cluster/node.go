@@ -455,10 +455,12 @@ func (n *Node) Gauges() Gauges {
 		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), ClusterFormat: uint32(n.clusterFormat())}
 }
 
-// clusterFormat is the cluster's effective format as this node sees it.
+// clusterFormat is the cluster's format as this node's gate sees it: the
+// effective format, or the one it recorded once every member reported it
+// (never lowered).
 func (n *Node) clusterFormat() fsm.Format {
 	f, _ := n.effectiveFormat()
-	return f
+	return max(f, fsm.Format(n.formatMark.Load()))
 }
 
 // Peer is one server of the Raft configuration.

@@ -165,9 +165,9 @@ func (n *Node) permitOp(ctx context.Context, w permitWire) (Permit, error) {
 		}
 		return Permit{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
-	// The node asked checks the version gate too: a leader of an older
+	// The node asked checks the leader's format: a leader of an older
 	// release has no gate and no permit operation.
-	if err := n.RequireFormat(fsm.FormatR4); err != nil {
+	if err := n.requireLeaderFormat(fsm.FormatR4); err != nil {
 		return Permit{}, errors.Join(ErrNotCounted, err)
 	}
 	var out Permit

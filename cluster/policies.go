@@ -27,9 +27,9 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (string, error) {
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
-	// The node asked checks the gate too: a leader of an older release
-	// has no gate and might misread what it does not know.
-	if err := n.RequireFormat(fsm.PolicyFormat(p)); err != nil {
+	// The node asked checks the leader's format: a leader of an older
+	// release has no gate and might misread what it does not know.
+	if err := n.requireLeaderFormat(fsm.PolicyFormat(p)); err != nil {
 		return "", fmt.Errorf("set policy %s: %w", p.Name, err)
 	}
 	res, err := opSetPolicy.do(ctx, n, p)
@@ -84,7 +84,7 @@ type PolicyTable struct {
 // version is another, nothing is written and the error is
 // ErrTableChanged. On a follower it goes to the leader.
 func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy, ifMatch string) (TableChange, error) {
-	if err := n.RequireFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
+	if err := n.requireLeaderFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
 	return opReplaceTable.do(ctx, n, replaceRequest{Policies: ps, IfMatch: ifMatch})

@@ -130,7 +130,7 @@ func (n *Node) reservationOp(ctx context.Context, w reservationWire) (reservatio
 		}
 		return reservationAnswer{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
-	if err := n.RequireFormat(fsm.FormatR4); err != nil { // as permitOp
+	if err := n.requireLeaderFormat(fsm.FormatR4); err != nil { // as permitOp
 		return reservationAnswer{}, errors.Join(ErrNotCounted, err)
 	}
 	var out reservationAnswer

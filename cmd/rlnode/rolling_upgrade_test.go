@@ -211,10 +211,14 @@ func rollingUpgrade(t *testing.T, oldBin, newBin string, leaderFirst bool) {
 	}
 	t.Logf("gated writes accepted %v after the last node served checks", time.Since(lastUp).Round(10*time.Millisecond))
 	for _, n := range nodes {
-		r, err := n.Do("POST", "/v1/permits", "", map[string]any{"policy": "inflight", "client": "alice", "ttl": "30s"})
-		if err != nil || r.Status != 201 {
-			t.Fatalf("permit of the concurrency policy through %s: %v %d %s", n.ID, err, r.Status, r.Raw)
-		}
+		// A node checks the policy in its own table: wait until it has it.
+		proctest.Poll(t, 10*time.Second, func() error {
+			r, err := n.Do("POST", "/v1/permits", "", map[string]any{"policy": "inflight", "client": "alice", "ttl": "30s"})
+			if err != nil || r.Status != 201 {
+				return fmt.Errorf("permit of the concurrency policy through %s: %v %d %s", n.ID, err, r.Status, r.Raw)
+			}
+			return nil
+		})
 	}
 	allReady(t, nodes)
 	windowsOnEveryNode(t, nodes, "keep", want)
