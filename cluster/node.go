@@ -70,6 +70,9 @@ type Node struct {
 	// served only then.
 	readyTerm atomic.Uint64
 
+	// removal is what this node knows of its own membership (removal.go).
+	removal removal
+
 	// hadState records whether the node found Raft state at start.
 	hadState bool
 	// waiting says, while the node belongs to no cluster yet, what it is
@@ -114,7 +117,12 @@ func Open(cfg Config) (*Node, error) {
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
 	n.top = topkeys.New(topkeys.Config{})
-	n.wg.Add(3)
+	if n.hadState {
+		// It was in a cluster: a configuration without it is a removal.
+		n.wasInCluster()
+	}
+	n.wg.Add(4)
+	go n.watchMembership()
 	go n.watchLeadership()
 	go n.runClockCheck()
 	go n.runLagWatch()
@@ -334,6 +342,9 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
+	if n.isRemoved() {
+		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.notMember())
+	}
 	if err := n.logWatch.failing(); err != nil {
 		return err
 	}
@@ -395,11 +406,16 @@ type Status struct {
 	Waiting string `json:"waiting,omitempty"`
 	// Version is this node's release and Format the newest log format
 	// it applies (both absent from releases before formats were
-	// reported); ClusterFormat is the cluster's effective format as this
-	// node sees it (the version gate: the lowest any voter reports).
+	// reported); ClusterFormat is the cluster's format as this node's
+	// version gate sees it (the lowest any member reports, or the format
+	// recorded once every member reported it).
 	Version       string     `json:"version,omitempty"`
 	Format        fsm.Format `json:"format,omitempty"`
 	ClusterFormat fsm.Format `json:"clusterFormat,omitempty"`
+	// Membership is "member", "joining" (in no configuration it has
+	// seen yet) or "removed"; Removed says why and what to do.
+	Membership string `json:"membership"`
+	Removed    string `json:"removed,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -424,6 +440,10 @@ func (n *Node) Status() Status {
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
+	s.Membership = n.membership()
+	if reason, removed := n.Removed(); removed {
+		s.Removed = reason + "; stop this node, or add it back with rlnode join"
+	}
 	if w := n.waiting.Load(); w != nil && !n.hasRaftState() {
 		s.Waiting = *w
 	}
@@ -445,6 +465,8 @@ type Gauges struct {
 	ClockSkewed bool
 	// ClusterFormat: see Status.
 	ClusterFormat uint32
+	// Membership: see Status.
+	Membership string
 }
 
 // Gauges returns the node's gauges without computing a digest.
@@ -452,7 +474,8 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), ClusterFormat: uint32(n.clusterFormat())}
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership(),
+		ClusterFormat: uint32(n.clusterFormat())}
 }
 
 // clusterFormat is the cluster's format as this node's gate sees it: the

@@ -30,8 +30,7 @@ const outcomeFail checker.Outcome = "fail"
 // as a checker.Op.
 type opRecord struct {
 	checker.Op
-	Status   int    `json:"status,omitempty"` // HTTP status; 0 if no response
-	Code     string `json:"code,omitempty"`   // problem "code" of an error answer
+	Code     string `json:"code,omitempty"` // problem "code" of an error answer
 	ServedBy string `json:"servedBy,omitempty"`
 	// Resent marks a synthetic unknown hit added because Go's transport
 	// silently re-sent a request after the first attempt had been
@@ -133,6 +132,10 @@ func (w *workload) stop() []opRecord {
 
 func (w *workload) worker(abort context.Context, id int) {
 	rng := rand.New(rand.NewPCG(w.cfg.seed, uint64(id)+1))
+	var zipf *rand.Zipf
+	if n := w.warmCount(); n > 1 {
+		zipf = rand.NewZipf(rng, 1.07, 1, uint64(n-1))
+	}
 	var gap time.Duration
 	if w.cfg.rate > 0 {
 		gap = time.Duration(float64(w.cfg.clients) / w.cfg.rate * float64(time.Second))
@@ -160,7 +163,7 @@ func (w *workload) worker(abort context.Context, id int) {
 			}
 		}
 		node := w.cfg.nodes[rng.IntN(len(w.cfg.nodes))]
-		kind, ts := w.pick(rng)
+		kind, ts := w.pick(rng, zipf)
 		if a := w.apps[id]; a != nil && kind == checker.KindHit && ts[0].leased {
 			ctx, cancel := context.WithTimeout(abort, w.cfg.timeout)
 			w.perWork[id] = append(w.perWork[id], a.do(ctx, w.cfg.t0, id, ts[0]))
@@ -171,14 +174,33 @@ func (w *workload) worker(abort context.Context, id int) {
 	}
 }
 
+// warmShare is the share of hits that go to the warm keys.
+const warmShare = 0.25
+
+func (w *workload) warmCount() int {
+	n := 0
+	for _, t := range w.cfg.targets {
+		if t.warm {
+			n++
+		}
+	}
+	return n
+}
+
 // pick chooses the next op: a peek of a fixed-window key, a multi-key
-// check across a pair, or a hit on any key.
-func (w *workload) pick(rng *rand.Rand) (checker.Kind, []target) {
+// check across a pair, a hit on a warm key (by zipf), or a hit on any
+// other key.
+func (w *workload) pick(rng *rand.Rand, zipf *rand.Zipf) (checker.Kind, []target) {
 	r := rng.Float64()
-	var fixed []target
+	var fixed, warm, other []target
 	for _, t := range w.cfg.targets {
 		if t.fixed {
 			fixed = append(fixed, t)
+		}
+		if t.warm {
+			warm = append(warm, t)
+		} else {
+			other = append(other, t)
 		}
 	}
 	switch {
@@ -188,7 +210,10 @@ func (w *workload) pick(rng *rand.Rand) (checker.Kind, []target) {
 		p := w.cfg.pairs[rng.IntN(len(w.cfg.pairs))]
 		return checker.KindMulti, []target{w.cfg.targets[p[0]], w.cfg.targets[p[1]]}
 	}
-	return checker.KindHit, []target{w.cfg.targets[rng.IntN(len(w.cfg.targets))]}
+	if zipf != nil && rng.Float64() < warmShare {
+		return checker.KindHit, []target{warm[zipf.Uint64()]}
+	}
+	return checker.KindHit, []target{other[rng.IntN(len(other))]}
 }
 
 // request builds the HTTP request of one op.
@@ -300,8 +325,8 @@ func label(r *opRecord, client int, kind checker.Kind, node nodeSpec, ts []targe
 // classify turns what came back into an outcome. It is pure so the rules
 // are unit-tested:
 //   - 200/429 with a well-formed body: ok (a definite answer);
-//   - 503 not_counted / no_leader (and not_leader for reads): fail, the op
-//     certainly had no effect;
+//   - 503 not_counted / no_leader / not_member (and not_leader for
+//     reads): fail, the op certainly had no effect;
 //   - no response and the request never written (refused dial, dial
 //     timeout): fail, nothing reached a node;
 //   - anything else (timeout after sending, reset, 503 outcome_unknown,
@@ -377,7 +402,7 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 	_ = json.Unmarshal(body, &p) // a body that is not a problem document leaves Code empty: unknown
 	r.Code = p.Code
 	r.Error = fmt.Sprintf("HTTP %d %s: %s", status, p.Code, p.Detail)
-	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || (kind == checker.KindPeek && p.Code == "not_leader")
+	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || p.Code == "not_member" || (kind == checker.KindPeek && p.Code == "not_leader")
 	if status == http.StatusServiceUnavailable && notApplied {
 		r.Outcome = outcomeFail
 	} else {
