@@ -35,6 +35,7 @@ type Node struct {
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
+	hung      hungLeader // the leader that last did not answer a grant in time
 	internal  http.Handler
 
 	leaderBatch *groupCommit
