@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Algorithm names how a policy turns hits into decisions.
@@ -20,6 +21,11 @@ const (
 	// every key. Policies spell it fixed_window with align: epoch, so
 	// ParseAlgorithm does not know this name.
 	FixedWindowEpoch Algorithm = 4
+	// FixedWindowCalendar is the fixed window aligned to the calendar:
+	// local days, ISO weeks, months or years in the limit's zone
+	// (fixed_calendar.go). Policies spell it fixed_window with align:
+	// calendar.
+	FixedWindowCalendar Algorithm = 5
 )
 
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
@@ -36,6 +42,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case FixedWindowEpoch:
 		return "fixed_window(epoch)"
+	case FixedWindowCalendar:
+		return "fixed_window(calendar)"
 	default:
 		return fmt.Sprintf("algorithm(%d)", uint8(a))
 	}
@@ -63,8 +71,12 @@ const MaxTime int64 = 1 << 61
 
 // Limit is one limit of a policy: Limit hits (token bucket: tokens) per
 // WindowMs milliseconds. Burst is the token bucket's capacity (0 or less
-// means Limit); the other algorithms ignore it.
-type Limit struct{ Limit, WindowMs, Burst int64 }
+// means Limit); the other algorithms ignore it. Loc is a calendar limit's
+// zone (FixedWindowCalendar; nil is UTC); the other algorithms ignore it.
+type Limit struct {
+	Limit, WindowMs, Burst int64
+	Loc                    *time.Location
+}
 
 // State is one limit's stored state for one key; the zero value is a
 // never-seen key. Its meaning per algorithm:
@@ -118,6 +130,8 @@ func Apply(alg Algorithm, l Limit, s State, now, cost int64) (Result, State) {
 		return applyBucket(l, s, now, cost)
 	case FixedWindowEpoch:
 		return applyFixedEpoch(l, s, now, cost)
+	case FixedWindowCalendar:
+		return applyFixedCalendar(l, s, now, cost)
 	}
 	return never(l, now), s
 }
@@ -154,6 +168,8 @@ func ExpiresAt(alg Algorithm, l Limit, s State) int64 {
 		return expiresBucket(l, s)
 	case FixedWindowEpoch:
 		return expiresFixedEpoch(l, s)
+	case FixedWindowCalendar:
+		return expiresFixedCalendar(l, s)
 	}
 	return -maxInt64 - 1
 }
@@ -202,7 +218,7 @@ func Force(alg Algorithm, l Limit, s State, now, cost int64) (ns State, ok bool)
 		return s, false
 	}
 	switch alg {
-	case FixedWindow, SlidingWindow:
+	case FixedWindow, SlidingWindow, FixedWindowCalendar:
 		// The count is kept as is: a higher limit only lets it grow.
 		l.Limit = max(l.Limit, forceLimit)
 	case TokenBucket:
