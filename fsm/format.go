@@ -26,6 +26,9 @@ const (
 // carrying p: a policy option or algorithm added in a later format needs
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
+	if p.CalendarAligned() || p.IsShadow() {
+		return FormatR4 // option bits optCalendar, optShadow
+	}
 	return FormatR3
 }
 
