@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,15 @@ func TestShadowPolicyNeverRefuses(t *testing.T) {
 	if a := do(t, "GET", n.URL()+"/check/v", "", ""); a.body["remaining"] != 0.0 {
 		t.Fatalf("default policy after the group: %s", a.raw)
 	}
+
+	// The top keys list would-refuse hits apart (recorded asynchronously).
+	clustertest.Poll(t, 10*time.Second, func() error {
+		a := do(t, "GET", n.URL()+"/v1/top?policy=sh&by=would_refuse", "", "")
+		if a.status != 200 || !strings.Contains(a.raw, `"wouldRefuse":4`) || !strings.Contains(a.raw, `"key":"u"`) {
+			return fmt.Errorf("top: %d %s", a.status, a.raw)
+		}
+		return nil
+	})
 
 	cal := `{"algorithm":"fixed_window","align":"calendar","timezone":"Europe/Berlin","mode":"shadow","limits":[{"limit":1000,"window":"1mo"}]}`
 	if a := do(t, "PUT", n.URL()+"/v1/policies/monthly", "", cal); a.status/100 != 2 {

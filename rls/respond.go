@@ -109,7 +109,7 @@ func (s *Server) describe(st *rlsv3.RateLimitResponse_DescriptorStatus, p *plann
 	if p.quota {
 		v.quota++
 	}
-	if h.Outcome == window.Allowed {
+	if h.Outcome == window.Allowed && !h.WouldRefuse() {
 		s.observe(p.domain, "ok")
 		v.closer(st)
 		return
