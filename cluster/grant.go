@@ -25,6 +25,9 @@ const (
 	leaseRetryInterval = 20 * time.Millisecond
 )
 
+// MaxGrantItems bounds the keys of one Grants call (one log entry).
+const MaxGrantItems = fsm.MaxGrantItems
+
 // ErrNotLeased is returned for a grant of a strict policy: only leased
 // policies lend budget.
 var ErrNotLeased = errors.New("the policy is not leased")

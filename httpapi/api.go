@@ -2,6 +2,10 @@
 // forward-auth, reads, health, the policy and admin API and the metrics
 // endpoint. The node-to-node endpoints are the cluster's own
 // (cluster.Node.InternalHandler); the binary mounts both.
+//
+// Every route is one entry of the route table in routes.go (Route): its
+// method, path, guard and query parameters, declared once. Adding an
+// endpoint is adding an entry there.
 package httpapi
 
 import (
@@ -156,49 +160,7 @@ func New(cfg Config) *API {
 		writeProblem(c, http.StatusMethodNotAllowed, CodeInvalidRequest, fmt.Sprintf("%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 
-	// Gin needs one wildcard name per position: :a is the client of
-	// /check/:client and the policy of /check/:policy/:client.
-	e.GET("/check/:a", a.checkDefault)
-	e.GET("/check/:a/:b", a.checkNamed)
-	e.GET("/check/", a.emptyClient)
-	e.GET("/check", a.emptyClient)
-	e.POST("/v1/check", a.checkMany)
-	e.GET(PeekPath+":a", a.peekDefault)
-	e.GET(PeekPath+":a/:b", a.peekNamed)
-	e.GET(PoliciesPath, a.listPolicies)
-	e.GET(PoliciesPath+"/:name", a.getPolicy)
-	e.GET("/livez", a.livez)
-	e.GET("/healthz", a.livez)
-	e.GET("/readyz", a.readyz)
-	e.GET("/v1/status", a.status)
-	e.GET("/v1/cluster/peers", a.peers)
-	e.POST(LeasesPath, a.lease)
-	e.POST(LeaseReturnPath, a.leaseReturn)
-	e.Any(AuthPath+":policy", a.auth)
-	e.Any(AuthPath+":policy/*path", a.auth)
-	if cfg.MetricsHandler != nil {
-		e.GET("/metrics", gin.WrapH(cfg.MetricsHandler))
-	}
-
-	a.mountUI(e)
-	guarded := e.Group("/", a.requireToken)
-	guarded.POST(JoinPath, a.join)
-	guarded.POST(RemovePath, a.remove)
-	guarded.POST(TransferPath, a.transfer)
-	guarded.POST("/v1/cluster/snapshot", a.snapshot)
-	guarded.PUT(PoliciesPath, a.replacePolicies)
-	guarded.PUT(PoliciesPath+"/:name", a.putPolicy)
-	guarded.DELETE(PoliciesPath+"/:name", a.deletePolicy)
-	guarded.DELETE(WindowsPath+"/:policy/:client", a.resetKey)
-	guarded.POST(WindowsPath+"/:policy/:client", a.writeCounter)
-	guarded.GET("/v1/top", a.top)
-	guarded.GET("/v1/cluster/members", a.members)
-	guarded.GET(BackupPath, a.backup)
-	guarded.POST(RestorePath, a.restore)
-	if cfg.DebugEndpoints {
-		guarded.GET("/debug/clock-offset", a.getClockOffset)
-		guarded.POST("/debug/clock-offset", a.setClockOffset)
-	}
+	a.register(e, a.routes())
 	return a
 }
 

@@ -24,17 +24,17 @@ func uiHeaders(c *gin.Context) {
 	h.Set("Cache-Control", "no-cache")
 }
 
-// mountUI serves GET /ui/ (the page) and its two files.
-func (a *API) mountUI(e *gin.Engine) {
+// uiRedirect sends /ui to the page, whose files it names relative to /ui/.
+func uiRedirect(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/ui/") }
+
+// uiFile serves one of the page's files (GET /ui/, /ui/app.js, /ui/style.css).
+func uiFile(name string) gin.HandlerFunc {
 	sub, _ := fs.Sub(uiFiles, "ui")
 	files := http.FileServer(http.FS(sub))
-	e.GET("/ui", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/ui/") })
-	g := e.Group("/ui", uiHeaders)
-	for _, name := range []string{"/", "/app.js", "/style.css"} {
-		g.GET(name, func(c *gin.Context) {
-			r := c.Request.Clone(c.Request.Context())
-			r.URL.Path = name
-			files.ServeHTTP(c.Writer, r)
-		})
+	return func(c *gin.Context) {
+		uiHeaders(c)
+		r := c.Request.Clone(c.Request.Context())
+		r.URL.Path = name
+		files.ServeHTTP(c.Writer, r)
 	}
 }

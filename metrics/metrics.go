@@ -37,6 +37,7 @@ type Metrics struct {
 	lease          leaseMetrics
 	// External holders' grants (the lease API, RLQS) by policy.
 	leases, leaseUnits, leaseReturned *prometheus.CounterVec
+	grpcRefused                       *prometheus.CounterVec
 }
 
 // New registers rlnode's collectors on reg.
@@ -75,6 +76,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	}, []string{"policy"})
 	m.rlsLimits = newRLSLimits(reg)
 	m.lease = newLeaseMetrics(reg)
+	m.grpcRefused = newGRPCRefused(reg)
 	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -31,7 +30,8 @@ import (
 // Leaser is what the quota service needs from the cluster.
 type Leaser interface {
 	Policy(name string) (policy.Policy, bool)
-	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
+	// Grants lends units of several keys to one holder in one log entry.
+	Grants(ctx context.Context, holder string, lease time.Duration, items []cluster.GrantItem) ([]cluster.Grant, error)
 	// LeaseFor is the lease to ask for a grant usable for usable (a
 	// token bucket's is asked longer by the cluster's clock bound).
 	LeaseFor(bucket bool, usable time.Duration) time.Duration
@@ -69,8 +69,24 @@ type Config struct {
 	// MaxBuckets bounds the buckets one stream may have assigned
 	// (default 1024); more get no assignment.
 	MaxBuckets int
-	Logger     hclog.Logger
-	Observer   Observer
+	// NodeBuckets and CredentialBuckets bound the buckets all of this
+	// node's streams, and those of one credential, may have assigned
+	// (defaults 65536 and 16384); more get no assignment.
+	NodeBuckets, CredentialBuckets int
+	// Limits bounds the streams per connection, per node and per
+	// credential (zero: grpcserve's defaults).
+	Limits grpcserve.Limits
+	// Refused, when set, counts streams refused for those budgets.
+	Refused grpcserve.Observer
+	// StreamIdle ends a stream that sent no usage report for this long
+	// (default 2m): Envoy opens a new one when it next has a report.
+	StreamIdle time.Duration
+	// GrantRate is how many grant log entries per second this node's
+	// quota streams may write together (default 100), shared evenly
+	// between the open streams (see budget.go).
+	GrantRate float64
+	Logger    hclog.Logger
+	Observer  Observer
 }
 
 func (c *Config) setDefaults() {
@@ -86,6 +102,18 @@ func (c *Config) setDefaults() {
 	if c.MaxBuckets == 0 {
 		c.MaxBuckets = 1024
 	}
+	if c.NodeBuckets == 0 {
+		c.NodeBuckets = DefaultNodeBuckets
+	}
+	if c.CredentialBuckets == 0 {
+		c.CredentialBuckets = min(DefaultCredentialBuckets, c.NodeBuckets)
+	}
+	if c.StreamIdle == 0 {
+		c.StreamIdle = DefaultStreamIdle
+	}
+	if c.GrantRate == 0 {
+		c.GrantRate = DefaultGrantRate
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -96,35 +124,41 @@ func (c Config) Validate() error {
 	if c.Lease < 0 || c.Lease > cluster.MaxLease {
 		return errors.New("rlqs lease must be from 1ms to " + cluster.MaxLease.String())
 	}
-	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 {
-		return errors.New("rlqs: transit, cold-after and max buckets must not be negative")
+	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 || c.NodeBuckets < 0 || c.CredentialBuckets < 0 {
+		return errors.New("rlqs: transit, cold-after, bucket limits, stream idle and grant rate must not be negative")
 	}
 	return nil
 }
 
+// Defaults of the stream bounds the quota service adds to the port's.
+const (
+	DefaultStreamIdle        = 2 * time.Minute
+	DefaultGrantRate         = 100
+	DefaultNodeBuckets       = 65536
+	DefaultCredentialBuckets = 16384
+)
+
 // Server is the gRPC server of the quota service.
 type Server struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	healthpb.UnimplementedHealthServer
-	cfg  Config
-	grpc *grpc.Server
+	cfg     Config
+	grpc    *grpc.Server
+	guard   *grpcserve.Guard
+	grants  *grantBudget
+	buckets *grpcserve.Budget
 }
 
 // HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
 // preface, as on the rate limit service's port.
-const HandshakeTimeout = 5 * time.Second
+const HandshakeTimeout = grpcserve.HandshakeTimeout
 
 // New builds the server; Serve starts it.
 func New(cfg Config) *Server {
 	cfg.setDefaults()
-	s := &Server{cfg: cfg}
-	opts := []grpc.ServerOption{grpc.StreamInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout)}
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
-	}
-	s.grpc = grpc.NewServer(opts...)
+	s := &Server{cfg: cfg, grants: newGrantBudget(cfg.GrantRate), buckets: grpcserve.NewBudget(cfg.NodeBuckets, cfg.CredentialBuckets)}
+	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rlqs", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s)
-	healthpb.RegisterHealthServer(s.grpc, s)
+	grpcserve.RegisterIntrospection(s.grpc, cfg.Leaser.Ready, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	return s
 }
 
@@ -135,26 +169,10 @@ func (s *Server) Serve(ln net.Listener) error { return grpcserve.Serve(s.grpc, l
 // run out at their TTL) and waits for the handlers until ctx ends.
 func (s *Server) Stop(ctx context.Context) { grpcserve.Stop(ctx, s.grpc) }
 
-func (s *Server) authorize(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := grpcserve.Authorize(ss.Context(), info.FullMethod, s.cfg.Token); err != nil {
-		return err
-	}
-	return h(srv, ss)
-}
-
-// Check is the gRPC health check: SERVING while the node is ready.
-func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	switch req.GetService() {
-	case "", rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName:
-	default:
-		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
-	}
-	st := healthpb.HealthCheckResponse_SERVING
-	if s.cfg.Leaser.Ready(0) != nil {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	return &healthpb.HealthCheckResponse{Status: st}, nil
-}
+// OpenStreams and Buckets are how many streams the port holds now and
+// how many buckets they have (for tests).
+func (s *Server) OpenStreams() int { return s.guard.Open() }
+func (s *Server) Buckets() int     { return s.buckets.Held() }
 
 // scope names the credentials a stream came with (the client
 // certificate's fingerprint, else "token" or "anon"), part of its holder id.
@@ -171,9 +189,10 @@ func scope(ctx context.Context) string {
 // StreamRateLimitQuotas serves one Envoy: its reports go in, assignments
 // come out, until the stream ends.
 func (s *Server) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	q, err := newStream(s.cfg, st, scope(st.Context()))
+	q, err := newStream(s.cfg, st, scope(st.Context()), s.grants)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
+	q.cred, q.bucketBudget = grpcserve.Credential(st.Context(), s.cfg.Token), s.buckets
 	return q.run()
 }

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -33,6 +36,11 @@ type bucket struct {
 	// when a report last showed any.
 	rate       float64
 	lastDemand time.Time
+	// lastReport is when a report last named the bucket, every its
+	// reporting interval as seen here; renewUntil ends the renewals one
+	// report's demand pays for (see demand.go).
+	lastReport, renewUntil time.Time
+	every                  time.Duration
 	// renewAt is when the bucket needs its next assignment (zero: now).
 	renewAt time.Time
 	seq     uint32
@@ -45,22 +53,35 @@ type stream struct {
 	st     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer
 	holder string
 
+	// grants is the node's budget of grant entries, shared by streams;
+	// bucketBudget the node's budget of buckets, counted for cred.
+	grants       *grantBudget
+	bucketBudget *grpcserve.Budget
+	cred         string
+
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	kick    chan struct{}
+	// closed: the handler has returned and given the buckets back; a
+	// report the receiver still takes in is dropped.
+	closed bool
 }
 
-func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer, scope string) (*stream, error) {
+func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer, scope string, grants *grantBudget) (*stream, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("holder id: %w", err)
 	}
 	return &stream{cfg: cfg, st: st, holder: "rlqs:" + scope + ":" + hex.EncodeToString(b[:]),
-		buckets: map[string]*bucket{}, kick: make(chan struct{}, 1)}, nil
+		grants: grants, buckets: map[string]*bucket{}, kick: make(chan struct{}, 1)}, nil
 }
 
-// run reads reports until the stream ends; its assigner goroutine sends.
+// run reads reports until the stream ends, or sends none for
+// StreamIdle; its assigner goroutine sends.
 func (q *stream) run() error {
+	q.grants.join(q.holder)
+	defer q.grants.leave(q.holder)
+	defer q.dropBuckets()
 	ctx, cancel := context.WithCancel(q.st.Context())
 	done := make(chan struct{})
 	go func() {
@@ -71,6 +92,28 @@ func (q *stream) run() error {
 		cancel()
 		<-done
 	}()
+	// The receiver's owner is the stream itself: Recv returns once this
+	// handler has returned and gRPC has ended the stream.
+	reported, ended := make(chan struct{}, 1), make(chan error, 1)
+	go func() { ended <- q.receive(reported) }()
+	idle := time.NewTimer(q.cfg.StreamIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case err := <-ended:
+			return err
+		case <-reported:
+			idle.Reset(q.cfg.StreamIdle)
+		case <-idle.C:
+			q.cfg.Logger.Debug("closing a stream that sent no usage report", "holder", q.holder, "idle", q.cfg.StreamIdle)
+			return status.Errorf(codes.DeadlineExceeded, "no usage report for %s: stream closed (open a new one to report)", q.cfg.StreamIdle)
+		}
+	}
+}
+
+// receive takes in reports until the stream ends (nil when the client
+// closed it), signalling each on reported.
+func (q *stream) receive(reported chan<- struct{}) error {
 	for {
 		rep, err := q.st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -80,13 +123,22 @@ func (q *stream) run() error {
 			return err
 		}
 		q.report(rep)
+		select {
+		case reported <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // report takes in one usage report: new buckets, and each bucket's demand.
 func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 	now := time.Now()
+	var skipped map[string]int // buckets that get no assignment, by why
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
 	for _, u := range rep.GetBucketQuotaUsages() {
 		id := u.GetBucketId().GetBucket()
 		if len(id) == 0 {
@@ -95,15 +147,9 @@ func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		key := bucketKey(id)
 		b := q.buckets[key]
 		if b == nil {
-			if len(q.buckets) >= q.cfg.MaxBuckets {
-				q.cfg.Logger.Warn("stream has too many buckets; this one gets no assignment", "holder", q.holder, "max", q.cfg.MaxBuckets)
+			if b = q.newBucket(rep.GetDomain(), u.GetBucketId(), now, &skipped); b == nil {
 				continue
 			}
-			p, c, err := KeyOf(rep.GetDomain(), id)
-			if err != nil {
-				q.cfg.Logger.Warn("bucket maps onto no rlnode key; it gets no assignment", "bucket", key, "error", err)
-			}
-			b = &bucket{id: u.GetBucketId(), policy: p, client: c, mapped: err == nil, lastDemand: now}
 			q.buckets[key] = b
 		}
 		n := float64(u.GetNumRequestsAllowed() + u.GetNumRequestsDenied())
@@ -112,15 +158,58 @@ func (q *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			secs = 1 // Envoy reports whole seconds; a new bucket's first report says 0
 		}
 		b.rate = n / secs
-		if n > 0 {
-			b.lastDemand = now
-		}
+		q.sawReport(b, now, n > 0)
 	}
 	q.mu.Unlock()
+	for why, n := range skipped {
+		q.cfg.Logger.Warn("buckets of a report get no assignment", "holder", q.holder, "buckets", n, "why", why)
+	}
 	select {
 	case q.kick <- struct{}{}:
 	default:
 	}
+}
+
+// newBucket makes the stream's bucket for id, or nil when a budget is
+// full (counted in skipped, for one warning per report). A bucket that
+// maps onto no rlnode key is made (so it is not looked at again) but
+// never assigned. Called with q.mu held.
+func (q *stream) newBucket(domain string, id *rlqsv3.BucketId, now time.Time, skipped *map[string]int) *bucket {
+	skip := func(why string) *bucket {
+		if *skipped == nil {
+			*skipped = map[string]int{}
+		}
+		(*skipped)[why]++
+		return nil
+	}
+	if len(q.buckets) >= q.cfg.MaxBuckets {
+		return skip(fmt.Sprintf("the stream has its limit of %d buckets", q.cfg.MaxBuckets))
+	}
+	switch q.bucketBudget.Take(q.cred) {
+	case grpcserve.FullNode:
+		return skip(fmt.Sprintf("the node's streams have their limit of %d buckets (--rlqs-max-buckets)", q.cfg.NodeBuckets))
+	case grpcserve.FullCredential:
+		return skip(fmt.Sprintf("the credential's streams have their limit of %d buckets (--rlqs-max-buckets-per-credential)", q.cfg.CredentialBuckets))
+	}
+	p, c, err := KeyOf(domain, id.GetBucket())
+	if err == nil {
+		// A bad key would fail the whole grant entry it shares with the
+		// stream's other buckets: it gets none.
+		err = cluster.GrantItem{Policy: p, Client: c, Want: 1}.Validate()
+	}
+	if err != nil {
+		q.cfg.Logger.Debug("bucket maps onto no rlnode key", "bucket", bucketKey(id.GetBucket()), "error", err)
+		skip("they map onto no rlnode key (no policy entry and no domain, or a bad policy name)")
+	}
+	return &bucket{id: id, policy: p, client: c, mapped: err == nil, lastDemand: now}
+}
+
+// dropBuckets gives the stream's buckets back to the node's budget.
+func (q *stream) dropBuckets() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.bucketBudget.Release(q.cred, len(q.buckets))
+	q.buckets, q.closed = map[string]*bucket{}, true
 }
 
 // assignLoop sends assignments as buckets need them, until ctx ends.
@@ -142,53 +231,48 @@ func (q *stream) assignLoop(ctx context.Context) {
 	}
 }
 
-// due builds the actions owed now: abandon for cold buckets, a fresh
-// assignment for buckets whose current one nears its end.
+// due builds the actions owed now: abandon for cold buckets, fresh
+// assignments for buckets with demand whose current one nears its end
+// (with them, those due soon, so one grant entry renews them together).
 func (q *stream) due(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	now := time.Now()
 	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	var renew []*bucket
 	q.mu.Lock()
 	for k, b := range q.buckets {
-		switch {
-		case now.Sub(b.lastDemand) > q.cfg.ColdAfter:
+		if now.Sub(b.lastDemand) > q.cfg.ColdAfter {
 			delete(q.buckets, k)
+			q.bucketBudget.Release(q.cred, 1)
 			actions = append(actions, abandon(b.id))
-		case b.mapped && !now.Before(b.renewAt):
-			renew = append(renew, b)
 		}
 	}
+	renew := q.renewable(now)
 	q.mu.Unlock()
-	for _, b := range renew {
-		if a := q.assign(ctx, b); a != nil {
-			actions = append(actions, a)
-		}
-	}
-	return actions
+	return append(actions, q.renew(ctx, renew)...)
 }
 
-// assign leases units for b and turns them into an assignment whose TTL
-// ends, on Envoy's clock, before the grant's deadline on ours: the
-// deadline counts from when this stream sent the grant request (the
-// grant's usable time: the cluster's margin, and for a token bucket its
-// max-clock-offset, already taken off), less Transit for the assignment's
-// trip to Envoy. A token bucket's lease is asked that much longer.
-func (q *stream) assign(ctx context.Context, b *bucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	q.mu.Lock()
+// want is how many units to ask for b: its last reported rate over one
+// lease, at least one. Called with q.mu held.
+func (q *stream) want(b *bucket) int64 {
 	want := int64(math.Ceil(b.rate * q.cfg.Lease.Seconds()))
-	q.mu.Unlock()
-	want = min(max(want, 1), policy.MaxLimit)
+	return min(max(want, 1), policy.MaxLimit)
+}
+
+// lease is the lease to ask for b's grant: a token bucket's is asked
+// longer by the cluster's clock bound, so that its usable time is Lease.
+func (q *stream) lease(b *bucket) time.Duration {
 	p, ok := q.cfg.Leaser.Policy(b.policy)
-	lease := q.cfg.Leaser.LeaseFor(ok && p.Alg() == window.TokenBucket, q.cfg.Lease)
-	gctx, cancel := context.WithTimeout(ctx, q.cfg.Lease)
-	defer cancel()
-	sent := time.Now()
-	g, err := q.cfg.Leaser.Grant(gctx, cluster.GrantRequest{Policy: b.policy, Client: b.client, Holder: q.holder, Want: want,
-		Lease: lease})
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	return q.cfg.Leaser.LeaseFor(ok && p.Alg() == window.TokenBucket, q.cfg.Lease)
+}
+
+// settle turns b's grant (or the error of asking for it) into an
+// assignment whose TTL ends, on Envoy's clock, before the grant's
+// deadline on ours: the deadline counts from when this stream sent the
+// grant request (the grant's usable time: the cluster's margin, and for a
+// token bucket its max-clock-offset, already taken off), less Transit for
+// the assignment's trip to Envoy. Called with q.mu held.
+func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	switch {
-	case errors.Is(err, cluster.ErrUnknownPolicy) || errors.Is(err, cluster.ErrNotLeased):
+	case errors.Is(err, cluster.ErrUnknownPolicy) || errors.Is(err, cluster.ErrNotLeased) || (err == nil && g.ID == 0 && g.Units == 0):
 		q.cfg.Logger.Warn("bucket's policy is unknown or strict; it gets no assignment", "policy", b.policy, "error", err)
 		b.mapped = false
 		q.observe(b.policy, "refused", 0)

@@ -14,11 +14,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/grpcserve"
@@ -71,6 +66,11 @@ type Config struct {
 	Token string
 	// TLS, when set, serves gRPC over TLS.
 	TLS *tls.Config
+	// Limits bounds the streams (calls) per connection, per node and per
+	// credential (zero: grpcserve's defaults).
+	Limits grpcserve.Limits
+	// Refused, when set, counts calls refused for the stream budgets.
+	Refused grpcserve.Observer
 	// RequestTimeout bounds one decision (default 2s).
 	RequestTimeout time.Duration
 	Logger         hclog.Logger
@@ -88,22 +88,19 @@ type Config struct {
 	ResponseHeaders *HeaderNames
 }
 
-// HandshakeTimeout bounds how long a new connection may take to finish its
-// TLS handshake and HTTP/2 preface, as the HTTP port's ReadHeaderTimeout
-// bounds a request's headers. gRPC's own default, 120 s, let a script's
-// silent sockets pile up until the node ran out of file descriptors.
-const HandshakeTimeout = 5 * time.Second
-
-// MaxConnectionIdle is how long a gRPC connection may carry no request
-// before the server closes it gracefully.
-const MaxConnectionIdle = 10 * time.Minute
+// HandshakeTimeout and MaxConnectionIdle are the port's connection
+// bounds, shared with the quota service's (internal/grpcserve).
+const (
+	HandshakeTimeout  = grpcserve.HandshakeTimeout
+	MaxConnectionIdle = grpcserve.MaxConnectionIdle
+)
 
 // Server is the gRPC server.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	healthpb.UnimplementedHealthServer
-	cfg  Config
-	grpc *grpc.Server
+	cfg   Config
+	grpc  *grpc.Server
+	guard *grpcserve.Guard
 
 	// overrideMu serialises adding override policies; addedOverrides are
 	// those added here and maybe not applied here yet.
@@ -124,17 +121,9 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
-	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.authorize), grpc.ConnectionTimeout(HandshakeTimeout),
-		// A connection that finished its handshake and then sent nothing
-		// for this long is sent GOAWAY, so idle sockets cannot pile up to
-		// the connection cap; Envoy reconnects on its next request.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxConnectionIdle})}
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
-	}
-	s.grpc = grpc.NewServer(opts...)
+	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
-	healthpb.RegisterHealthServer(s.grpc, s)
+	grpcserve.RegisterIntrospection(s.grpc, cfg.Limiter.Ready, rlsv3.RateLimitService_ServiceDesc.ServiceName)
 	return s
 }
 
@@ -144,27 +133,8 @@ func (s *Server) Serve(ln net.Listener) error { return grpcserve.Serve(s.grpc, l
 // Stop drains in-flight calls until ctx ends, then closes every stream.
 func (s *Server) Stop(ctx context.Context) { grpcserve.Stop(ctx, s.grpc) }
 
-func (s *Server) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := grpcserve.Authorize(ctx, info.FullMethod, s.cfg.Token); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-// Check is the gRPC health check: SERVING while the node is ready (knows a
-// leader and has applied what it knows is committed).
-func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	switch req.GetService() {
-	case "", rlsv3.RateLimitService_ServiceDesc.ServiceName:
-	default:
-		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
-	}
-	st := healthpb.HealthCheckResponse_SERVING
-	if s.cfg.Limiter.Ready(0) != nil {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	return &healthpb.HealthCheckResponse{Status: st}, nil
-}
+// OpenCalls is how many calls the port holds now (for tests).
+func (s *Server) OpenCalls() int { return s.guard.Open() }
 
 // currentTree returns the descriptor tree, rebuilt when this node's policy
 // table moved on since it was built (the limits themselves always come from

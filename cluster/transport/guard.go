@@ -1,7 +1,7 @@
 // Package transport is a node's Raft stream layer: the TCP listener that
 // keeps its advertise address as configured (ListenTCP) and the guard in
 // front of it that admits a connection only after TLS and/or the cluster
-// token handshake, with per-address and idle limits (GuardStream). Raft's
+// token handshake, with per-address, total and idle limits (GuardStream). Raft's
 // own NetworkTransport runs on top, unchanged.
 package transport
 
@@ -62,6 +62,13 @@ type RaftLimits struct {
 	// addresses not known as peers; beyond it the oldest of the address
 	// holding the most gives way (see pendingSet).
 	MaxPending int
+	// MaxConns caps the admitted Raft connections from all addresses not
+	// known as peers together; beyond it a new one is closed at once.
+	// Without a token or TLS a connection is admitted the moment it is
+	// accepted, so this, not MaxPending, is what bounds a flood from many
+	// loopback addresses (127.0.0.0/8 is sixteen million of them).
+	// Members' addresses count only against MaxConnsPerIP.
+	MaxConns int
 }
 
 // Defaults for RaftSecurity. A live peer sends a heartbeat at least every
@@ -73,6 +80,7 @@ const (
 	DefaultRaftIdleTimeout      = 5 * time.Minute
 	DefaultRaftMaxConnsPerIP    = 64
 	DefaultRaftMaxPending       = 512
+	DefaultRaftMaxConns         = 128
 )
 
 func (s *RaftLimits) setDefaults() {
@@ -87,6 +95,9 @@ func (s *RaftLimits) setDefaults() {
 	}
 	if s.MaxPending <= 0 {
 		s.MaxPending = DefaultRaftMaxPending
+	}
+	if s.MaxConns <= 0 {
+		s.MaxConns = DefaultRaftMaxConns
 	}
 }
 
@@ -177,11 +188,12 @@ type guardedStream struct {
 	wg       sync.WaitGroup
 	once     sync.Once
 
-	mu       sync.Mutex
-	perIP    *connlimit.PerIP
-	pending  *pendingSet          // connections still in their handshake
-	lastWarn map[string]time.Time // per kind of refusal, so a flood logs once a second
-	dropped  map[string]int       // refusals not logged since the last line
+	mu                sync.Mutex
+	perIP             *connlimit.PerIP
+	pending           *pendingSet          // connections still in their handshake
+	admittedStrangers int                  // admitted connections from addresses not trusted (MaxConns)
+	lastWarn          map[string]time.Time // per kind of refusal, so a flood logs once a second
+	dropped           map[string]int       // refusals not logged since the last line
 }
 
 // GuardStream wraps a stream layer (ListenTCP's, or a test harness's) with
@@ -249,6 +261,24 @@ func (g *guardedStream) donePending(c *countedConn) bool {
 	return !c.evicted
 }
 
+// takeStranger counts one more admitted connection from an address that is
+// not a member's, or reports false when MaxConns are open.
+func (g *guardedStream) takeStranger() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.admittedStrangers >= g.sec.MaxConns {
+		return false
+	}
+	g.admittedStrangers++
+	return true
+}
+
+func (g *guardedStream) releaseStranger() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.admittedStrangers--
+}
+
 func (g *guardedStream) admit(c *countedConn) {
 	defer g.wg.Done()
 	select {
@@ -272,7 +302,18 @@ func (g *guardedStream) admit(c *countedConn) {
 		c.Close()
 		return
 	}
-	c.release = func() { g.perIP.Release(c.ip) }
+	if !c.trusted && !g.takeStranger() {
+		g.perIP.Release(c.ip)
+		g.warn("raft connection refused: too many open from addresses that are not members", "remote", c.RemoteAddr().String(), "max", g.sec.MaxConns)
+		c.Close()
+		return
+	}
+	c.release = func() {
+		g.perIP.Release(c.ip)
+		if !c.trusted {
+			g.releaseStranger()
+		}
+	}
 	c.Conn.SetDeadline(time.Time{})
 	c.live = true
 	select {

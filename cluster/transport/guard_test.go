@@ -191,3 +191,72 @@ func TestPendingSetEvictsTheFullestStranger(t *testing.T) {
 		t.Fatalf("after dropping all: %d strangers, %d addresses", p.strangers, len(p.byIP))
 	}
 }
+
+// Without a token or TLS every connection is admitted at once, so the
+// pending budget never applies: admitted connections from addresses that
+// are not members' have a total cap of their own (many loopback source
+// addresses, each under its per-address cap, held one node's Raft port
+// without bound). A member's address is not counted, and a slot freed is
+// taken again.
+func TestGuardCapsAdmittedStrangersInTotal(t *testing.T) {
+	const max = 3
+	srv := guarded(t, RaftSecurity{Trusted: func(ip string) bool { return ip == "127.0.0.1" },
+		RaftLimits: RaftLimits{MaxConns: max}})
+	// Each admitted connection is greeted with one byte and held until
+	// its dialer closes it.
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("A"))
+				c.Read(make([]byte, 1))
+			}()
+		}
+	}()
+	dial := func(src string) (net.Conn, bool) {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", src, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		if isTimeout(err) {
+			t.Fatalf("connection from %s neither admitted nor closed", src)
+		}
+		return c, err == nil
+	}
+	var admitted []net.Conn
+	for i := range 2 * max {
+		src := fmt.Sprintf("127.3.0.%d", i+1)
+		if c, ok := dial(src); ok {
+			admitted = append(admitted, c)
+		} else if i < max {
+			t.Fatalf("connection %d (from %s) refused under the cap of %d", i+1, src, max)
+		}
+	}
+	if len(admitted) != max {
+		t.Fatalf("%d connections from addresses that are not members' admitted, want the cap of %d", len(admitted), max)
+	}
+	if _, ok := dial("127.0.0.1"); !ok {
+		t.Fatal("a member's address was refused while strangers hold the total")
+	}
+	admitted[0].Close()
+	pollTrue(t, func() bool { _, ok := dial("127.3.1.1"); return ok })
+}
+
+func pollTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 10 s")
+}

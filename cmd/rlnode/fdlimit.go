@@ -12,8 +12,8 @@ import (
 // File descriptors. Every port's connections come out of one process
 // limit, shared with the Raft stores, snapshots and TLS reloads. The node
 // raises its soft limit to the hard one at start and splits it: first a
-// reserve for the Raft port (strangers' handshakes, MaxPending, and
-// members' connections) and the node's own files, then the HTTP port (and
+// reserve for the Raft port (strangers' handshakes, MaxPending, their
+// admitted connections, MaxConns, and members' connections) and the node's own files, then the HTTP port (and
 // a third of the rest for gRPC when on), each capped at its constant. A
 // flood on one port meets that port's budget, never EMFILE on another.
 const (
@@ -48,7 +48,7 @@ func raiseFileLimit() (soft, hard uint64, err error) {
 
 // planFDs splits limit between the ports; httpCap is --http-max-conns.
 func planFDs(soft, hard uint64, limits transport.RaftLimits, grpc bool, httpCap int) fdBudget {
-	b := fdBudget{soft: soft, hard: hard, raft: limits.MaxPending + fdReservePeers*limits.MaxConnsPerIP, httpWant: httpCap}
+	b := fdBudget{soft: soft, hard: hard, raft: limits.MaxPending + limits.MaxConns + fdReservePeers*limits.MaxConnsPerIP, httpWant: httpCap}
 	rest := int(min(soft, 1<<30)) - b.raft - fdReserveFiles
 	grpcShare := 0
 	if grpc {

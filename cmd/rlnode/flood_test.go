@@ -138,3 +138,59 @@ func TestRaftFloodFromManyAddresses(t *testing.T) {
 	}
 	stop()
 }
+
+// A cluster with neither token nor TLS (loopback only) admits a Raft
+// connection the moment it is accepted, so no handshake budget applies:
+// 200 loopback addresses holding 8 connections each, every one under its
+// per-address cap, took a member's 1024 descriptors. Admitted connections
+// from addresses that are not members' now have a total cap
+// (--raft-max-conns): the member stays far from its limit, keeps following
+// its leader in one term, and answers /check.
+func TestRaftFloodWithoutTokenIsCapped(t *testing.T) {
+	n1 := proctest.StartNode(t, rlnodeBin, "n1")
+	proctest.WaitReady(t, n1, 15*time.Second)
+	n2 := startLimitedNode(t, "n2", 1024, "--wait-for-join")
+	proctest.Poll(t, 15*time.Second, func() error {
+		_, err := net.DialTimeout("tcp", n2.RaftAddr, time.Second)
+		return err
+	})
+	if out, stderr, code := proctest.Run(t, rlnodeBin, nil, "join", "--addr", n1.URL(),
+		"--id", "n2", "--raft-addr", n2.RaftAddr, "--http-addr", n2.HTTPAddr); code != 0 {
+		t.Fatalf("join n2: exit %d\n%s%s", code, out, stderr)
+	}
+	proctest.WaitVoters(t, n1, 2, 30*time.Second)
+	time.Sleep(6 * time.Second) // n2 refreshes its members' addresses every five seconds
+
+	stop, held, dialed := flood(t, n2.RaftAddr, 200, 8)
+	proctest.Poll(t, 30*time.Second, func() error {
+		if d := dialed.Load(); d < 1600 {
+			return fmt.Errorf("%d flood connections made so far", d)
+		}
+		return nil
+	})
+	st0, err := proctest.Status(n2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		st, err := proctest.Status(n2)
+		if err != nil || st["leaderId"] != "n1" || st["term"] != st0["term"] {
+			t.Fatalf("n2 under the flood: leader %v term %v (was %v), %v", st["leaderId"], st["term"], st0["term"], err)
+		}
+	}
+	for i := range 5 {
+		r, err := n2.Do("GET", fmt.Sprintf("/check/flooded-%d", i), "", nil)
+		if err != nil || r.Status != 200 {
+			t.Fatalf("check through the flooded node: %v %d %s", err, r.Status, r.Raw)
+		}
+	}
+	fds := fdCount(t, n2.Pid())
+	t.Logf("n2 holds %d descriptors under the flood (limit 1024); the flood made %d connections, %d open now", fds, dialed.Load(), held.Load())
+	if fds > 900 {
+		t.Errorf("n2 holds %d descriptors under the flood (limit 1024)", fds)
+	}
+	if strings.Contains(n2.Output(), "too many open files") {
+		t.Errorf("n2 ran out of descriptors")
+	}
+	stop()
+}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/rlqs"
 	"github.com/rlnode/rlnode/rls"
 )
@@ -100,4 +103,46 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// grpcBounds are the stream bounds of both gRPC ports and the quota
+// service's own (docs/security.md, "gRPC ports").
+type grpcBounds struct {
+	perConn          uint
+	streams, perCred int
+	rlqsIdle         time.Duration
+	rlqsGrantRate    float64
+	rlqsBuckets      int
+	rlqsCredBuckets  int
+}
+
+func (b *grpcBounds) flags(fs *flag.FlagSet) {
+	fs.UintVar(&b.perConn, "grpc-max-streams-per-conn", grpcserve.DefaultStreamsPerConn, "concurrent calls and streams on one gRPC connection (--grpc-addr, --rlqs-addr; HTTP/2 MAX_CONCURRENT_STREAMS: clients queue the next ones)")
+	fs.IntVar(&b.streams, "grpc-max-streams", grpcserve.DefaultStreams, "concurrent calls and streams on each gRPC port in total; more are refused with RESOURCE_EXHAUSTED")
+	fs.IntVar(&b.perCred, "grpc-max-streams-per-credential", grpcserve.DefaultStreamsPerCredential, "concurrent calls and streams on each gRPC port per credential (a client certificate, else the cluster token, else the source address); more are refused with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&b.rlqsIdle, "rlqs-stream-idle", rlqs.DefaultStreamIdle, "close an RLQS stream that sent no usage report for this long (keep it above Envoy's reporting_interval)")
+	fs.IntVar(&b.rlqsBuckets, "rlqs-max-buckets", rlqs.DefaultNodeBuckets, "buckets this node's RLQS streams may have assigned together; more get no assignment (Envoy's no_assignment_behavior applies)")
+	fs.IntVar(&b.rlqsCredBuckets, "rlqs-max-buckets-per-credential", rlqs.DefaultCredentialBuckets, "buckets the RLQS streams of one credential (see --grpc-max-streams-per-credential) may have assigned together")
+	fs.Float64Var(&b.rlqsGrantRate, "rlqs-grant-rate", rlqs.DefaultGrantRate, "grant log entries per second this node's RLQS streams may write together, shared evenly between them")
+}
+
+func (b *grpcBounds) limits() grpcserve.Limits {
+	return grpcserve.Limits{StreamsPerConn: uint32(min(b.perConn, math.MaxUint32)), Streams: b.streams, StreamsPerCredential: b.perCred}
+}
+
+func (b *grpcBounds) validate() []error {
+	var errs []error
+	if err := b.limits().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--grpc-max-streams-per-conn %d / --grpc-max-streams %d / --grpc-max-streams-per-credential %d: %w", b.perConn, b.streams, b.perCred, err))
+	}
+	if b.rlqsIdle < time.Second {
+		errs = append(errs, fmt.Errorf("--rlqs-stream-idle %s: must be at least 1s", b.rlqsIdle))
+	}
+	if b.rlqsBuckets < 1 || b.rlqsCredBuckets < 1 || b.rlqsCredBuckets > b.rlqsBuckets {
+		errs = append(errs, fmt.Errorf("--rlqs-max-buckets %d / --rlqs-max-buckets-per-credential %d: both at least 1, the credential's at most the node's", b.rlqsBuckets, b.rlqsCredBuckets))
+	}
+	if !(b.rlqsGrantRate > 0) || math.IsInf(b.rlqsGrantRate, 0) {
+		errs = append(errs, fmt.Errorf("--rlqs-grant-rate %v: must be a positive number of entries per second", b.rlqsGrantRate))
+	}
+	return errs
 }

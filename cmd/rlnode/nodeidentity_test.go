@@ -183,3 +183,31 @@ func issueLegacyNodeCert(t *testing.T, dir, name string) {
 	os.WriteFile(filepath.Join(dir, name+"-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
 	os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
+
+// Each node presents its own certificate, chosen by its id (on
+// Kubernetes: tls/$(POD_NAME).pem out of one Secret). A node whose file is
+// missing (a pod added by scaling up, before its certificate is issued)
+// refuses to start naming the file, its id and the command that issues
+// it; one given another node's certificate names both ids. Neither
+// listens.
+func TestServeNamesAMissingOrForeignNodeCert(t *testing.T) {
+	dir := t.TempDir()
+	proctest.TLSInit(t, rlnodeBin, dir, "rlnode-0", "rlnode-1")
+	serve := func(id, certOf string) (string, int) {
+		_, stderr, code := proctest.Run(t, rlnodeBin, nil, append([]string{"serve", "--id", id,
+			"--data-dir", filepath.Join(t.TempDir(), id), "--http-addr", proctest.FreeAddr(t), "--raft-addr", proctest.FreeAddr(t)},
+			proctest.TLSFlags(dir, certOf)...)...)
+		return stderr, code
+	}
+	stderr, code := serve("rlnode-2", "rlnode-2")
+	for _, want := range []string{"refusing to start", filepath.Join(dir, "rlnode-2.pem") + " does not exist", `--id "rlnode-2"`,
+		"rlnode tls init --out DIR --nodes ...,rlnode-2", "rlnode-2-key.pem", "docs/kubernetes.md"} {
+		if code == 0 || !strings.Contains(stderr, want) {
+			t.Errorf("serve --id rlnode-2 without its certificate: exit %d, stderr lacks %q:\n%s", code, want, stderr)
+		}
+	}
+	stderr, code = serve("rlnode-1", "rlnode-0")
+	if code == 0 || !strings.Contains(stderr, `is node "rlnode-0"'s certificate but --id is "rlnode-1"`) {
+		t.Errorf("serve --id rlnode-1 with rlnode-0's certificate: exit %d\n%s", code, stderr)
+	}
+}

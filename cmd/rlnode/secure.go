@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -50,6 +51,7 @@ func (s *securityConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.raftLimits.IdleTimeout, "raft-idle-timeout", transport.DefaultRaftIdleTimeout, "close a Raft connection on which nothing arrives for this long")
 	fs.IntVar(&s.raftLimits.MaxConnsPerIP, "raft-max-conns-per-ip", transport.DefaultRaftMaxConnsPerIP, "most open Raft connections from one IP address")
 	fs.IntVar(&s.raftLimits.MaxPending, "raft-max-pending", transport.DefaultRaftMaxPending, "most Raft connections still in their handshake from addresses that are not members (beyond it the oldest of the address holding the most is dropped)")
+	fs.IntVar(&s.raftLimits.MaxConns, "raft-max-conns", transport.DefaultRaftMaxConns, "most admitted Raft connections from all addresses that are not members together (beyond it a new one is closed at once; without a token or TLS every connection is admitted at once)")
 }
 
 // validate checks the security flags alone (no I/O).
@@ -65,8 +67,8 @@ func (s *securityConfig) validate(token string) []error {
 		errs = append(errs, fmt.Errorf("--tls-reload-interval %s: must not be negative", s.tlsReload))
 	}
 	l := s.raftLimits
-	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 || l.MaxPending < 1 {
-		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d, --raft-max-pending %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP, l.MaxPending))
+	if l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxConnsPerIP < 1 || l.MaxPending < 1 || l.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("--raft-handshake-timeout %s, --raft-idle-timeout %s, --raft-max-conns-per-ip %d, --raft-max-pending %d, --raft-max-conns %d: must all be positive", l.HandshakeTimeout, l.IdleTimeout, l.MaxConnsPerIP, l.MaxPending, l.MaxConns))
 	}
 	return errs
 }
@@ -101,6 +103,9 @@ func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
 	}
 	var src *tlsconf.Source
 	if c.sec.tls.Enabled() {
+		if err := c.checkOwnCertExists(); err != nil {
+			return nil, err
+		}
 		var err error
 		if src, err = tlsconf.Load(c.sec.tls); err != nil {
 			return nil, err
@@ -115,6 +120,27 @@ func (c *serveConfig) loadSecurity() (*tlsconf.Source, error) {
 		}
 	}
 	return src, nil
+}
+
+// checkOwnCertExists names a missing --tls-cert or --tls-key with what to
+// do about it. On Kubernetes each pod picks its own NAME.pem out of one
+// Secret by its pod name, so a pod added by scaling up has none until the
+// certificates are issued for it: it says so instead of "no such file".
+func (c *serveConfig) checkOwnCertExists() error {
+	f := c.sec.tls
+	for _, x := range []struct{ flag, path string }{{"--tls-cert", f.Cert}, {"--tls-key", f.Key}} {
+		if x.path == "" {
+			continue
+		}
+		if _, err := os.Stat(x.path); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("refusing to start: %s %s does not exist: there is no certificate for this node (--id %q).\n"+
+				"  Every node presents its own node certificate, named for its id. Issue it under the same CA with\n"+
+				"  `rlnode tls init --out DIR --nodes ...,%s` (it keeps ca.pem) and give this node %s and %s\n"+
+				"  (on Kubernetes: add them to the rlnode-tls Secret, see docs/kubernetes.md)",
+				x.flag, x.path, c.id, c.id, tlsconf.CertFile(c.id), tlsconf.KeyFile(c.id))
+		}
+	}
+	return nil
 }
 
 // checkNodeCert makes sure, under mutual TLS, that this node's own

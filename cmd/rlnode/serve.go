@@ -57,6 +57,7 @@ type serveConfig struct {
 	rlsOpt                                               rlsFlags
 	rlqsAddr                                             string
 	rlqsLease, rlqsTransit                               time.Duration
+	grpcBounds                                           grpcBounds
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -121,6 +122,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.rlqsTransit, "rlqs-transit", 100*time.Millisecond, "taken off every RLQS assignment's time to live for its trip to Envoy")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	c.rlsOpt.flags(fs)
+	c.grpcBounds.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	c.httpLimits.flags(fs)
@@ -146,6 +148,7 @@ func (c *serveConfig) validate() error {
 	if c.rlqsLease < time.Millisecond || c.rlqsLease > cluster.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
 		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, cluster.MaxLease))
 	}
+	errs = append(errs, c.grpcBounds.validate()...)
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
@@ -459,20 +462,25 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		stopPprof = servePprof(side.pprof, logger)
 	}
 	if side.grpc != nil {
-		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs}
+		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs,
+			Limits: c.grpcBounds.limits(), Refused: obs}
 		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startGRPC(side.grpc, rc, logger)
+		obs.WatchGRPCPort("rls", grpcSrv.srv.OpenCalls, nil)
 	}
 	if side.rlqs != nil {
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
-			Logger: logger.Named("rlqs"), Observer: obs}
+			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.limits(), Refused: obs,
+			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
+			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets}
 		if tlsSrc != nil {
 			qc.TLS = tlsSrc.ServerConfig("h2")
 		}
 		grpcSrv = startRLQS(grpcSrv, side.rlqs, qc, logger)
+		obs.WatchGRPCPort("rlqs", grpcSrv.quota.OpenStreams, grpcSrv.quota.Buckets)
 	}
 	return stopPprof, grpcSrv
 }

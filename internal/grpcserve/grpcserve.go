@@ -1,6 +1,9 @@
 // Package grpcserve holds what rlnode's gRPC ports (Envoy's rate limit
-// service and its quota service) share: the cluster-token check on call
-// metadata, serving until stopped, and a graceful stop bounded by a context.
+// service and its quota service) share: the server with its connection
+// and stream bounds (NewServer, Limits), the guard that checks the
+// cluster token and the stream budgets per node and per credential, the
+// health and reflection services, serving until stopped, and a graceful
+// stop bounded by a context.
 package grpcserve
 
 import (

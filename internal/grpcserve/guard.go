@@ -1,0 +1,108 @@
+package grpcserve
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Observer counts calls a port refused for its stream budgets. reason is
+// "node" (the port's total) or "credential".
+type Observer interface {
+	GRPCRefused(port, reason string)
+}
+
+// Guard admits calls on one port: the token first, then the stream
+// budgets. Health checks pass both (they are answered at once, and a
+// load balancer's probe must not be turned away because one client holds
+// its budget full).
+type Guard struct {
+	cfg     Config
+	streams *Budget
+}
+
+func newGuard(cfg Config) *Guard {
+	return &Guard{cfg: cfg, streams: NewBudget(cfg.Limits.Streams, cfg.Limits.StreamsPerCredential)}
+}
+
+// Open is how many calls and streams the port holds now.
+func (g *Guard) Open() int { return g.streams.Held() }
+
+// Credential names who a call's budget is counted against: the client
+// certificate's fingerprint under mutual TLS, else "token" when the port
+// wants the cluster token (everyone holding it is one credential), else
+// the caller's IP address (an unauthenticated port, loopback by default).
+func Credential(ctx context.Context, token string) string {
+	p, ok := peer.FromContext(ctx)
+	if ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			sum := sha256.Sum256(ti.State.PeerCertificates[0].Raw)
+			return "cert:" + hex.EncodeToString(sum[:8])
+		}
+	}
+	if token != "" {
+		return "token"
+	}
+	if ok && p.Addr != nil {
+		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			return "addr:" + host
+		}
+		return "addr:" + p.Addr.String()
+	}
+	return "addr:unknown"
+}
+
+// admit takes one stream of the budgets for ctx's credential; release
+// gives it back.
+func (g *Guard) admit(ctx context.Context, method string) (release func(), err error) {
+	if err := Authorize(ctx, method, g.cfg.Token); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(method, healthPrefix) {
+		return func() {}, nil
+	}
+	cred := Credential(ctx, g.cfg.Token)
+	switch full := g.streams.Take(cred); full {
+	case FullNode:
+		g.refused(full)
+		return nil, status.Errorf(codes.ResourceExhausted, "this port holds its limit of %d concurrent calls and streams (--grpc-max-streams); retry later", g.cfg.Limits.Streams)
+	case FullCredential:
+		g.refused(full)
+		return nil, status.Errorf(codes.ResourceExhausted, "your credential (%s) holds its limit of %d concurrent calls and streams on this port (--grpc-max-streams-per-credential); close some or retry later", cred, g.cfg.Limits.StreamsPerCredential)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { g.streams.Release(cred, 1) }) }, nil
+}
+
+func (g *Guard) refused(reason string) {
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.GRPCRefused(g.cfg.Port, reason)
+	}
+}
+
+func (g *Guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	release, err := g.admit(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return h(ctx, req)
+}
+
+func (g *Guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	release, err := g.admit(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return h(srv, ss)
+}
