@@ -153,6 +153,8 @@ func (s *Server) describeCheck(st *rlsv3.RateLimitResponse_DescriptorStatus, p *
 	switch {
 	case w > 0 && p.pol.EpochAligned():
 		reset = now - now%w + w
+	case p.pol.CalendarAligned() && pk.ResetAt > 0:
+		reset = pk.ResetAt // the current period's end, active or not
 	case pk.Active:
 		reset = pk.ResetAt
 	}

@@ -146,10 +146,13 @@ func firstInstantOf(y, m, d int, loc *time.Location) int64 {
 // a fresh one holding now.
 func calendarWindow(l Limit, s State, now int64) (start, end, used int64) {
 	a, aEnd := calendarBounds(l.WindowMs, l.Loc, clampTime(s.A))
-	cur, curEnd := calendarBounds(l.WindowMs, l.Loc, now)
-	if a >= cur {
+	// Periods are contiguous and ordered: while now is before the stored
+	// period's end, the period holding now starts no later than it (the
+	// same one, or an earlier one for a state ahead of the clock).
+	if now < aEnd {
 		return a, aEnd, max(s.B, 0)
 	}
+	cur, curEnd := calendarBounds(l.WindowMs, l.Loc, now)
 	return cur, curEnd, 0
 }
 
