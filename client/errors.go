@@ -100,6 +100,14 @@ func kindFor(status int, code string) error {
 		return ErrNotLeased
 	case "too_many_grants":
 		return ErrTooManyGrants
+	case "not_found":
+		return ErrNotFound
+	case "already_settled":
+		return ErrAlreadySettled
+	case "cluster_upgrading":
+		return ErrClusterUpgrading
+	case "wrong_policy":
+		return ErrInvalid
 	case "invalid_client", "invalid_request", "invalid_policy":
 		return ErrInvalid
 	}

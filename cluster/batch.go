@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/rlnode/rlnode/fsm"
 )
 
@@ -35,7 +37,10 @@ type outcome struct {
 // or queued -> cancelled (the caller gave up before it was taken, so it is
 // certainly not counted).
 type waiter struct {
-	req   group
+	req group
+	// from is the caller's span context, nil when tracing is off (a
+	// pointer keeps the waiter in its allocation size class).
+	from  *trace.SpanContext
 	state atomic.Int32
 	done  chan outcome
 }
@@ -48,8 +53,9 @@ const (
 
 // flushFunc starts one batch and returns a function that waits for its
 // outcomes (one per request, in order). The start half runs on the
-// committer's loop, so batches start in queue order.
-type flushFunc func(reqs []group) (wait func() []outcome)
+// committer's loop, so batches start in queue order. from holds each
+// request's caller span context when tracing is on, else nil.
+type flushFunc func(reqs []group, from []trace.SpanContext) (wait func() []outcome)
 
 // groupCommit turns concurrent hits into few batches: while maxInflight
 // batches are running, new hits queue up and leave together in the next one.
@@ -57,6 +63,7 @@ type groupCommit struct {
 	maxBatch int
 	flush    flushFunc
 	sem      chan struct{}
+	tr       *tracer
 
 	mu     sync.Mutex
 	queue  []*waiter
@@ -66,9 +73,9 @@ type groupCommit struct {
 	wg     sync.WaitGroup
 }
 
-func newGroupCommit(maxBatch, maxInflight int, flush flushFunc) *groupCommit {
+func newGroupCommit(maxBatch, maxInflight int, flush flushFunc, tr *tracer) *groupCommit {
 	g := &groupCommit{
-		maxBatch: maxBatch, flush: flush,
+		maxBatch: maxBatch, flush: flush, tr: tr,
 		sem:  make(chan struct{}, maxInflight),
 		wake: make(chan struct{}, 1),
 		stop: make(chan struct{}),
@@ -84,7 +91,7 @@ func newGroupCommit(maxBatch, maxInflight int, flush flushFunc) *groupCommit {
 func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 	ws := make([]*waiter, len(reqs))
 	for i, r := range reqs {
-		ws[i] = &waiter{req: r, done: make(chan outcome, 1)}
+		ws[i] = &waiter{req: r, from: g.tr.callerOf(ctx), done: make(chan outcome, 1)}
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -146,10 +153,17 @@ func (g *groupCommit) loop() {
 				break
 			}
 			reqs := make([]group, len(batch))
+			var from []trace.SpanContext
+			if g.tr != nil {
+				from = make([]trace.SpanContext, len(batch))
+			}
 			for i, w := range batch {
 				reqs[i] = w.req
+				if from != nil && w.from != nil {
+					from[i] = *w.from
+				}
 			}
-			wait := g.flush(reqs)
+			wait := g.flush(reqs, from)
 			g.wg.Add(1)
 			go func() {
 				defer g.wg.Done()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // fakeFlush records each batch the committer starts and holds it until
@@ -19,7 +21,7 @@ func newFakeFlush() *fakeFlush {
 	return &fakeFlush{started: make(chan []group, 16), release: make(chan struct{})}
 }
 
-func (f *fakeFlush) flush(reqs []group) func() []outcome {
+func (f *fakeFlush) flush(reqs []group, _ []trace.SpanContext) func() []outcome {
 	f.started <- reqs
 	return func() []outcome {
 		<-f.release
@@ -66,7 +68,7 @@ func waitQueued(t *testing.T, g *groupCommit, n int) {
 // next batch, in arrival order, each answered with its own outcome.
 func TestGroupCommitPacksQueuedGroups(t *testing.T) {
 	f := newFakeFlush()
-	g := newGroupCommit(512, 1, f.flush)
+	g := newGroupCommit(512, 1, f.flush, nil)
 	defer g.close()
 	var wg sync.WaitGroup
 	results := make([]outcome, 4)
@@ -102,7 +104,7 @@ func TestGroupCommitPacksQueuedGroups(t *testing.T) {
 func TestGroupCommitNeverSplitsAGroup(t *testing.T) {
 	f := newFakeFlush()
 	close(f.release)
-	g := newGroupCommit(3, 1, f.flush)
+	g := newGroupCommit(3, 1, f.flush, nil)
 	defer g.close()
 	g.mu.Lock() // queue everything before the loop looks
 	big := group{{Policy: "p", Client: "x", Cost: 1}, {Policy: "p", Client: "x", Cost: 1}, {Policy: "p", Client: "x", Cost: 1}, {Policy: "p", Client: "x", Cost: 1}}
@@ -126,7 +128,7 @@ func TestGroupCommitNeverSplitsAGroup(t *testing.T) {
 // after its group was taken cannot know: outcome unknown.
 func TestGroupCommitCancelQueuedVersusTaken(t *testing.T) {
 	f := newFakeFlush()
-	g := newGroupCommit(512, 1, f.flush)
+	g := newGroupCommit(512, 1, f.flush, nil)
 	defer g.close()
 
 	takenCtx, giveUpTaken := context.WithCancel(context.Background())
@@ -164,7 +166,7 @@ func TestGroupCommitCancelQueuedVersusTaken(t *testing.T) {
 // flight finish, and refuses new groups.
 func TestGroupCommitClose(t *testing.T) {
 	f := newFakeFlush()
-	g := newGroupCommit(512, 1, f.flush)
+	g := newGroupCommit(512, 1, f.flush, nil)
 	inflight := make(chan outcome, 1)
 	go func() { inflight <- g.submit(context.Background(), one("a"))[0] }()
 	f.next(t)

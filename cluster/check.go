@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/window"
 )
@@ -124,7 +126,8 @@ func (n *Node) decide(ctx context.Context, req group) outcome {
 
 // applyBatch is the leader's flush: one log entry for the whole batch,
 // stamped with the leader's clock.
-func (n *Node) applyBatch(reqs []group) func() []outcome {
+func (n *Node) applyBatch(reqs []group, from []trace.SpanContext) func() []outcome {
+	_, span := n.tracer.startBatch(context.Background(), "rlnode.commit", from, hitCount(reqs))
 	hits := make([]fsm.Hit, 0, hitCount(reqs))
 	sizes := make([]int, len(reqs))
 	for i, g := range reqs {
@@ -135,13 +138,17 @@ func (n *Node) applyBatch(reqs []group) func() []outcome {
 		// Never stamp hits with a clock that is off: not counted, so
 		// the caller's node retries with the next leader.
 		err := notCounted(ErrNotLeader, ErrClockSkew)
+		fail(span, err)
+		span.End()
 		return func() []outcome { return failAll(len(reqs), err) }
 	}
 	n.cfg.Observer.BatchApplied(len(hits))
 	now := n.clock.nowMs(n.raft.CurrentTerm())
 	f := n.apply(fsm.AppendHits(make([]byte, 0, 16+len(hits)*40), now, hits, sizes), n.cfg.ApplyTimeout)
 	return func() []outcome {
+		defer span.End()
 		if err := f.Error(); err != nil {
+			fail(span, err)
 			return failAll(len(reqs), classifyApply(err))
 		}
 		switch resp := f.Response().(type) {

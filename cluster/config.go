@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cluster/transport"
@@ -135,6 +137,11 @@ type Config struct {
 	// current and previous second on this node is hot and decided from
 	// leases this node holds (0: DefaultLeaseHotHits).
 	LeaseHotHits int
+	// MaxPermitTTL bounds the TTL a caller may give a permit or a
+	// reservation on this node: how long a crashed holder can keep a slot
+	// or an unsettled charge (0: the state machine's bound, MaxPermitTTL,
+	// 1h; more is invalid).
+	MaxPermitTTL time.Duration
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.
 	Raft RaftTuning
@@ -171,6 +178,12 @@ type Config struct {
 	PeerTransport http.RoundTripper
 	// Observer receives hit-path events (metrics); nil means none.
 	Observer Observer
+	// TracerProvider, when set, traces forwarding, leader operations,
+	// grants and the wait for the commit (tracing.go); Propagator carries
+	// the trace over the internal hop (default: W3C trace context). Nil
+	// means off, at no cost.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 	// OnFatal is called when the node can no longer run safely (its state
 	// machine met an entry it cannot apply). Nil means log only.
 	OnFatal func(error)
@@ -216,6 +229,9 @@ func (c *Config) setDefaults() {
 	if c.LeaseHotHits == 0 {
 		c.LeaseHotHits = DefaultLeaseHotHits
 	}
+	if c.MaxPermitTTL == 0 {
+		c.MaxPermitTTL = MaxPermitTTL
+	}
 	if c.MaxForwardInflight == 0 {
 		c.MaxForwardInflight = 4
 	}
@@ -237,6 +253,9 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	c.setDefaults()
 	var errs []error
+	if c.MaxPermitTTL < time.Millisecond || c.MaxPermitTTL > MaxPermitTTL {
+		errs = append(errs, fmt.Errorf("max permit TTL %s: want 1ms to %s", c.MaxPermitTTL, MaxPermitTTL))
+	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Forwarding is how a node that does not lead reaches the one that does. It
@@ -29,19 +31,24 @@ type forwarder struct {
 	node  localNode
 	peers *peerClient
 	stop  <-chan struct{}
+	tr    *tracer
 }
 
-func newForwarder(cfg Config, node localNode, stop <-chan struct{}) *forwarder {
-	return &forwarder{cfg: cfg, node: node, peers: newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport), stop: stop}
+func newForwarder(cfg Config, node localNode, stop <-chan struct{}, tr *tracer) *forwarder {
+	peers := newPeerClient(cfg.ClusterToken, cfg.TLS, cfg.PeerTransport)
+	peers.tr = tr
+	return &forwarder{cfg: cfg, node: node, peers: peers, stop: stop, tr: tr}
 }
 
 func (f *forwarder) close() { f.peers.close() }
 
 // batch is the follower's flush: one request to the leader carries
-// the whole batch.
-func (f *forwarder) batch(reqs []group) func() []outcome {
+// the whole batch (and its trace context).
+func (f *forwarder) batch(reqs []group, from []trace.SpanContext) func() []outcome {
 	return func() []outcome {
-		return f.until(reqs, time.Now().Add(f.cfg.ApplyTimeout))
+		ctx, span := f.tr.startBatch(context.Background(), "rlnode.forward", from, hitCount(reqs))
+		defer span.End()
+		return f.until(ctx, reqs, time.Now().Add(f.cfg.ApplyTimeout))
 	}
 }
 
@@ -50,8 +57,8 @@ func (f *forwarder) batch(reqs []group) func() []outcome {
 // opened) are retried until deadline, following leadership as it moves.
 // With no leader known at all it gives up after NoLeaderWait, so a node cut
 // off from the majority fails fast instead of holding callers.
-func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+func (f *forwarder) until(parent context.Context, reqs []group, deadline time.Time) []outcome {
+	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	backoff := 10 * time.Millisecond
 	last := notCounted(ErrNoLeader, nil)
@@ -80,7 +87,7 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 			case err == nil:
 				// The leader moved on: keep the answers we have and retry
 				// only the hits that certainly did not count.
-				return f.retryNotCounted(reqs, outs, deadline)
+				return f.retryNotCounted(parent, reqs, outs, deadline)
 			case isDefinite(err):
 				// The leader answered and refused the request itself (bad
 				// request, wrong token): nothing was counted.
@@ -107,7 +114,7 @@ func (f *forwarder) until(reqs []group, deadline time.Time) []outcome {
 	}
 }
 
-func (f *forwarder) retryNotCounted(reqs []group, outs []outcome, deadline time.Time) []outcome {
+func (f *forwarder) retryNotCounted(ctx context.Context, reqs []group, outs []outcome, deadline time.Time) []outcome {
 	var again []group
 	var at []int
 	for i, o := range outs {
@@ -120,7 +127,7 @@ func (f *forwarder) retryNotCounted(reqs []group, outs []outcome, deadline time.
 		return outs
 	}
 	time.Sleep(20 * time.Millisecond)
-	retried := f.until(again, deadline)
+	retried := f.until(ctx, again, deadline)
 	for j, i := range at {
 		outs[i] = retried[j]
 	}

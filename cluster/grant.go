@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/window"
 )
@@ -146,7 +148,9 @@ func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 // Grants lends units of several keys to one holder in one entry (a node
 // prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
 // is unknown or not leased (Units 0).
-func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
+func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) (_ []Grant, err error) {
+	ctx, span := n.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
+	defer func() { fail(span, err); span.End() }()
 	if err := validateGrants(holder, lease, items); err != nil {
 		return nil, errors.Join(ErrNotCounted, err)
 	}
@@ -155,7 +159,7 @@ func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, i
 	}
 	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
 	var out []Grant
-	err := n.leaseCall(ctx, func(ctx context.Context) error {
+	err = n.leaseCall(ctx, func(ctx context.Context) error {
 		wire, err := opGrant.do(ctx, n, req)
 		out = wire.Grants
 		if err == nil && len(out) != len(items) {

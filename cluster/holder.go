@@ -187,6 +187,7 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 	}
 	switch {
 	case refused:
+		h.countLocal(hits)
 		return h.localRefusal(hits, now), true
 	case !local:
 		return CheckResult{}, false
@@ -198,10 +199,19 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 		h.releaseDrained(keyID{hit.Policy, hit.Client}, k)
 		res.Hits[i] = localHit(hit, lg.g, k.available(), window.Allowed)
 		res.Now = max(res.Now, lg.nowMs(now))
+	}
+	h.countLocal(hits)
+	return res, true
+}
+
+// countLocal counts hits decided here from leases, allowed or refused
+// (LeaseStats.DecidedLocal, the LOCAL column, the local-decisions metric).
+// Called with mu held.
+func (h *holder) countLocal(hits []Hit) {
+	for _, hit := range hits {
 		h.obs.DecidedLocally(hit.Policy, 1)
 	}
 	h.decidedLocal += uint64(len(hits))
-	return res, true
 }
 
 // track counts a hit of a leased key and returns its held state once the
@@ -487,8 +497,9 @@ type LeaseStats struct {
 	// units, now.
 	KeysHeld  int   `json:"keysHeld"`
 	UnitsHeld int64 `json:"unitsHeld"`
-	// DecidedLocal counts hits this node decided from its grants, Grants
-	// the grants it received, since it started.
+	// DecidedLocal counts hits this node decided from its grants, allowed
+	// or refused (an exhausted lease), Grants the grants it received,
+	// since it started.
 	DecidedLocal uint64 `json:"decidedLocal"`
 	Grants       uint64 `json:"grants"`
 }

@@ -101,6 +101,7 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
+	n.mountPermitOps(mux)
 	return n.requireToken(mux)
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/rlnode/rlnode/internal/problem"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -42,8 +44,9 @@ type leaderOp[Req, Resp any] struct {
 func (op leaderOp[Req, Resp]) path() string { return leaderPrefix + op.name }
 
 // do applies the rule for a caller of this node.
-func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, error) {
-	var resp Resp
+func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Resp, err error) {
+	ctx, span := n.tracer.start(ctx, "rlnode.leader_op", attribute.String("rlnode.op", op.name))
+	defer func() { fail(span, err); span.End() }()
 	if op.check != nil {
 		if err := op.check(req); err != nil {
 			return resp, err
@@ -52,7 +55,7 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (Resp, e
 	if n.IsLeader() {
 		return op.run(n, ctx, req)
 	}
-	err := n.fwd.call(ctx, op.wait, op.path(), req, &resp)
+	err = n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 	return resp, err
 }
 
@@ -250,6 +253,10 @@ var errorCodes = []struct {
 	{errMalformed, "invalid_request", http.StatusBadRequest},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
+	{ErrNotFound, "not_found", http.StatusNotFound},
+	{ErrAlreadySettled, "already_settled", http.StatusConflict},
+	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
+	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

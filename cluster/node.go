@@ -52,6 +52,8 @@ type Node struct {
 	holder     *holder
 	// top counts the hits clients sent this node, for ClusterTop.
 	top *topkeys.Recorder
+	// tracer is nil when tracing is off (tracing.go).
+	tracer *tracer
 	// snapFailures counts snapshots that failed to be written.
 	snapFailures atomic.Uint64
 
@@ -88,9 +90,10 @@ func Open(cfg Config) (*Node, error) {
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
-	n.fwd = newForwarder(cfg, n, n.stop)
+	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
+	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
-	n.internal = n.requireNode(n.internalMux())
+	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -101,8 +104,8 @@ func Open(cfg Config) (*Node, error) {
 		}
 		return nil, err
 	}
-	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch)
-	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch)
+	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
+	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
 	n.top = topkeys.New(topkeys.Config{})
 	n.wg.Add(3)

@@ -23,6 +23,8 @@ type peerClient struct {
 	// tls: peers are reached over HTTPS, whatever scheme an address names.
 	tls    bool
 	client *http.Client
+	// tr, when tracing is on, carries the caller's trace to the peer.
+	tr *tracer
 }
 
 func newPeerClient(token string, src *tlsconf.Source, rt http.RoundTripper) *peerClient {
@@ -102,6 +104,7 @@ func (p *peerClient) request(ctx context.Context, method, url, contentType strin
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
+	p.tr.inject(ctx, req.Header)
 	return p.client.Do(req)
 }
 

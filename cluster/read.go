@@ -30,6 +30,12 @@ type PeekResult struct {
 	AppliedIndex uint64 `json:"appliedIndex"`
 	ServedBy     string `json:"servedBy"`
 	Stale        bool   `json:"stale,omitempty"`
+	// LastWindowStart and LastUsed are a lapsed fixed window as stored
+	// (the most constraining limit's), kept until expiry removes it: an
+	// inactive window reads used 0 and remaining = limit above, and a
+	// checker of the log's history still sees what is stored.
+	LastWindowStart int64 `json:"lastWindowStart,omitempty"`
+	LastUsed        int64 `json:"lastUsed,omitempty"`
 }
 
 // PeekLimit is one limit's state as a read sees it. Used is what a new hit
@@ -43,6 +49,9 @@ type PeekLimit struct {
 	Remaining   int64 `json:"remaining"`
 	ResetAt     int64 `json:"resetAt"`
 	WindowStart int64 `json:"windowStart,omitempty"`
+	// LastWindowStart and LastUsed: a lapsed fixed window as stored.
+	LastWindowStart int64 `json:"lastWindowStart,omitempty"`
+	LastUsed        int64 `json:"lastUsed,omitempty"`
 }
 
 // Peek reads a client's state without counting a hit. Unless stale is set,
@@ -84,6 +93,7 @@ func (n *Node) peek(ctx context.Context, policyName, client string, stale bool) 
 	m := r.Limits[window.MostConstraining(parts)]
 	r.Limit, r.WindowMs, r.Active, r.Used = m.Limit, m.WindowMs, m.Active, m.Used
 	r.Remaining, r.WindowStart, r.ResetAt = m.Remaining, m.WindowStart, m.ResetAt
+	r.LastWindowStart, r.LastUsed = m.LastWindowStart, m.LastUsed
 	return r, nil
 }
 
@@ -95,13 +105,17 @@ func peekLimit(alg window.Algorithm, l window.Limit, s window.State, now int64) 
 	}
 	p := PeekLimit{Limit: capacity, WindowMs: l.WindowMs, Remaining: capacity}
 	if alg == window.FixedWindow || alg == window.FixedWindowEpoch {
-		// Today's fields exactly: the stored window, active until it
-		// lapses (an aligned window's start is its aligned start).
-		if s != (window.State{}) {
+		// The stored window while it is active (an aligned window's
+		// start is its aligned start); once it lapsed the next hit opens
+		// a new one, so it reads as none (used 0, remaining the limit)
+		// and the stored one moves to Last*.
+		switch {
+		case s == (window.State{}):
+		case now-s.A < l.WindowMs:
 			p.WindowStart, p.Used = s.A, s.B
-			if now-s.A < l.WindowMs {
-				p.Active, p.ResetAt, p.Remaining = true, s.A+l.WindowMs, max(0, l.Limit-s.B)
-			}
+			p.Active, p.ResetAt, p.Remaining = true, s.A+l.WindowMs, max(0, l.Limit-s.B)
+		default:
+			p.LastWindowStart, p.LastUsed = s.A, s.B
 		}
 		return p
 	}

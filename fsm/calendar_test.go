@@ -130,3 +130,20 @@ func TestCalendarShadowOptionsRoundTripAndNeedR4(t *testing.T) {
 		t.Errorf("an epoch policy needs %d, want R3", f)
 	}
 }
+
+// TestShadowPolicyCannotBeReserved: a reservation charges all or nothing
+// and a settle gives part back; a shadow policy's would-refuse charges
+// nothing, so reserving from one is refused and nothing is held.
+func TestShadowPolicyCannotBeReserved(t *testing.T) {
+	tf := newTestFSM(t)
+	sh := pol("sh", "fixed_window", lim(2, time.Minute))
+	sh.Mode = policy.Shadow
+	tf.set(sh, pol("org", "fixed_window", lim(100, time.Minute)))
+	r := tf.reserve(t0, 1, "app", 30_000, ReserveItem{Policy: "org", Client: "o", Units: 5}, ReserveItem{Policy: "sh", Client: "u", Units: 5})
+	if r.Reserved || r.Reason != ReasonShadow || r.Item != 1 {
+		t.Fatalf("reserve: %+v, want refused naming item 1 as shadow", r)
+	}
+	if h := tf.check(t0+1, nil, h2("org", "o", 1)).Hits[0]; h.Parts[0].Remaining != 99 {
+		t.Fatalf("org after the refused reservation: %+v, want nothing held", h)
+	}
+}

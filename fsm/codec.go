@@ -139,6 +139,10 @@ func CheckEntry(data []byte) error {
 		_, err = decodeReturn(data)
 	case EntryCounter:
 		_, err = decodeCounter(data)
+	case EntryPermit:
+		_, err = decodePermit(data)
+	case EntryReservation:
+		_, err = decodeReservation(data)
 	}
 	return err
 }

@@ -26,6 +26,9 @@ const (
 // carrying p: a policy option or algorithm added in a later format needs
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
+	if p.IsConcurrency() {
+		return FormatR4 // algorithm byte 5: a round-3 node's decoder refuses it
+	}
 	if p.CalendarAligned() || p.IsShadow() {
 		return FormatR4 // option bits optCalendar, optShadow
 	}

@@ -113,6 +113,15 @@ type FSM struct {
 	// the heap of their expiries.
 	grants    map[string][]grant
 	grantHeap grantHeap
+	// Live concurrency permits per key, oldest first (permit.go), the key
+	// of each permit id, and the heap of their expiries (key, index).
+	permits    map[string][]permit
+	permitKey  map[string]string
+	permitHeap grantHeap
+	// Reservations by id (reservation.go) and the heap of their expiries
+	// (the id in key).
+	reservations    map[string]*reservation
+	reservationHeap grantHeap
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -148,6 +157,8 @@ func (f *FSM) reset() {
 	f.slab, f.free, f.heap = newSlab(), nil, nil
 	f.nodes = make(map[string]Node)
 	f.grants, f.grantHeap = make(map[string][]grant), nil
+	f.permits, f.permitKey, f.permitHeap = make(map[string][]permit), make(map[string]string), nil
+	f.reservations, f.reservationHeap = make(map[string]*reservation), nil
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
@@ -198,6 +209,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return f.applyReturn(l)
 	case EntryCounter:
 		res, err = f.applyCounter(l)
+	case EntryPermit:
+		return f.applyPermit(l)
+	case EntryReservation:
+		return f.applyReservation(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil

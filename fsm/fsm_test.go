@@ -287,6 +287,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(EncodeDeletePolicy("p"))
 	f.Add(EncodeResetKey("p", "a"))
 	f.Add([]byte{1, 1, 0xff, 0xff, 0xff})
+	f.Add(EncodePermit(PermitEntry{Now: t0, Op: PermitAcquire, ID: testID(1), Owner: "o", Policy: "p", Client: "a", TTLMs: 1000}))
+	f.Add(EncodePermit(PermitEntry{Now: t0, Op: PermitReleaseOldest, Policy: "p", Client: "a"}))
+	f.Add(EncodePermit(PermitEntry{Now: t0, Op: PermitAcquire, ID: testID(1), Policy: "p", Client: "a"})) // ttl 0: corrupt
+	f.Add(EncodeReservation(ReservationEntry{Now: t0, Op: ReservationReserve, ID: testID(2), TTLMs: 1000, Items: []ReserveItem{{"p", "a", 3}}}))
+	f.Add(EncodeReservation(ReservationEntry{Now: t0, Op: ReservationSettle, ID: testID(2), Units: 1}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tf := newTestFSM(t)
 		before, _ := tf.f.Digest()

@@ -91,6 +91,7 @@ func (f *FSM) leaseClock(term uint64, stamped int64) int64 {
 	f.expire(now, f.cfg.ExpireBudget)
 	f.sweep(f.cfg.ExpireBudget)
 	f.expireGrants(now, f.cfg.ExpireBudget)
+	f.expirePermits(now, f.cfg.ExpireBudget)
 	f.last = nil
 	return now
 }

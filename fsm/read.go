@@ -77,6 +77,12 @@ func (f *FSM) Digest() (digest uint64, appliedIndex uint64) {
 		h.Write(appendPolicy(nil, p))
 	}
 	h.Write(f.appendGrants(nil))
+	if len(f.permits) > 0 || len(f.reservations) > 0 {
+		// Absent, the digest is the previous release's, so mixed
+		// versions compare equal until permits are used.
+		h.Write(f.appendPermits(nil))
+		h.Write(f.appendReservations(nil))
+	}
 	ids := make([]string, 0, len(f.nodes))
 	for id := range f.nodes {
 		ids = append(ids, id)

@@ -27,7 +27,10 @@ const (
 	snapshotV1    = 1
 	snapshotV2    = 2
 	snapshotV3    = 3 // adds the outstanding lease grants after the keys
-	maxKeyLen     = 1 + MaxPolicyLen + MaxClientLen
+	// snapshotV4 adds the permits and the reservations after the grants;
+	// written only when there are some (permit_snapshot.go).
+	snapshotV4 = 4
+	maxKeyLen  = 1 + MaxPolicyLen + MaxClientLen
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -47,6 +50,8 @@ type fsmSnapshot struct {
 	slots        frozenSlab[slot]  // the slab as of the snapshot (copy on write)
 	epochs       map[string]uint32 // each table policy's epoch, to tell live keys
 	grants       []byte            // the outstanding grants, encoded under the lock
+	permits      []byte            // the permits, encoded under the lock
+	reservations []byte            // the reservations, encoded under the lock
 }
 
 // alive is FSM.alive against the state frozen in the snapshot.
@@ -86,6 +91,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		s.epochs[name] = p.epoch
 	}
 	s.grants = f.appendGrants(nil)
+	s.permits, s.reservations = f.appendPermits(nil), f.appendReservations(nil)
 	s.slots = f.slab.Freeze()
 	return s, nil
 }
@@ -105,7 +111,11 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 1<<16)
 	var buf []byte
 	buf = append(buf, snapshotMagic...)
-	buf = append(buf, snapshotV3)
+	if s.hasPermitState() {
+		buf = append(buf, snapshotV4)
+	} else {
+		buf = append(buf, snapshotV3)
+	}
 	buf = binary.AppendUvarint(buf, s.appliedIndex)
 	buf = binary.AppendVarint(buf, s.lastNow)
 	buf = binary.AppendUvarint(buf, s.term)
@@ -146,6 +156,14 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	if _, err := bw.Write(s.grants); err != nil {
 		return err
 	}
+	if s.hasPermitState() {
+		if _, err := bw.Write(s.permits); err != nil {
+			return err
+		}
+		if _, err := bw.Write(s.reservations); err != nil {
+			return err
+		}
+	}
 	if err := bw.Flush(); err != nil {
 		return err
 	}
@@ -168,6 +186,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
 	f.grants, f.grantHeap = fresh.grants, fresh.grantHeap
+	f.permits, f.permitKey, f.permitHeap = fresh.permits, fresh.permitKey, fresh.permitHeap
+	f.reservations, f.reservationHeap = fresh.reservations, fresh.reservationHeap
 	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
 	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
@@ -251,7 +271,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 		return fmt.Errorf("%w: not an rlnode snapshot", ErrBadSnapshot)
 	}
 	version := magic[4]
-	if version != snapshotV1 && version != snapshotV2 && version != snapshotV3 {
+	if version < snapshotV1 || version > snapshotV4 {
 		return fmt.Errorf("%w: version %d is unknown to this node", ErrBadSnapshot, magic[4])
 	}
 	f.appliedIndex = r.uvarint("applied index")
@@ -300,6 +320,10 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	if version >= snapshotV3 {
 		f.readGrants(r)
 	}
+	if version >= snapshotV4 {
+		f.readPermits(r)
+		f.readReservations(r)
+	}
 	if r.err != nil {
 		return r.err
 	}
@@ -316,6 +340,8 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	}
 	f.rebuildExpiry()
 	f.rebuildGrantHeap()
+	f.rebuildPermitIndex()
+	f.rebuildReservationHeap()
 	return nil
 }
 

@@ -89,6 +89,7 @@ type Node interface {
 	Debug
 	TopView
 	CounterAdmin
+	Permitter
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -117,6 +118,9 @@ type Config struct {
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
 	// forward-auth believes (key=ip).
 	TrustedProxies []netip.Prefix
+	// Middleware runs on every request before its handler (tracing, when
+	// configured).
+	Middleware []gin.HandlerFunc
 }
 
 // API is the HTTP handler of one node.
@@ -153,6 +157,7 @@ func New(cfg Config) *API {
 	e.ContextWithFallback = true
 	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants)}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
+	e.Use(cfg.Middleware...)
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no endpoint %s %s", c.Request.Method, c.Request.URL.Path))
 	})

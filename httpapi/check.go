@@ -207,6 +207,10 @@ func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) b
 	if !ok || p.IsShadow() {
 		return false // a shadow policy answers it allowed, would-refuse
 	}
+	if p.IsConcurrency() {
+		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%spolicy: %q is a concurrency policy: take a permit with POST %s; nothing was counted", at, name, PermitsPath))
+		return true
+	}
 	for _, l := range p.Limits {
 		capacity, words := l.Limit, fmt.Sprintf("the limit of %d per %s", l.Limit, l.Window)
 		if l.Burst > 0 {

@@ -90,6 +90,11 @@ func (a *API) routes() []Route {
 		{Method: get, Path: PoliciesPath + "/:name", Query: stale, Handle: a.getPolicy},
 		{Method: post, Path: LeasesPath, Handle: a.lease},
 		{Method: post, Path: LeaseReturnPath, Handle: a.leaseReturn},
+		{Method: post, Path: PermitsPath, Handle: a.acquirePermit},
+		{Method: del, Path: PermitsPath + "/:id", Handle: a.releasePermit},
+		{Method: post, Path: PermitsPath + "/:id/renew", Handle: a.renewPermit},
+		{Method: post, Path: ReservationsPath, Handle: a.reserve},
+		{Method: post, Path: ReservationsPath + "/:id/settle", Handle: a.settle},
 		{Method: AnyMethod, Path: AuthPath + ":policy", AnyQuery: true, Handle: a.auth},
 		{Method: AnyMethod, Path: AuthPath + ":policy/*path", AnyQuery: true, Handle: a.auth},
 
@@ -102,6 +107,7 @@ func (a *API) routes() []Route {
 		{Method: get, Path: "/ui", Handle: uiRedirect},
 		{Method: get, Path: "/ui/", Handle: uiFile("/")},
 		{Method: get, Path: "/ui/app.js", Handle: uiFile("/app.js")},
+		{Method: get, Path: "/ui/charts.js", Handle: uiFile("/charts.js")},
 		{Method: get, Path: "/ui/style.css", Handle: uiFile("/style.css")},
 
 		// Membership, snapshots, backups.

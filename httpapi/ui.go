@@ -12,7 +12,7 @@ import (
 // They hold no data; the page fetches it from the admin-guarded endpoints
 // with the token the user types (or the browser's client certificate).
 //
-//go:embed ui/index.html ui/app.js ui/style.css
+//go:embed ui/index.html ui/app.js ui/charts.js ui/style.css
 var uiFiles embed.FS
 
 // uiHeaders keep the page to its own origin's files and out of frames.
@@ -27,7 +27,7 @@ func uiHeaders(c *gin.Context) {
 // uiRedirect sends /ui to the page, whose files it names relative to /ui/.
 func uiRedirect(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, "/ui/") }
 
-// uiFile serves one of the page's files (GET /ui/, /ui/app.js, /ui/style.css).
+// uiFile serves one of the page's files (GET /ui/, /ui/app.js, /ui/charts.js, /ui/style.css).
 func uiFile(name string) gin.HandlerFunc {
 	sub, _ := fs.Sub(uiFiles, "ui")
 	files := http.FileServer(http.FS(sub))

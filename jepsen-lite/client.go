@@ -354,6 +354,10 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 			WindowStart *int64 `json:"windowStart"`
 			Used        *int64 `json:"used"`
 			AppliedNow  *int64 `json:"appliedNow"`
+			// A lapsed window reads as none; the checker wants what is
+			// stored.
+			LastWindowStart int64 `json:"lastWindowStart"`
+			LastUsed        int64 `json:"lastUsed"`
 		}
 		if err := json.Unmarshal(body, &b); err != nil || b.WindowStart == nil || b.Used == nil || b.AppliedNow == nil {
 			r.Outcome = checker.OutcomeUnknown
@@ -361,6 +365,9 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 			return r
 		}
 		r.Outcome, r.WindowStart, r.Used, r.AppliedNow = checker.OutcomeOK, *b.WindowStart, *b.Used, *b.AppliedNow
+		if b.LastWindowStart != 0 {
+			r.WindowStart, r.Used = b.LastWindowStart, b.LastUsed
+		}
 		return r
 	}
 	var p struct {

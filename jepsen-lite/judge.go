@@ -73,6 +73,13 @@ func (r *runner) collectFailures(res checker.Result, faults []faultRecord) {
 	if !res.Valid {
 		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("checker: %d violation(s)", len(res.Violations)))
 	}
+	if n := len(r.budgetViolations); n > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("budgets: %d violation(s)", n))
+		r.sum.Violations = append(r.sum.Violations, r.budgetViolations...)
+		for _, v := range r.budgetViolations {
+			r.log.Loudf("violation %s key %s: %s ops %v", v.Check, v.Key, v.Detail, firstN(v.OpIDs, 20))
+		}
+	}
 	if !r.sum.Convergence.OK {
 		r.sum.Failures = append(r.sum.Failures, "convergence: "+r.sum.Convergence.Detail)
 	}
@@ -121,6 +128,11 @@ func (r *runner) verdictLine(faults []faultRecord) (int, string) {
 		a.Overall, a.NoFault, a.DuringFaults, convWord(r.sum.Convergence), time.Since(r.t0).Round(time.Second), r.o.out)
 	if r.partitions != "run" {
 		detail += "; PARTITIONS " + strings.ToUpper(r.partitions)
+	}
+	if b, ok := strings.CutPrefix(r.sum.Budgets, "skipped: "); ok {
+		detail += "; BUDGETS SKIPPED: " + b
+	} else if r.sum.Budgets != "" {
+		detail += "; " + r.sum.Budgets
 	}
 	if r.sum.Valid {
 		return exitValid, "jepsen-lite: VALID " + detail

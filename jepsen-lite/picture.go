@@ -1,3 +1,10 @@
+//go:build plots
+
+// The picture (run.png) is drawn with gonum/plot, which brings fonts, a PDF
+// and a LaTeX package into the build: only with -tags plots (as .ci/run
+// runs jepsen-lite), so the fast test loop neither downloads nor compiles
+// them. picture_off.go stands in without the tag.
+
 package main
 
 import (

@@ -177,6 +177,7 @@ type summary struct {
 	Warnings         []string                  `json:"warnings"`
 	Run              runInfo                   `json:"run"`
 	Partitions       string                    `json:"partitions"`
+	Budgets          string                    `json:"budgets,omitempty"` // the permits and reservations workload, or why it was skipped
 	PartitionMethod  string                    `json:"partitionMethod,omitempty"`
 	NemesesRequested []string                  `json:"nemesesRequested"`
 	NemesesSkipped   map[string]string         `json:"nemesesSkipped,omitempty"`

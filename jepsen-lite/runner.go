@@ -33,6 +33,8 @@ type runner struct {
 	adm        *admin
 	pols       *policySet // nil without --policies
 	sum        summary
+	// budgetViolations are the permit and reservation models' findings.
+	budgetViolations []checker.Violation
 }
 
 func (r *runner) run(ctx context.Context) int {
@@ -119,6 +121,18 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		return 0, "", err
 	}
 	defer wl.stop()
+	var bw *budgetWorkload
+	if r.o.budgets && r.o.policies {
+		var skipped string
+		if bw, skipped = r.startBudgets(ctx, sec); skipped != "" {
+			r.sum.Budgets = "skipped: " + skipped
+			r.log.Loudf("BUDGETS (PERMITS, RESERVATIONS) SKIPPED: %s", skipped)
+		} else {
+			r.log.Printf("budgets workload started: permits of %s (limit %d), reservations of %s (limit %d per %s)",
+				budgetPermitPolicy, budgetPermits, budgetReservePolicy, budgetReserveLimit, r.o.window)
+			defer bw.stop()
+		}
+	}
 
 	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
 		fault: r.o.faultDuration, quiet: r.o.quiet, skew: r.o.skew, pols: r.pols}
@@ -129,6 +143,16 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	history, finalStart, finalEnd, err := r.finalPhase(ctx, nm, wl)
 	if err != nil {
 		return 0, "", err
+	}
+	if bw != nil {
+		permits, reservations := bw.stop()
+		// The cluster's clock may run ahead of the runner's by what the
+		// clock-skew faults apply, at most --max-clock-offset.
+		slack := (2*r.o.skew + time.Second).Milliseconds()
+		var detail string
+		r.budgetViolations, detail = checkBudgets(permits, reservations, slack)
+		r.sum.Budgets = detail
+		r.log.Printf("budgets: %s; %d violation(s)", detail, len(r.budgetViolations))
 	}
 	r.convergeAndStop(ctx)
 

@@ -16,7 +16,7 @@ func newLeaseMetrics(reg *prometheus.Registry) leaseMetrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"policy"})
 	}
 	l := leaseMetrics{
-		local:    vec("rlnode_lease_local_decisions_total", "Hits of leased policies this node decided from a lease it holds, with no log entry."),
+		local:    vec("rlnode_lease_local_decisions_total", "Hits of leased policies this node decided from a lease it holds, allowed or refused, with no log entry."),
 		granted:  vec("rlnode_lease_granted_units_total", "Units this node lent through grant entries as leader."),
 		returned: vec("rlnode_lease_returned_units_total", "Unspent units given back to the budget through return entries this node wrote as leader."),
 		expired:  vec("rlnode_lease_expired_units_total", "Units this node held and let expire unspent (lost to everyone until the grant's expiry)."),

@@ -24,6 +24,9 @@ const (
 	MaxLimits  = 8
 	MaxLimit   = 1 << 40
 	MaxWindow  = 366 * 24 * time.Hour
+	// MaxConcurrency bounds a concurrency policy's limit: every live permit
+	// is stored, so the bound is on memory, not arithmetic.
+	MaxConcurrency = 100_000
 )
 
 // Policy is a named budget. Every limit must allow a hit for it to pass.
@@ -60,6 +63,13 @@ const (
 	AlignCalendar = "calendar"
 	Shadow        = "shadow"
 )
+
+// Concurrency is the algorithm of a permit policy: at most limits[0].limit
+// permits live at once per key (POST /v1/permits), no window.
+const Concurrency = "concurrency"
+
+// IsConcurrency reports whether the policy counts permits, not hits.
+func (p Policy) IsConcurrency() bool { return p.Algorithm == Concurrency }
 
 // IsLeased reports whether the policy's budget may be spent from leases.
 func (p Policy) IsLeased() bool { return p.Consistency == Leased }
@@ -160,6 +170,10 @@ func (p Policy) String() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
+		if p.IsConcurrency() {
+			fmt.Fprintf(&b, "%d concurrent", l.Limit)
+			continue
+		}
 		fmt.Fprintf(&b, "%d/%s", l.Limit, l.Window)
 		if l.Burst != 0 {
 			fmt.Fprintf(&b, " burst %d", l.Burst)
@@ -203,8 +217,94 @@ func (p Policy) Validate() error {
 	}
 	alg, err := window.ParseAlgorithm(p.Algorithm)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("algorithm %q is unknown: want fixed_window, sliding_window or token_bucket", p.Algorithm))
+		errs = append(errs, fmt.Errorf("algorithm %q is unknown: want fixed_window, sliding_window, token_bucket or concurrency", p.Algorithm))
 	}
+	if p.IsConcurrency() {
+		errs = append(errs, p.concurrencyErrs()...)
+	} else {
+		errs = append(errs, p.limitErrs(alg, err)...)
+	}
+	switch p.Consistency {
+	case "", Leased:
+		if p.Consistency == Leased && p.IsConcurrency() {
+			errs = append(errs, fmt.Errorf("consistency %q: a concurrency policy's permits always go through the log", p.Consistency))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("consistency %q is unknown: want strict or leased", p.Consistency))
+	}
+	errs = append(errs, p.optionErrs(alg, err)...)
+	if p.Envoy != nil {
+		if err := p.Envoy.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("envoy: %w", err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &Error{Policy: p.Name, Errs: errs}
+}
+
+// optionErrs checks align, timezone and mode.
+func (p Policy) optionErrs(alg window.Algorithm, algErr error) []error {
+	var errs []error
+	switch p.Align {
+	case "":
+	case AlignEpoch, AlignCalendar:
+		if algErr == nil && alg != window.FixedWindow {
+			errs = append(errs, fmt.Errorf("align %q: only fixed_window windows can be aligned", p.Align))
+		}
+		if p.Align == AlignCalendar && p.IsLeased() {
+			errs = append(errs, errors.New("align calendar: a leased policy cannot be calendar-aligned yet (use strict)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("align %q is unknown: want anchored, epoch or calendar", p.Align))
+	}
+	if p.Timezone != "" {
+		if !p.CalendarAligned() {
+			errs = append(errs, fmt.Errorf("timezone %q: only align calendar has a time zone", p.Timezone))
+		} else if _, err := LoadZone(p.Timezone); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch p.Mode {
+	case "":
+	case Shadow:
+		if p.IsLeased() {
+			errs = append(errs, errors.New("mode shadow: a leased policy cannot be in shadow mode yet (use strict)"))
+		}
+		if p.IsConcurrency() {
+			errs = append(errs, errors.New("mode shadow: a concurrency policy cannot be in shadow mode yet"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("mode %q is unknown: want enforce or shadow", p.Mode))
+	}
+	return errs
+}
+
+// concurrencyErrs checks a concurrency policy's one limit: a count, no
+// window, no burst.
+func (p Policy) concurrencyErrs() []error {
+	if len(p.Limits) != 1 {
+		return []error{fmt.Errorf("limits: a concurrency policy has exactly one limit, got %d", len(p.Limits))}
+	}
+	var errs []error
+	l := p.Limits[0]
+	if l.Limit < 1 || l.Limit > MaxConcurrency {
+		errs = append(errs, fmt.Errorf("limits[0].limit %d must be between 1 and %d", l.Limit, MaxConcurrency))
+	}
+	if l.Window != 0 {
+		errs = append(errs, fmt.Errorf("limits[0].window %s: a concurrency limit has no window (permits end at their TTL)", l.Window))
+	}
+	if l.Burst != 0 {
+		errs = append(errs, errors.New("limits[0].burst: only token_bucket has a burst"))
+	}
+	return errs
+}
+
+// limitErrs checks the limits of a windowed policy.
+func (p Policy) limitErrs(alg window.Algorithm, algErr error) []error {
+	var errs []error
+	err := algErr
 	switch {
 	case len(p.Limits) == 0:
 		errs = append(errs, errors.New("limits: at least one limit is required"))
@@ -242,48 +342,7 @@ func (p Policy) Validate() error {
 			}
 		}
 	}
-	switch p.Consistency {
-	case "", Leased:
-	default:
-		errs = append(errs, fmt.Errorf("consistency %q is unknown: want strict or leased", p.Consistency))
-	}
-	switch p.Align {
-	case "":
-	case AlignEpoch, AlignCalendar:
-		if err == nil && alg != window.FixedWindow {
-			errs = append(errs, fmt.Errorf("align %q: only fixed_window windows can be aligned", p.Align))
-		}
-		if p.Align == AlignCalendar && p.IsLeased() {
-			errs = append(errs, errors.New("align calendar: a leased policy cannot be calendar-aligned yet (use strict)"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("align %q is unknown: want anchored, epoch or calendar", p.Align))
-	}
-	if p.Timezone != "" {
-		if !p.CalendarAligned() {
-			errs = append(errs, fmt.Errorf("timezone %q: only align calendar has a time zone", p.Timezone))
-		} else if _, zerr := LoadZone(p.Timezone); zerr != nil {
-			errs = append(errs, zerr)
-		}
-	}
-	switch p.Mode {
-	case "":
-	case Shadow:
-		if p.IsLeased() {
-			errs = append(errs, errors.New("mode shadow: a leased policy cannot be in shadow mode yet (use strict)"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("mode %q is unknown: want enforce or shadow", p.Mode))
-	}
-	if p.Envoy != nil {
-		if err := p.Envoy.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("envoy: %w", err))
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return &Error{Policy: p.Name, Errs: errs}
+	return errs
 }
 
 // Error is a failed validation: one error per field at fault.

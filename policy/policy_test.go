@@ -245,3 +245,32 @@ func TestPolicyOptionsParseAndValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrencyPolicyParsesAndValidates(t *testing.T) {
+	for _, body := range []string{
+		`{"algorithm":"concurrency","limits":[{"limit":3}]}`,
+		"algorithm: concurrency\nlimits: [{limit: 3}]\n",
+	} {
+		p, err := ParseOne("jobs", []byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if !p.IsConcurrency() || p.Limits[0].Limit != 3 || p.String() != "jobs concurrency 3 concurrent" {
+			t.Fatalf("%s: %+v %s", body, p, p)
+		}
+	}
+	for body, field := range map[string]string{
+		`{"algorithm":"concurrency","limits":[{"limit":3,"window":"1s"}]}`:          "limits[0].window",
+		`{"algorithm":"concurrency","limits":[{"limit":0}]}`:                        "limits[0].limit",
+		`{"algorithm":"concurrency","limits":[{"limit":1},{"limit":2}]}`:            "limits:",
+		`{"algorithm":"concurrency","consistency":"leased","limits":[{"limit":1}]}`: "consistency",
+		`{"algorithm":"concurrency","limits":[{"limit":1,"burst":2}]}`:              "burst",
+		`{"algorithm":"concurrency","align":"epoch","limits":[{"limit":1}]}`:        "align",
+		`{"algorithm":"concurrency","limits":[{"limit":1000000}]}`:                  "limits[0].limit",
+	} {
+		_, err := ParseOne("jobs", []byte(body))
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v, want one naming %s", body, err, field)
+		}
+	}
+}

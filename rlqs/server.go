@@ -87,6 +87,9 @@ type Config struct {
 	GrantRate float64
 	Logger    hclog.Logger
 	Observer  Observer
+	// ServerOptions are added to the gRPC server's (tracing, when
+	// configured).
+	ServerOptions []grpc.ServerOption
 }
 
 func (c *Config) setDefaults() {
@@ -156,7 +159,8 @@ const HandshakeTimeout = grpcserve.HandshakeTimeout
 func New(cfg Config) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, grants: newGrantBudget(cfg.GrantRate), buckets: grpcserve.NewBudget(cfg.NodeBuckets, cfg.CredentialBuckets)}
-	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rlqs", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
+	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rlqs", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,
+		ServerOptions: cfg.ServerOptions})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s)
 	grpcserve.RegisterIntrospection(s.grpc, cfg.Leaser.Ready, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	return s

@@ -30,10 +30,16 @@ type planned struct {
 	check bool
 	// refund: is_negative_hits, hit.Cost units taken off hit's key
 	// (answered OK, decided apart from the others).
-	refund         bool
-	peek           cluster.PeekResult
-	entries        []entry
-	domain, metric string // metric labels (metric.go)
+	refund bool
+	// permit: a concurrency policy's descriptor takes a permit (release:
+	// is_negative_hits gives back the key's oldest). permitOf is the
+	// answer, permitted whether one was taken.
+	permit, release bool
+	permitOf        cluster.Permit
+	permitted       bool
+	peek            cluster.PeekResult
+	entries         []entry
+	domain, metric  string // metric labels (metric.go)
 	// at indexes the hit in its check's result.
 	at int
 }
@@ -61,9 +67,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	var enforce, solo []cluster.Hit
+	if err := s.releasePermits(ctx, plan); err != nil {
+		return nil, err
+	}
+	ok, err := s.takePermits(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
 	for i := range plan {
 		switch p := &plan[i]; {
-		case p.pol == nil || p.pol.Envoy != nil && p.pol.Envoy.Unlimited || p.check:
+		case !ok && !p.permit:
+			p.pol = nil // a permit was refused: nothing else counts
+		case p.pol == nil || p.pol.Envoy != nil && p.pol.Envoy.Unlimited || p.check || p.permit:
 		case p.solo:
 			p.at = len(solo)
 			solo = append(solo, p.hit)
@@ -76,7 +91,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	enforced, alone, err := s.decide(ctx, plan, enforce, solo)
+	if err == nil && len(enforce) > 0 && !enforced.Allowed {
+		// The request is refused: it holds no permit either.
+		s.givePermitsBack(plan)
+	}
 	if err != nil {
+		s.givePermitsBack(plan)
 		return nil, err
 	}
 	return s.respond(req, plan, enforced, alone), nil
@@ -121,6 +141,17 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		}
 		p.pol, p.metric = m.pol, m.metricKey
 		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
+		if m.pol != nil && m.pol.IsConcurrency() {
+			// A permit per request: hits_addend 0 looks and takes none.
+			p.hit.Policy = m.pol.Name
+			p.release, p.permit = d.GetIsNegativeHits(), !d.GetIsNegativeHits() && !p.check
+			if !p.permit {
+				p.pol = nil
+			} else {
+				p.pol, p.solo = m.pol, true
+			}
+			continue
+		}
 		if d.GetIsNegativeHits() {
 			// A refund of hits_addend units off the key's current window
 			// (never below zero), answered OK; an unlimited or unmatched

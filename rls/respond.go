@@ -44,6 +44,13 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, plan []planned, enforced c
 			v.passed = append(v.passed, i)
 			continue
 		}
+		if p.permit {
+			s.describePermit(st, p, &v)
+			if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				v.passed = append(v.passed, i)
+			}
+			continue
+		}
 		if p.check {
 			s.describeCheck(st, p)
 			if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {

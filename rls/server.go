@@ -34,6 +34,11 @@ type Limiter interface {
 	// Refund takes each hit's cost off its key's current window, never
 	// below zero (a descriptor's is_negative_hits).
 	Refund(ctx context.Context, hits []cluster.Hit) ([]int64, error)
+	// AcquirePermit, ReleasePermit and ReleaseOldestPermit serve a
+	// concurrency policy's descriptors (permit.go).
+	AcquirePermit(ctx context.Context, req cluster.PermitRequest) (cluster.Permit, error)
+	ReleasePermit(ctx context.Context, id, owner string) (cluster.Permit, error)
+	ReleaseOldestPermit(ctx context.Context, policyName, client string) (cluster.Permit, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)
@@ -86,6 +91,14 @@ type Config struct {
 	// ResponseHeaders, when set, adds envoyproxy/ratelimit's three
 	// limit headers under these names.
 	ResponseHeaders *HeaderNames
+	// PermitTTL is the TTL of a permit a concurrency policy's descriptor
+	// takes (default cluster.DefaultPermitTTL, 30s): it bounds how long a
+	// permit whose is_negative_hits release never comes (a lost stream
+	// end, a crashed Envoy) holds its slot.
+	PermitTTL time.Duration
+	// ServerOptions are added to the gRPC server's (tracing, when
+	// configured).
+	ServerOptions []grpc.ServerOption
 }
 
 // HandshakeTimeout and MaxConnectionIdle are the port's connection
@@ -114,6 +127,9 @@ type Server struct {
 
 // New builds the server; Serve starts it.
 func New(cfg Config) *Server {
+	if cfg.PermitTTL == 0 {
+		cfg.PermitTTL = cluster.DefaultPermitTTL
+	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 2 * time.Second
 	}
@@ -121,7 +137,8 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
-	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused})
+	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,
+		ServerOptions: cfg.ServerOptions})
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
 	grpcserve.RegisterIntrospection(s.grpc, cfg.Limiter.Ready, rlsv3.RateLimitService_ServiceDesc.ServiceName)
 	return s

@@ -21,11 +21,15 @@ const (
 	// every key. Policies spell it fixed_window with align: epoch, so
 	// ParseAlgorithm does not know this name.
 	FixedWindowEpoch Algorithm = 4
+	// Concurrency is not a window: a policy of at most Limit permits live
+	// at once per key (the state machine's permits). Apply and ExpiresAt
+	// allow nothing for it; a hit never decides a concurrency policy.
+	Concurrency Algorithm = 5
 	// FixedWindowCalendar is the fixed window aligned to the calendar:
 	// local days, ISO weeks, months or years in the limit's zone
 	// (fixed_calendar.go). Policies spell it fixed_window with align:
-	// calendar.
-	FixedWindowCalendar Algorithm = 5
+	// calendar, so ParseAlgorithm does not know this name.
+	FixedWindowCalendar Algorithm = 6
 )
 
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
@@ -42,6 +46,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case FixedWindowEpoch:
 		return "fixed_window(epoch)"
+	case Concurrency:
+		return "concurrency"
 	case FixedWindowCalendar:
 		return "fixed_window(calendar)"
 	default:
@@ -58,8 +64,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return SlidingWindow, nil
 	case "token_bucket":
 		return TokenBucket, nil
+	case "concurrency":
+		return Concurrency, nil
 	}
-	return 0, fmt.Errorf("%w %q (want fixed_window, sliding_window or token_bucket)", ErrUnknownAlgorithm, s)
+	return 0, fmt.Errorf("%w %q (want fixed_window, sliding_window, token_bucket or concurrency)", ErrUnknownAlgorithm, s)
 }
 
 // MaxTime bounds every instant and length the algorithms compute with, in
@@ -218,7 +226,7 @@ func Force(alg Algorithm, l Limit, s State, now, cost int64) (ns State, ok bool)
 		return s, false
 	}
 	switch alg {
-	case FixedWindow, SlidingWindow, FixedWindowCalendar:
+	case FixedWindow, SlidingWindow, FixedWindowEpoch, FixedWindowCalendar:
 		// The count is kept as is: a higher limit only lets it grow.
 		l.Limit = max(l.Limit, forceLimit)
 	case TokenBucket:

@@ -209,3 +209,29 @@ func FuzzFixedWindowCalendar(f *testing.F) {
 		}
 	})
 }
+
+// TestCalendarRefund: units come back only to the period they were
+// counted in (a settle or a negative hit), never below zero, and nothing
+// once the period is over.
+func TestCalendarRefund(t *testing.T) {
+	l := Limit{Limit: 10, WindowMs: MonthMs, Loc: zone(t, "Europe/Berlin")}
+	oct, nov := ms(t, "2024-09-30T22:00:00Z"), ms(t, "2024-10-31T23:00:00Z")
+	s := State{A: oct, B: 7}
+	if got := Refund(FixedWindowCalendar, l, s, nov-1, oct, 3); got != (State{A: oct, B: 4}) {
+		t.Fatalf("refund in October: %+v", got)
+	}
+	if got := RefundCurrent(FixedWindowCalendar, l, s, nov-1, 9); got != (State{A: oct, B: 0}) {
+		t.Fatalf("negative hit in October: %+v, want 0, never below", got)
+	}
+	for _, now := range []int64{nov, nov + DayMs} {
+		if got := Refund(FixedWindowCalendar, l, s, now, oct, 3); got != s {
+			t.Fatalf("refund at %d (November): %+v, want unchanged", now, got)
+		}
+		if got := RefundCurrent(FixedWindowCalendar, l, s, now, 3); got != s {
+			t.Fatalf("negative hit at %d (November): %+v, want unchanged", now, got)
+		}
+	}
+	if got := Refund(FixedWindowCalendar, l, s, nov-1, oct+1, 3); got != s {
+		t.Fatalf("refund naming another start: %+v", got)
+	}
+}

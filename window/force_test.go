@@ -6,7 +6,7 @@ import "testing"
 // drains the algorithm's own way.
 func TestForceCountsPastTheLimit(t *testing.T) {
 	const now, w = 1_000_000, 1_000
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, FixedWindowEpoch} {
 		l := Limit{Limit: 5, WindowMs: w}
 		_, s := Apply(alg, l, State{}, now, 4)
 		s, ok := Force(alg, l, s, now+1, 3) // 7 of 5
@@ -23,5 +23,8 @@ func TestForceCountsPastTheLimit(t *testing.T) {
 	}
 	if _, ok := Force(FixedWindow, Limit{}, State{}, 1, 1); ok {
 		t.Fatal("Force with an invalid limit succeeded")
+	}
+	if _, ok := Force(Concurrency, Limit{Limit: 5, WindowMs: w}, State{}, 1, 1); ok {
+		t.Fatal("Force of a concurrency limit succeeded: it has no window to count in")
 	}
 }

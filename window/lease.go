@@ -108,7 +108,9 @@ func Reserve(alg Algorithm, l Limit, s State, now, held int64) State {
 // count, only while the stored window is the one that started at start
 // (the grant's); aligned fixed window: off the count, only while the
 // stored aligned window is start and now is still in it; sliding window:
-// off the current count, only while the stored aligned window is start; token bucket: tokens back into the
+// off the current count, only while the stored aligned window is start;
+// calendar window: off the count, only while the stored period began at
+// start and has not ended; token bucket: tokens back into the
 // bucket, never above full at now. Anything else returns s unchanged: the
 // units stay spent.
 func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
@@ -57,6 +58,8 @@ type Options struct {
 	// MaxClockOffset is the nodes' clock discipline bound (0: default);
 	// tests of a deliberately skewed leader lift it.
 	MaxClockOffset time.Duration
+	// TracerProvider, when set, traces the nodes (cluster.Config's).
+	TracerProvider trace.TracerProvider
 }
 
 func (o *Options) defaults() {
@@ -73,7 +76,7 @@ func (o *Options) defaults() {
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
-	t     *testing.T
+	t     testing.TB
 	opts  Options
 	dir   string // parent of the nodes' data dirs
 	mu    sync.Mutex
@@ -104,7 +107,7 @@ type Node struct {
 }
 
 // New makes an empty cluster; Start or AddNode add members.
-func New(t *testing.T, opts Options) *Cluster {
+func New(t testing.TB, opts Options) *Cluster {
 	opts.defaults()
 	// The data dirs' parent is made before Close is registered: cleanups run
 	// last-first, so the nodes stop before their files are removed (a
@@ -117,7 +120,7 @@ func New(t *testing.T, opts Options) *Cluster {
 
 // Start makes an n-node cluster: the first node bootstraps, the others join
 // through it, and it waits until every node is ready.
-func Start(t *testing.T, n int, opts Options) *Cluster {
+func Start(t testing.TB, n int, opts Options) *Cluster {
 	c := New(t, opts)
 	c.AddNode(true)
 	for i := 1; i < n; i++ {
@@ -196,7 +199,7 @@ func (n *Node) start(bootstrap bool) {
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
 		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
-		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID),
+		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID), TracerProvider: c.opts.TracerProvider,
 	})
 	if err != nil {
 		c.t.Fatalf("open %s: %v", n.ID, err)
@@ -384,7 +387,7 @@ func (c *Cluster) WaitConverged(timeout time.Duration) {
 	})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

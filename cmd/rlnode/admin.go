@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -25,7 +26,10 @@ import (
 
 // adminFlags are shared by every command that talks to a running node.
 type adminFlags struct {
+	// addr is --addr, else $RLNODE_ADDR: one node or a comma list tried in
+	// order (ETCDCTL_ENDPOINTS' rule); via is the one that answered.
 	addr      string
+	via       string
 	token     string
 	tokenFile string
 	json      bool
@@ -44,13 +48,27 @@ func newAdminFlags(name, args string, help io.Writer) (*flag.FlagSet, *adminFlag
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(help)
 	setUsage(fs, name, args)
-	fs.StringVar(&a.addr, "addr", "http://127.0.0.1:8080", "HTTP address of any node (https:// is used when a --tls-* flag is given)")
+	fs.StringVar(&a.addr, "addr", cli.DefaultAddr(), "HTTP address of any node, or a comma-separated list tried in order until one answers (https:// is used when a --tls-* flag is given); the flag wins over $"+envAddr)
 	fs.StringVar(&a.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "cluster token (default $RLNODE_CLUSTER_TOKEN)")
 	fs.StringVar(&a.tokenFile, "cluster-token-file", os.Getenv("RLNODE_CLUSTER_TOKEN_FILE"), "file holding the cluster token (default $RLNODE_CLUSTER_TOKEN_FILE)")
 	fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long to wait for the node")
 	tlsFlags(fs, &a.tls)
 	return fs, a
+}
+
+// envAddr is the variable --addr defaults to.
+const envAddr = cli.EnvAddr
+
+// addrs are the nodes --addr names, in order.
+func (a *adminFlags) addrs() []string {
+	var out []string
+	for _, s := range strings.Split(a.addr, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // prepare reads the token file and TLS files once, before any request.
@@ -67,6 +85,9 @@ func (a *adminFlags) prepare() error {
 			return err
 		}
 		a.token = tok
+	}
+	if len(a.addrs()) == 0 {
+		return usageErr("--addr (or $%s) names no node: give host:port or a URL, or a comma-separated list of them", envAddr)
 	}
 	a.client = http.DefaultClient
 	if a.tls.Enabled() {
@@ -94,9 +115,9 @@ func parseAdmin(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// url is path on the node at --addr.
-func (a *adminFlags) url(path string) string {
-	url := cluster.BaseURL(a.addr) + path
+// url is path on the node at addr.
+func (a *adminFlags) url(addr, path string) string {
+	url := cluster.BaseURL(addr) + path
 	if a.tls.Enabled() {
 		url = strings.Replace(url, "http://", "https://", 1)
 	}
@@ -127,8 +148,7 @@ func (a *adminFlags) callWith(ctx context.Context, method, path string, hdr http
 		}
 		hdr.Set("Content-Type", "application/json")
 	}
-	url := a.url(path)
-	resp, err := a.sendWith(ctx, method, url, hdr, body, size)
+	resp, url, err := a.sendWith(ctx, method, path, hdr, body, size)
 	if err != nil {
 		return nil, err
 	}
@@ -145,22 +165,60 @@ func (a *adminFlags) callWith(ctx context.Context, method, path string, hdr http
 	return resp.Header, nil
 }
 
-// send is the one request every admin command makes: to url with the
-// token, returning a 2xx answer for the caller to read, or an
-// *answerError carrying the problem of any other.
-func (a *adminFlags) send(ctx context.Context, method, url, contentType string, body io.Reader, size int64) (*http.Response, error) {
+// send is the one request every admin command makes: path on the first
+// node of --addr that can be reached, with the token, returning a 2xx
+// answer for the caller to read and the URL that gave it, or an
+// *answerError carrying the problem of any other. A node that cannot be
+// reached is passed over for the next (the request never left: nothing ran
+// twice), as long as body can be read again from its start.
+func (a *adminFlags) send(ctx context.Context, method, path, contentType string, body io.Reader, size int64) (*http.Response, string, error) {
 	var hdr http.Header
 	if contentType != "" {
 		hdr = http.Header{"Content-Type": {contentType}}
 	}
-	return a.sendWith(ctx, method, url, hdr, body, size)
+	return a.sendWith(ctx, method, path, hdr, body, size)
 }
 
 // sendWith is send with the request's headers.
-func (a *adminFlags) sendWith(ctx context.Context, method, url string, hdr http.Header, body io.Reader, size int64) (*http.Response, error) {
+func (a *adminFlags) sendWith(ctx context.Context, method, path string, hdr http.Header, body io.Reader, size int64) (*http.Response, string, error) {
 	if err := a.prepare(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	var (
+		resp *http.Response
+		url  string
+		err  error
+	)
+	for i, addr := range a.addrs() {
+		if i > 0 {
+			seeker, ok := body.(io.Seeker)
+			if body != nil && !ok {
+				break
+			}
+			if ok {
+				if _, serr := seeker.Seek(0, io.SeekStart); serr != nil {
+					break
+				}
+			}
+		}
+		url = a.url(addr, path)
+		resp, err = a.sendTo(ctx, method, url, hdr, body, size)
+		if err == nil || !isUnreachable(err) {
+			a.via = addr
+			break
+		}
+	}
+	return resp, url, err
+}
+
+// isUnreachable reports an error of a request that never reached a node.
+func isUnreachable(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// sendTo is one request to one node.
+func (a *adminFlags) sendTo(ctx context.Context, method, url string, hdr http.Header, body io.Reader, size int64) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return nil, usageErr("bad --addr %q: %v", a.addr, err)
@@ -230,10 +288,20 @@ func reachError(method, url string, err error) error {
 		err = ue.Err
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr names any node)", method, url)
+		return &refusedError{msg: fmt.Sprintf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr or $%s names any node)", method, url, envAddr), err: err}
 	}
 	return fmt.Errorf("%s %s: %w", method, url, err)
 }
+
+// refusedError says no node listens at an address, in one line, and keeps
+// the dial error for isUnreachable.
+type refusedError struct {
+	msg string
+	err error
+}
+
+func (e *refusedError) Error() string { return e.msg }
+func (e *refusedError) Unwrap() error { return e.err }
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

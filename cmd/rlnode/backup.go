@@ -24,7 +24,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	// Any node will do: a follower streams the leader's backup through.
-	resp, err := a.send(ctx, http.MethodGet, a.url(httpapi.BackupPath), "", nil, 0)
+	resp, _, err := a.send(ctx, http.MethodGet, httpapi.BackupPath, "", nil, 0)
 	if err != nil {
 		return err
 	}
@@ -42,19 +42,19 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("backup via %s: %w", a.addr, err)
+		return fmt.Errorf("backup via %s: %w", a.via, err)
 	}
 	windows, err := cluster.VerifyBackup(tmp.Name())
 	if err != nil {
-		return fmt.Errorf("backup via %s arrived damaged: %w", a.addr, err)
+		return fmt.Errorf("backup via %s arrived damaged: %w", a.via, err)
 	}
 	if err := os.Rename(tmp.Name(), *out); err != nil {
 		return err
 	}
 	if a.json {
-		return printJSON(stdout, map[string]any{"file": *out, "bytes": n, "windows": windows, "via": a.addr})
+		return printJSON(stdout, map[string]any{"file": *out, "bytes": n, "windows": windows, "via": a.via})
 	}
-	fmt.Fprintf(stdout, "backup of %d windows (%d bytes) via %s written to %s\n", windows, n, a.addr, *out)
+	fmt.Fprintf(stdout, "backup of %d windows (%d bytes) via %s written to %s\n", windows, n, a.via, *out)
 	return nil
 }
 
@@ -81,11 +81,13 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	// Any node will do: a follower streams the backup on to the leader.
-	url := a.url(httpapi.RestorePath)
+	path := httpapi.RestorePath
 	if *force {
-		url += "?force=true"
+		path += "?force=true"
 	}
-	resp, err := a.send(ctx, http.MethodPost, url, "application/octet-stream", io.LimitReader(f, size), size)
+	// A section reader is bounded like the file's checked size and can be
+	// read again from its start if the first node of --addr is down.
+	resp, _, err := a.send(ctx, http.MethodPost, path, "application/octet-stream", io.NewSectionReader(f, 0, size), size)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/rlqs"
 	"github.com/rlnode/rlnode/rls"
@@ -68,10 +69,12 @@ func (g *grpcServer) stop(ctx context.Context) {
 type rlsFlags struct {
 	globalShadow, dynamicMetadata bool
 	headers                       *rls.HeaderNames
+	permitTTL                     time.Duration
 }
 
 func (r *rlsFlags) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&r.globalShadow, "rls-shadow-mode", false, "never answer OVER_LIMIT to Envoy, whatever the descriptors' limits say (envoyproxy/ratelimit's SHADOW_MODE); descriptors are still counted and reported")
+	fs.DurationVar(&r.permitTTL, "rls-permit-ttl", cluster.DefaultPermitTTL, "TTL of the permit a concurrency policy's descriptor takes: how long a permit whose is_negative_hits release never comes holds its slot (at most --max-permit-ttl)")
 	fs.BoolVar(&r.dynamicMetadata, "rls-dynamic-metadata", false, "return the request and the matched descriptors' metadata in the response's dynamic metadata (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA)")
 	fs.Func("rls-response-headers", "add envoyproxy/ratelimit's limit headers (LIMIT_RESPONSE_HEADERS_ENABLED): \"default\" for RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset, or three names LIMIT,REMAINING,RESET (e.g. X-RateLimit-Limit,X-RateLimit-Remaining,X-RateLimit-Reset)", func(v string) error {
 		if v == "default" {
@@ -90,6 +93,7 @@ func (r *rlsFlags) flags(fs *flag.FlagSet) {
 
 func (r *rlsFlags) apply(c *rls.Config) {
 	c.GlobalShadowMode, c.DynamicMetadata, c.ResponseHeaders = r.globalShadow, r.dynamicMetadata, r.headers
+	c.PermitTTL = r.permitTTL
 }
 
 // validHeaderName: an HTTP token (RFC 9110), as Envoy accepts.

@@ -36,6 +36,7 @@ func commands() []command {
 		{"transfer-leadership", "hand leadership to another server: rlnode transfer-leadership [ID]", runTransfer},
 		{"snapshot", "make a node take a Raft snapshot now", runSnapshot},
 		{"policy", "the replicated policies: list, get, set, delete, apply -f FILE, import-envoy, sync-envoy", runPolicy},
+		{"permit", "concurrency permits: rlnode permit acquire POLICY CLIENT [--ttl D] | release ID | renew ID [--ttl D]", runPermit},
 		{"counter", "set a key's used count or count without a limit check: rlnode counter set|inc POLICY CLIENT N", runCounter},
 		{"top", "live view of the cluster, policy rates and the most limited clients (q quits; --once prints one table)", runTop},
 		{"health", "exit 0 if a node is ready (for container health checks)", runHealth},

@@ -23,6 +23,7 @@ const policyUsage = `usage:
   rlnode policy get NAME
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...] [--consistency leased]
       [--align epoch|calendar [--timezone ZONE]] [--mode shadow]
+  rlnode policy set NAME --algorithm concurrency --limit N   (N permits live at once per client)
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--prune] [--dry-run]   (--prune: also delete what FILE lacks)
   rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...   (envoyproxy/ratelimit YAML)
@@ -90,9 +91,9 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, policyTable{Policies: ps})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMITS")
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tCONSISTENCY\tLIMITS")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), limitsText(p))
 	}
 	return tw.Flush()
 }
@@ -105,6 +106,9 @@ func limitsText(p policy.Policy) string {
 		return "never limited (a value without rate_limit)"
 	case e != nil && e.Unlimited:
 		return "unlimited"
+	}
+	if p.IsConcurrency() && len(p.Limits) == 1 {
+		return fmt.Sprintf("%d concurrent", p.Limits[0].Limit)
 	}
 	parts := make([]string, len(p.Limits))
 	for i, l := range p.Limits {
@@ -145,8 +149,17 @@ func policyGet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if a.json {
 		return printJSON(stdout, p)
 	}
-	fmt.Fprintf(stdout, "%s\t%s\t%s\n", p.Name, p.Algorithm, limitsText(p))
+	fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), limitsText(p))
 	return nil
+}
+
+// consistencyText is "leased" (holders decide from leases) or "strict"
+// (every hit through the log, the default the JSON leaves out).
+func consistencyText(p policy.Policy) string {
+	if p.IsLeased() {
+		return policy.Leased
+	}
+	return "strict"
 }
 
 // repeated collects a flag given several times; "a,b" counts as two.
@@ -164,7 +177,7 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, a := newAdminFlags("policy set", "NAME", stdout)
 	var alg, consistency, align, timezone, mode string
 	var limits, windows, bursts repeated
-	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket")
+	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window, token_bucket or concurrency (--limit N permits live at once, no --window)")
 	fs.StringVar(&consistency, "consistency", "strict", "strict (every hit through the log) or leased (nodes decide hot keys from leases; docs/leased-policies.md)")
 	fs.StringVar(&align, "align", "anchored", "anchored (windows start at each key's first hit), epoch, or calendar (fixed_window: days, ISO weeks, months, years)")
 	fs.StringVar(&timezone, "timezone", "", "IANA zone of --align calendar periods (default UTC), e.g. Europe/Berlin")
@@ -200,6 +213,15 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // opts carries the options (consistency, align, timezone, mode).
 func policyFromFlags(name, alg string, limits, windows, bursts []string, opts policy.Policy) (policy.Policy, error) {
 	p := policy.Policy{Name: name, Algorithm: alg, Consistency: opts.Consistency, Align: opts.Align, Timezone: opts.Timezone, Mode: opts.Mode}.Canonical()
+	if alg == policy.Concurrency && len(windows) == 0 && len(limits) == 1 {
+		// permits live at once: no window (docs/budgets.md)
+		n, err := strconv.ParseInt(limits[0], 10, 64)
+		if err != nil {
+			return p, fmt.Errorf("--limit %q: want a whole number", limits[0])
+		}
+		p.Limits = []policy.Limit{{Limit: n}}
+		return p, p.Validate()
+	}
 	if len(limits) == 0 || len(limits) != len(windows) {
 		return p, fmt.Errorf("give each --limit a --window (got %d limits, %d windows)", len(limits), len(windows))
 	}

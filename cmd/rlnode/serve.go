@@ -18,6 +18,7 @@ import (
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
@@ -25,6 +26,7 @@ import (
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/tracing"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rlqs"
@@ -63,6 +65,7 @@ type serveConfig struct {
 	joinCatchupTimeout                                   time.Duration
 	bootstrapExpect                                      int
 	maxClockOffset                                       time.Duration
+	maxPermitTTL                                         time.Duration
 	raftTiming                                           cluster.Timing
 	trustedProxies                                       string
 	trusted                                              []netip.Prefix
@@ -98,6 +101,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a cluster of this many voters with the nodes in --join (give every node the same list; no node is special); 0: bootstrap alone when --join is empty")
 	fs.DurationVar(&c.maxClockOffset, "max-clock-offset", 500*time.Millisecond, "a node leads only while a majority of the voters, itself included, have recent clock readings within this of its own; otherwise it refuses (and says so in its log, status and metrics)")
 	fs.DurationVar(&c.joinCatchupTimeout, "join-catchup-timeout", 2*time.Minute, "on the leader: how long a joining server may take to catch up as a non-voter before it is removed again")
+	fs.DurationVar(&c.maxPermitTTL, "max-permit-ttl", cluster.MaxPermitTTL, "longest TTL a caller may give a concurrency permit or a reservation on this node: how long a crashed holder can keep a slot or an unsettled charge (1ms to 1h)")
 	fs.BoolVar(&c.leaveOnShutdown, "leave-on-shutdown", false, "remove this node from the cluster on SIGINT/SIGTERM (not on a crash)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -154,6 +158,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.waitForJoin && c.join != "" {
 		errs = append(errs, errors.New("--wait-for-join and --join exclude each other: --join asks to be added, --wait-for-join waits for an operator"))
+	}
+	if c.maxPermitTTL < time.Millisecond || c.maxPermitTTL > cluster.MaxPermitTTL {
+		errs = append(errs, fmt.Errorf("--max-permit-ttl %s: want 1ms to %s", c.maxPermitTTL, cluster.MaxPermitTTL))
+	}
+	if t := c.rlsOpt.permitTTL; t < time.Millisecond || t > c.maxPermitTTL {
+		errs = append(errs, fmt.Errorf("--rls-permit-ttl %s: want 1ms to --max-permit-ttl (%s)", t, c.maxPermitTTL))
 	}
 	if c.maxClockOffset <= 0 {
 		errs = append(errs, fmt.Errorf("--max-clock-offset %s: must be positive", c.maxClockOffset))
@@ -319,8 +329,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("raft metrics unavailable", "error", err)
 	}
 
+	// Tracing is off unless an OTLP endpoint is in the environment.
+	tr, err := tracing.FromEnv(ctx, c.id)
+	if err != nil {
+		return cli.Errorf("tracing: %w", err)
+	}
+	defer flushTraces(tr, logger)
+	if tr != nil {
+		logger.Info("exporting traces", "otlp", tr.Exporter)
+	}
+
 	fatal := make(chan error, 1)
 	cfg := c.clusterConfig(seed, tlsSrc, logger, obs)
+	cfg.TracerProvider, cfg.Propagator = tr.TracerProvider(), tr.TextMapPropagator()
 	cfg.OnFatal = func(err error) {
 		select {
 		case fatal <- err:
@@ -337,7 +358,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted})
+		TrustedProxies: c.trusted, Middleware: tr.Gin()})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
@@ -354,7 +375,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("debug clock controls are enabled; never use them in production", "offset", c.debugClockOffset)
 	}
 
-	stopPprof, grpcSrv := c.startSideServers(side, node, obs, tlsSrc, logger)
+	stopPprof, grpcSrv := c.startSideServers(side, node, obs, tlsSrc, tr.GRPC(), logger)
 	defer stopPprof()
 
 	serveErr := make(chan error, 1)
@@ -456,14 +477,14 @@ func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (ln net.Listener, capped 
 
 // startSideServers serves pprof and Envoy's rate-limit service over gRPC
 // on the listeners bound for them. stopPprof is never nil.
-func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer) {
+func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, grpcOpts []grpc.ServerOption, logger hclog.Logger) (stopPprof func(), grpcSrv *grpcServer) {
 	stopPprof = func() {}
 	if side.pprof != nil {
 		stopPprof = servePprof(side.pprof, logger)
 	}
 	if side.grpc != nil {
 		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs,
-			Limits: c.grpcBounds.limits(), Refused: obs}
+			Limits: c.grpcBounds.limits(), Refused: obs, ServerOptions: grpcOpts}
 		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
 			rc.TLS = tlsSrc.ServerConfig("h2")
@@ -475,7 +496,8 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
 			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.limits(), Refused: obs,
 			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
-			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets}
+			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets,
+			ServerOptions: grpcOpts}
 		if tlsSrc != nil {
 			qc.TLS = tlsSrc.ServerConfig("h2")
 		}
@@ -483,6 +505,15 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		obs.WatchGRPCPort("rlqs", grpcSrv.quota.OpenStreams, grpcSrv.quota.Buckets)
 	}
 	return stopPprof, grpcSrv
+}
+
+// flushTraces exports the spans still buffered when the node stops.
+func flushTraces(tr *tracing.Tracing, logger hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		logger.Warn("traces lost at shutdown", "error", err)
+	}
 }
 
 // waitForStop returns when the node should stop: nil on a signal (ctx),
@@ -515,7 +546,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 	return cluster.Config{
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: storage.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
-		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(),
+		RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(), MaxPermitTTL: c.maxPermitTTL,
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,

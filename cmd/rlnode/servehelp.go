@@ -17,10 +17,10 @@ var serveFlagGroups = []struct {
 }{
 	{"node", []string{"id", "http-addr", "raft-addr", "http-advertise", "raft-advertise", "data-dir", "raft-log",
 		"limit", "window", "policies", "grpc-addr", "config", "log-level", "log-json"}},
-	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata"}},
+	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata", "rls-permit-ttl"}},
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
-		"leave-on-shutdown", "max-clock-offset"}},
+		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
 		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
 		"raft-max-pending", "raft-max-conns", "http-max-conns", "http-max-conns-per-ip", "grpc-max-streams-per-conn", "grpc-max-streams",
@@ -40,6 +40,7 @@ func serveUsage(fs *flag.FlagSet) func() {
 		fmt.Fprintln(w, "usage: rlnode serve [flags]   (no positional arguments)")
 		fmt.Fprintln(w, "\nRuns a node. Every flag can also be set as $RLNODE_<NAME> (--http-addr is $RLNODE_HTTP_ADDR)")
 		fmt.Fprintln(w, "or as a key of the --config YAML file; the command line wins, then the environment, then the file.")
+		fmt.Fprintln(w, "OpenTelemetry traces are exported when $OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/observability.md).")
 		seen := map[string]bool{}
 		for _, g := range serveFlagGroups {
 			fmt.Fprintf(w, "\n%s:\n", g.title)

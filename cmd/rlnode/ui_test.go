@@ -68,7 +68,8 @@ func loadCluster(t *testing.T, nodes []*proctest.Node, extra ...string) {
 // TestStatusPageInChromium loads /ui in headless chromium against a
 // three-node cluster under load: nothing shows without the token; with it
 // the page names the leader, lists the refused client, shows a node
-// holding a lease for the leased policy's hot key, and shows a killed node
+// holding a lease for the leased policy's hot key, draws the refused rate
+// in the policy's chart and the lease share bar, and shows a killed node
 // as unreachable. A screenshot is kept.
 func TestStatusPageInChromium(t *testing.T) {
 	browser := chromium(t)
@@ -124,6 +125,15 @@ func TestStatusPageInChromium(t *testing.T) {
 	poll("the page names the leader", fmt.Sprintf(`document.getElementById("summary").dataset.leader === %q && document.querySelector('#members tr[data-role="Leader"]').dataset.member === %q`, leader.ID, leader.ID))
 	poll("the refused client is in the top list", `document.querySelector('#top tr[data-policy="login"][data-key="mallory"]') !== null`)
 	poll("a node holds a lease for the hot key", `[...document.querySelectorAll('#members td.leases')].some((td) => Number(td.dataset.keysHeld) > 0 && Number(td.dataset.decidedLocal) > 0)`)
+	// The login chart has drawn a few seconds of its refused rate, above
+	// the baseline (mallory is refused on every node all along).
+	poll("the login chart draws refused hits", `(() => {
+		const l = document.querySelector('#charts svg[data-policy="login"] polyline.refused');
+		if (!l || Number(l.dataset.points) < 3) return false;
+		const ys = l.getAttribute("points").trim().split(" ").map((p) => Number(p.split(",")[1]));
+		return ys.some((y) => y < 60);
+	})()`)
+	poll("the lease share bar names a member", `document.querySelectorAll('#lease-share rect[data-member]').length > 0`)
 	dead.Kill()
 	poll("the killed node shows as unreachable", fmt.Sprintf(`document.querySelector('#members tr[data-member=%q]').dataset.reachable === "false"`, dead.ID))
 

@@ -25,6 +25,6 @@ func API(node *cluster.Node, token string, logger hclog.Logger) http.Handler {
 }
 
 // Start is clustertest.Start with the public API.
-func Start(t *testing.T, n int, o clustertest.Options) *clustertest.Cluster {
+func Start(t testing.TB, n int, o clustertest.Options) *clustertest.Cluster {
 	return clustertest.Start(t, n, Options(o))
 }

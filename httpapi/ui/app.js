@@ -124,6 +124,10 @@ async function refresh() {
     const [members, top] = await Promise.all([getJSON("../v1/cluster/members"), getJSON("../v1/top?by=refused&n=10")]);
     renderMembers(members.members);
     renderTop(top);
+    const now = Date.now();
+    recordRates(top, now);
+    renderCharts(now);
+    renderLeaseShare(members.members);
     $("data").hidden = false;
     $("error").textContent = "";
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();

@@ -104,6 +104,9 @@ type Config struct {
 	Limits Limits
 	// Observer, when set, counts refused calls.
 	Observer Observer
+	// ServerOptions are added to the server's own (tracing's stats
+	// handler, when configured).
+	ServerOptions []grpc.ServerOption
 }
 
 // NewServer builds a gRPC server with the ports' shared guard: the
@@ -124,5 +127,5 @@ func NewServer(cfg Config) (*grpc.Server, *Guard) {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	return grpc.NewServer(opts...), g
+	return grpc.NewServer(append(opts, cfg.ServerOptions...)...), g
 }

@@ -2,9 +2,11 @@
 // not bring (nginx, Caddy, Docker, chromium, Prometheus). Where it is
 // missing the test is skipped, and the skip does not go unnoticed: go test
 // hides everything a passing package prints, so the package's TestMain
-// (Main) writes one summary line straight to the terminal, and every skip
-// is also recorded in a file that `go run ./internal/testprog/skipped`
-// (run by .ci/run after the tests) sums up.
+// (Main) writes one summary line straight to the terminal and to stdout
+// (which `go test -json` and -v pass on, as .ci/run's progress printer
+// does), and every skip is also recorded in a file that `go run
+// ./internal/testprog/skipped` (run by .ci/run after the tests) sums up.
+// Say is the same way out for long tests' progress lines.
 package testprog
 
 import (
@@ -78,7 +80,8 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// Report prints this process's summary line, if it skipped anything.
+// Report prints this process's summary line, if it skipped anything: on
+// the terminal, and on stdout for `go test -json` or -v (and so CI's log).
 func Report() {
 	mu.Lock()
 	line := Summary(skips)
@@ -86,12 +89,41 @@ func Report() {
 	if line == "" {
 		return
 	}
-	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-		fmt.Fprintln(tty, line)
-		tty.Close()
-		return
+	toTerminal(line)
+	fmt.Println(line)
+}
+
+// EnvProgress names a file that Say appends to as well, for a runner
+// without a terminal that shows it while go test still holds the package's
+// output (.ci/run's progress printer follows it).
+const EnvProgress = "RLNODE_TEST_PROGRESS"
+
+// Say prints a progress line of a long test where a person sees it while
+// the test runs: the terminal, the file $RLNODE_TEST_PROGRESS names, else
+// stdout (shown by go test -v and -json).
+func Say(line string) {
+	shown := toTerminal(line)
+	if path := os.Getenv(EnvProgress); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+			shown = true
+		}
 	}
-	fmt.Fprintln(os.Stderr, line)
+	if !shown {
+		fmt.Println(line)
+	}
+}
+
+// toTerminal writes line to the controlling terminal, if there is one.
+func toTerminal(line string) bool {
+	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	_, err = fmt.Fprintln(tty, line)
+	return err == nil
 }
 
 // Summary is one line naming each missing program, the tests it cost and

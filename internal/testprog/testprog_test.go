@@ -47,3 +47,26 @@ func TestNeedSkipsAndRecords(t *testing.T) {
 	}
 	skips = nil // nothing for Report to print after this test
 }
+
+// The summary reaches stdout, which go test -json and -v pass on to a CI
+// log, not only a terminal that a CI run does not have.
+func TestReportWritesTheSummaryToStdout(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	mu.Lock()
+	skips = []Skip{{Test: "TestB", Program: "nginx", Install: "apt-get install nginx"}}
+	mu.Unlock()
+	Report()
+	os.Stdout = stdout
+	w.Close()
+	skips = nil
+	b := make([]byte, 4096)
+	n, _ := r.Read(b)
+	if !strings.Contains(string(b[:n]), "SKIPPED 1 tests, programs missing: nginx") {
+		t.Fatalf("stdout got %q; want the SKIPPED summary", b[:n])
+	}
+}

@@ -30,7 +30,7 @@ const (
 	DefaultKeys            = 1000
 	DefaultDist            = "uniform"
 	DefaultPath            = "/check/{key}"
-	DefaultAddr            = "http://127.0.0.1:8080"
+	DefaultAddr            = cli.LocalAddr
 
 	// maxKeys keeps every key representable as "c" + 15 digits = 16 bytes.
 	maxKeys = 1_000_000_000_000_000
@@ -132,7 +132,7 @@ func checkAddr(a string) error {
 func ParseArgs(args []string, help io.Writer) (cfg Config, jsonOut bool, err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(help)
-	addrs := fs.String("addr", DefaultAddr, "comma-separated node base URLs; requests are spread round-robin over them")
+	addrs := fs.String("addr", cli.DefaultAddr(), "comma-separated node base URLs; requests are spread round-robin over them; the flag wins over $"+cli.EnvAddr)
 	conc := fs.Int("concurrency", 0, "closed loop: number of workers (default 64); with --rate: max requests in flight (default 4096)")
 	rate := fs.Float64("rate", 0, "open loop at this many requests/s in total (latency counted from the intended send time); 0 = closed loop")
 	dur := fs.Duration("duration", DefaultDuration, "how long to measure")

@@ -144,6 +144,7 @@ func (p *Proc) start() {
 	p.mu.Lock()
 	p.cmd, p.done, p.err = cmd, done, nil
 	p.mu.Unlock()
+	note(p.t, "started %s", p.Name)
 	go func() {
 		err := cmd.Wait()
 		f.Close()
@@ -179,6 +180,7 @@ func (p *Proc) Kill() {
 	}
 	cmd.Process.Kill()
 	<-done
+	note(p.t, "killed %s", p.Name)
 }
 
 // Signal sends sig and waits up to timeout for the exit; it returns the
@@ -188,6 +190,7 @@ func (p *Proc) Signal(sig syscall.Signal, timeout time.Duration) int {
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
 	cmd.Process.Signal(sig)
+	note(p.t, "sent %s to %s", sig, p.Name)
 	select {
 	case <-done:
 		return cmd.ProcessState.ExitCode()
@@ -298,6 +301,7 @@ func StartCluster(t testing.TB, bin string, n int, extra ...string) []*Node {
 // (joined servers start as non-voters and are promoted once caught up).
 func WaitVoters(t testing.TB, n *Node, want int, timeout time.Duration) {
 	t.Helper()
+	note(t, "waiting for %d voters on %s", want, n.ID)
 	Poll(t, timeout, func() error {
 		r, err := Get(n.URL() + "/v1/cluster/peers")
 		if err != nil {
@@ -435,6 +439,7 @@ func Poll(t testing.TB, timeout time.Duration, cond func() error) {
 // WaitReady waits for GET /readyz to answer 200.
 func WaitReady(t testing.TB, n *Node, timeout time.Duration) {
 	t.Helper()
+	note(t, "waiting for %s to be ready", n.ID)
 	Poll(t, timeout, func() error {
 		r, err := n.Do("GET", "/readyz", "", nil)
 		if err != nil {
@@ -518,4 +523,5 @@ func Long(t testing.TB) {
 	if testing.Short() {
 		t.Skip("long process test: skipped with -short")
 	}
+	heartbeat(t)
 }
