@@ -354,8 +354,15 @@ func appendPartName(b []byte, hr cluster.HitResult, p window.Result) []byte {
 	return strconv.AppendQuote(b, hr.Policy+"-"+shortWindow(p.WindowMs))
 }
 
-// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms.
+// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms,
+// and the calendar periods 1mo and 1y.
 func shortWindow(ms int64) string {
+	switch ms {
+	case window.MonthMs:
+		return "1mo"
+	case window.YearMs:
+		return "1y"
+	}
 	for _, u := range []struct {
 		ms   int64
 		name string

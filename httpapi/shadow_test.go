@@ -69,6 +69,14 @@ func TestShadowPolicyNeverRefuses(t *testing.T) {
 		a.body["mode"] != "shadow" || !strings.Contains(a.raw, `"window":"1mo"`) {
 		t.Fatalf("get calendar policy: %s", a.raw)
 	}
+	two := `{"algorithm":"fixed_window","align":"calendar","limits":[{"limit":1000,"window":"1mo"},{"limit":100,"window":"1d"}]}`
+	if a := do(t, "PUT", n.URL()+"/v1/policies/cal2", "", two); a.status/100 != 2 {
+		t.Fatalf("put two-limit calendar policy: %d %s", a.status, a.raw)
+	}
+	if a := do(t, "GET", n.URL()+"/check/cal2/x", "", ""); a.status != 200 ||
+		!strings.Contains(a.header.Get("RateLimit-Policy"), `"cal2-1mo";q=1000;w=2629746, "cal2-1d";q=100;w=86400`) {
+		t.Fatalf("calendar check: %d %v %s", a.status, a.header, a.raw)
+	}
 	for body, want := range map[string]string{
 		`{"algorithm":"fixed_window","align":"calendar","timezone":"Mars/Base","limits":[{"limit":1,"window":"1mo"}]}`: `timezone \"Mars/Base\"`,
 		`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1mo"}]}`:                                           `limits[0].window 1mo is a calendar period`,
