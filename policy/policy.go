@@ -408,13 +408,17 @@ func ParseWindow(s string) (Duration, error) {
 	case "1y":
 		return Duration(window.YearMs * int64(time.Millisecond)), nil
 	}
-	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
-		if n, ok := strings.CutSuffix(s, suffix); ok {
+	units := []struct {
+		suffix, name string
+		unit         time.Duration
+	}{{"d", "days", 24 * time.Hour}, {"w", "weeks", 7 * 24 * time.Hour}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
 			v, err := strconv.ParseInt(n, 10, 64)
-			if err != nil || v < 1 || v > int64(MaxWindow/unit)+1 {
-				return 0, fmt.Errorf("window %q: want a whole number of %s", s, map[string]string{"d": "days", "w": "weeks"}[suffix])
+			if err != nil || v < 1 || v > int64(MaxWindow/u.unit)+1 {
+				return 0, fmt.Errorf("window %q: want a whole number of %s", s, u.name)
 			}
-			return Duration(time.Duration(v) * unit), nil
+			return Duration(time.Duration(v) * u.unit), nil
 		}
 	}
 	v, err := time.ParseDuration(s)
