@@ -175,10 +175,6 @@ const (
 	knownOptions = optLeased | optEpochAlign | optCalendar | optShadow
 )
 
-// maxZoneLen bounds a calendar policy's zone name in the log (IANA names
-// are at most about 30 bytes).
-const maxZoneLen = 64
-
 func policyOptions(p policy.Policy) uint64 {
 	var o uint64
 	if p.IsLeased() {
@@ -285,7 +281,7 @@ func (d *decoder) policy() (policy.Policy, error) {
 		}
 		if opts&optCalendar != 0 {
 			p.Align = policy.AlignCalendar
-			p.Timezone = string(d.bytes("timezone", maxZoneLen))
+			p.Timezone = string(d.bytes("timezone", policy.MaxZoneLen))
 		}
 		if opts&optShadow != 0 {
 			p.Mode = policy.Shadow

@@ -10,6 +10,10 @@ import (
 	_ "time/tzdata"
 )
 
+// MaxZoneLen bounds a time zone's name (the longest IANA names are about
+// 30 bytes); the log codec reads no longer one.
+const MaxZoneLen = 64
+
 // LoadZone loads a calendar policy's time zone by its IANA name; "" and
 // "UTC" are UTC. "Local" is refused: it would be each node's own zone,
 // and nodes must cut periods at the same instants.
@@ -18,6 +22,9 @@ import (
 // /usr/share/zoneinfo) to the copy built in; nodes must therefore run the
 // same image, or set ZONEINFO to the same file (docs/budgets.md).
 func LoadZone(name string) (*time.Location, error) {
+	if len(name) > MaxZoneLen {
+		return nil, fmt.Errorf("timezone %.16q...: over %d bytes, no IANA zone is that long", name, MaxZoneLen)
+	}
 	if name == "Local" {
 		return nil, fmt.Errorf("timezone %q: name a zone such as Europe/Berlin; Local differs from node to node", name)
 	}
