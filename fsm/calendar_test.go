@@ -147,3 +147,21 @@ func TestShadowPolicyCannotBeReserved(t *testing.T) {
 		t.Fatalf("org after the refused reservation: %+v, want nothing held", h)
 	}
 }
+
+// TestCalendarZoneChangeKeepsThePeriod: moving a calendar policy to
+// another zone keeps each key's count until its period ends where it was
+// cut; the next period follows the new zone.
+func TestCalendarZoneChangeKeepsThePeriod(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(monthly(2, "Europe/Berlin"))
+	oct, berlinNov := utcMs(t, "2024-10-15T12:00:00Z"), utcMs(t, "2024-10-31T23:00:00Z")
+	tf.check(oct, nil, h2("monthly", "u", 2))
+	tf.set(monthly(2, "America/New_York"))
+	if r := tf.check(oct+1, nil, h2("monthly", "u", 1)).Hits[0]; r.Outcome != window.Refused || r.Parts[0].ResetAt != berlinNov {
+		t.Fatalf("after the zone change: %+v, want refused until Berlin's Nov 1 (the period as cut)", r)
+	}
+	r := tf.check(berlinNov, nil, h2("monthly", "u", 1)).Hits[0]
+	if nyNov := utcMs(t, "2024-11-01T04:00:00Z"); r.Outcome != window.Allowed || r.Parts[0].ResetAt != nyNov {
+		t.Fatalf("at Berlin's boundary: %+v, want a New York period ending at %d", r, nyNov)
+	}
+}

@@ -91,6 +91,7 @@ type Limit struct {
 //
 //	fixed_window:   A = window start (anchored at the key's first hit), B = count, C = 0
 //	fixed_window (epoch): A = the aligned window start, B = count, C = 0
+//	fixed_window (calendar): A = the period's start, B = count, C = the period's end
 //	sliding_window: A = current aligned window start, B = its count, C = the previous window's count
 //	token_bucket:   A = theoretical arrival time (TAT) in whole ms, B = its fraction in units of
 //	                1/C ms (0 <= B < C), C = the Limit the fraction was written with

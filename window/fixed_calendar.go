@@ -3,7 +3,7 @@ package window
 import "time"
 
 // fixed_window aligned to the calendar (FixedWindowCalendar):
-// State{A: the start of the period B was counted in, B: count, C: 0}.
+// State{A: the start of the period B was counted in, B: count, C: its end}.
 // Periods are local days, ISO weeks (from Monday), months or years in the
 // limit's zone (Limit.Loc, UTC when nil); the kind is the limit's nominal
 // WindowMs (DayMs, WeekMs, MonthMs, YearMs). Each boundary is an exact
@@ -11,12 +11,19 @@ import "time"
 // the zone's rules, so every replica with the same zone data agrees.
 //
 //	[cur, curEnd) = the period holding now
-//	a, aEnd       = the period holding A (a stored start read as its period)
-//	start, end, used = (a, aEnd, B) if a >= cur, else (cur, curEnd, 0)
+//	[a, aEnd)     = [A, C) as stored (C <= A: the period holding A)
+//	start, end, used = (a, aEnd, B) if now < aEnd, else (cur, curEnd, 0)
 //	allowed = used + cost <= L; cost > L is CostExceedsLimit
 //	Remaining = max(0, L - count); ResetAt = end; WindowStart = start
 //	RetryAfterMs = end - now (refused; >= 1)
 //	ExpiresAt = aEnd
+//
+// The stored end makes a period under way end where it was cut: after a
+// change of the policy's zone, each key's current period still ends at its
+// old boundary (its count kept until then) and the next one follows the
+// new zone. Periods are contiguous and ordered, so now < aEnd means the
+// stored period is the one holding now (or one ahead of a clock that ran
+// behind, kept until it ends, as the other windows keep theirs).
 //
 // A period begins at the first instant whose local date is its first day:
 // local midnight, or when a DST change skips midnight, the instant the
@@ -142,18 +149,24 @@ func firstInstantOf(y, m, d int, loc *time.Location) int64 {
 }
 
 // calendarWindow is the period a hit at now counts in and what it already
-// holds: the stored one while it has not ended (or lies ahead of now), else
-// a fresh one holding now.
+// holds: the stored one until it ends, else a fresh one holding now.
 func calendarWindow(l Limit, s State, now int64) (start, end, used int64) {
-	a, aEnd := calendarBounds(l.WindowMs, l.Loc, clampTime(s.A))
-	// Periods are contiguous and ordered: while now is before the stored
-	// period's end, the period holding now starts no later than it (the
-	// same one, or an earlier one for a state ahead of the clock).
+	a, aEnd := storedPeriod(l, s)
 	if now < aEnd {
 		return a, aEnd, max(s.B, 0)
 	}
 	cur, curEnd := calendarBounds(l.WindowMs, l.Loc, now)
 	return cur, curEnd, 0
+}
+
+// storedPeriod is the period a state was counted in: [A, C) as written,
+// or for a state without a valid end, the period holding A.
+func storedPeriod(l Limit, s State) (start, end int64) {
+	a, c := clampTime(s.A), clampTime(s.C)
+	if c > a {
+		return a, c
+	}
+	return calendarBounds(l.WindowMs, l.Loc, a)
 }
 
 func applyFixedCalendar(l Limit, s State, now, cost int64) (Result, State) {
@@ -170,7 +183,7 @@ func applyFixedCalendar(l Limit, s State, now, cost int64) (Result, State) {
 	case used <= l.Limit-cost:
 		r.Outcome = Allowed
 		r.Remaining = l.Limit - used - cost
-		return r, State{A: start, B: used + cost}
+		return r, State{A: start, B: used + cost, C: end}
 	default:
 		r.Outcome, r.RetryAfterMs = Refused, end-now
 		r.Remaining = max(0, l.Limit-used)
@@ -182,6 +195,6 @@ func expiresFixedCalendar(l Limit, s State) int64 {
 	if !IsCalendarPeriod(l.WindowMs) {
 		return -maxInt64 - 1
 	}
-	_, end := calendarBounds(l.WindowMs, l.Loc, clampTime(s.A))
+	_, end := storedPeriod(l, s)
 	return neverAfter(end)
 }

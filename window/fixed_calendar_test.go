@@ -86,17 +86,22 @@ func TestFixedWindowCalendarTable(t *testing.T) {
 		retry     int64
 		start     int64
 	}{
-		{"never seen counts in the month now falls in", l, State{}, feb + 5*DayMs, 1, Allowed, State{feb, 1, 0}, 9, mar, 0, feb},
-		{"same month adds up", l, State{feb, 3, 0}, mar - 1, 2, Allowed, State{feb, 5, 0}, 5, mar, 0, feb},
-		{"refused until the month ends (leap day included)", l, State{feb, 10, 0}, feb + 28*DayMs, 1, Refused, State{}, 0, mar, DayMs, feb},
-		{"refused 1 ms before the boundary", l, State{feb, 10, 0}, mar - 1, 1, Refused, State{}, 0, mar, 1, feb},
-		{"the next month starts empty on the boundary", l, State{feb, 10, 0}, mar, 1, Allowed, State{mar, 1, 0}, 9, apr, 0, mar},
+		{"never seen counts in the month now falls in", l, State{}, feb + 5*DayMs, 1, Allowed, State{feb, 1, mar}, 9, mar, 0, feb},
+		{"same month adds up", l, State{feb, 3, mar}, mar - 1, 2, Allowed, State{feb, 5, mar}, 5, mar, 0, feb},
+		{"refused until the month ends (leap day included)", l, State{feb, 10, mar}, feb + 28*DayMs, 1, Refused, State{}, 0, mar, DayMs, feb},
+		{"refused 1 ms before the boundary", l, State{feb, 10, mar}, mar - 1, 1, Refused, State{}, 0, mar, 1, feb},
+		{"the next month starts empty on the boundary", l, State{feb, 10, mar}, mar, 1, Allowed, State{mar, 1, apr}, 9, apr, 0, mar},
 		{"a stored instant is read as its month", l, State{feb + 7, 10, 0}, feb + 9, 1, Refused, State{}, 0, mar, mar - feb - 9, feb},
 		{"cost above limit is never allowed", l, State{feb, 2, 0}, feb + 1, 11, CostExceedsLimit, State{}, 8, mar, -1, feb},
 		{"a lowered limit refuses until the month ends", l, State{feb, 25, 0}, feb + 1, 1, Refused, State{}, 0, mar, mar - feb - 1, feb},
 		{"a state ahead of the clock keeps its month", l, State{mar, 10, 0}, mar - 10, 1, Refused, State{}, 0, apr, apr - mar + 10, mar},
 		{"Berlin: 23:30 UTC on Oct 31 is November", Limit{Limit: 10, WindowMs: MonthMs, Loc: berlin}, State{ms(t, "2024-09-30T22:00:00Z"), 10, 0},
-			ms(t, "2024-10-31T23:30:00Z"), 1, Allowed, State{ms(t, "2024-10-31T23:00:00Z"), 1, 0}, 9, ms(t, "2024-11-30T23:00:00Z"), 0, ms(t, "2024-10-31T23:00:00Z")},
+			ms(t, "2024-10-31T23:30:00Z"), 1, Allowed, State{ms(t, "2024-10-31T23:00:00Z"), 1, ms(t, "2024-11-30T23:00:00Z")}, 9, ms(t, "2024-11-30T23:00:00Z"), 0, ms(t, "2024-10-31T23:00:00Z")},
+		{"a state without its end is read as the period holding A", l, State{feb + 7, 3, 0}, feb + 9, 1, Allowed, State{feb, 4, mar}, 6, mar, 0, feb},
+		{"a period cut in another zone ends where it was cut", l, State{ms(t, "2024-02-01T05:00:00Z"), 10, ms(t, "2024-03-01T05:00:00Z")},
+			mar + 1, 1, Refused, State{}, 0, ms(t, "2024-03-01T05:00:00Z"), ms(t, "2024-03-01T05:00:00Z") - mar - 1, ms(t, "2024-02-01T05:00:00Z")},
+		{"then the new zone's period starts", l, State{ms(t, "2024-02-01T05:00:00Z"), 10, ms(t, "2024-03-01T05:00:00Z")},
+			ms(t, "2024-03-01T05:00:00Z"), 1, Allowed, State{mar, 1, apr}, 9, apr, 0, mar},
 		{"not a period length allows nothing", Limit{Limit: 10, WindowMs: 60_000}, State{}, feb, 1, CostExceedsLimit, State{}, 0, feb, -1, 0},
 	}
 	for _, c := range cases {
@@ -200,6 +205,7 @@ func FuzzFixedWindowCalendar(f *testing.F) {
 	f.Fuzz(func(t *testing.T, limit int64, period, z uint8, a, b, now, cost int64) {
 		l := Limit{Limit: limit, WindowMs: periods[int(period)%4], Loc: zones[int(z)%len(zones)]}
 		checkApply(t, FixedWindowCalendar, l, State{A: a, B: b}, now, cost, a >= 0 && a <= clampTime(now))
+		checkApply(t, FixedWindowCalendar, l, State{A: a, B: b, C: b}, now, cost, false)
 		l.Limit = 1 + small(limit, 50)
 		now = 1<<40 + small(now, 1<<40)
 		s := State{A: now - small(a, 2*l.WindowMs), B: small(b, 60)}
@@ -216,11 +222,11 @@ func FuzzFixedWindowCalendar(f *testing.F) {
 func TestCalendarRefund(t *testing.T) {
 	l := Limit{Limit: 10, WindowMs: MonthMs, Loc: zone(t, "Europe/Berlin")}
 	oct, nov := ms(t, "2024-09-30T22:00:00Z"), ms(t, "2024-10-31T23:00:00Z")
-	s := State{A: oct, B: 7}
-	if got := Refund(FixedWindowCalendar, l, s, nov-1, oct, 3); got != (State{A: oct, B: 4}) {
+	s := State{A: oct, B: 7, C: nov}
+	if got := Refund(FixedWindowCalendar, l, s, nov-1, oct, 3); got != (State{A: oct, B: 4, C: nov}) {
 		t.Fatalf("refund in October: %+v", got)
 	}
-	if got := RefundCurrent(FixedWindowCalendar, l, s, nov-1, 9); got != (State{A: oct, B: 0}) {
+	if got := RefundCurrent(FixedWindowCalendar, l, s, nov-1, 9); got != (State{A: oct, B: 0, C: nov}) {
 		t.Fatalf("negative hit in October: %+v, want 0, never below", got)
 	}
 	for _, now := range []int64{nov, nov + DayMs} {

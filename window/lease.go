@@ -135,11 +135,11 @@ func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
 		if !IsCalendarPeriod(l.WindowMs) {
 			return s
 		}
-		a, _, count := calendarWindow(l, s, now)
+		a, end, count := calendarWindow(l, s, now)
 		if a != start || clampTime(s.A) != a {
 			return s
 		}
-		return State{A: a, B: max(count-units, 0)}
+		return State{A: a, B: max(count-units, 0), C: end}
 	case SlidingWindow:
 		if alignDown(s.A, l.WindowMs) != start || alignDown(now, l.WindowMs) != start {
 			return s
