@@ -15,7 +15,8 @@ import (
 // nodes halt on their option bits): a 3-node cluster whose other voters
 // have not confirmed a format refuses them before the log, through the
 // leader and through a follower, and changes nothing; a policy without
-// them still goes through.
+// them still goes through. (When the version gate lands, this cluster
+// needs a voter that reports R3: clustertest's Formats option there.)
 func TestCalendarAndShadowPoliciesWaitForEveryVoter(t *testing.T) {
 	c := clustertest.Start(t, 3, clustertest.Options{Limit: 3})
 	leader := c.Leader(5 * time.Second)
@@ -34,10 +35,10 @@ func TestCalendarAndShadowPoliciesWaitForEveryVoter(t *testing.T) {
 			var up *cluster.UpgradingError
 			var he *cluster.HTTPError // the leader's answer to a follower
 			switch {
-			case errors.As(err, &up) && len(up.Behind) == 2:
+			case errors.As(err, &up) && len(up.Behind) > 0:
 			case errors.As(err, &he) && he.Status == 409 && he.Code == "cluster_upgrading":
 			default:
-				t.Fatalf("%s via %s: %v; want ErrClusterUpgrading naming the 2 voters behind, or its 409", p.Name, n.ID, err)
+				t.Fatalf("%s via %s: %v; want ErrClusterUpgrading naming the voters behind, or its 409", p.Name, n.ID, err)
 			}
 			if _, ok := leader.Policy(p.Name); ok {
 				t.Fatalf("the refused %s reached the table", p.Name)
