@@ -15,7 +15,7 @@ var (
 	// can only over-count.
 	ErrOutcomeUnknown = errors.New("rlnode: the hit may or may not have counted")
 	// ErrNotCounted: the cluster certainly did not count the hit (no leader,
-	// no node reachable). The client has already retried on the other
+	// no node reachable, the node asked was removed from the cluster). The client has already retried on the other
 	// nodes it knows until its timeout.
 	ErrNotCounted = errors.New("rlnode: the hit was not counted")
 	// ErrNoLeader: the cluster had no leader for the whole call (wraps
@@ -88,7 +88,9 @@ func kindFor(status int, code string) error {
 		return ErrOutcomeUnknown
 	case "no_leader":
 		return ErrNoLeader
-	case "not_counted", "not_leader", "not_ready":
+	case "not_counted", "not_leader", "not_ready", "not_member":
+		// not_member: the node asked was removed from the cluster;
+		// nothing was counted and another node can answer.
 		return ErrNotCounted
 	case "unknown_policy":
 		return ErrUnknownPolicy

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -298,9 +299,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// A follower passes on a definite refusal by the leader (here 401: its
-// forwarded requests carry a token the leader does not accept) instead of
-// answering outcome_unknown: nothing was counted.
+// A follower takes a definite refusal by the leader (here 401: its
+// forwarded requests carry a token the leader does not accept) as not
+// counted, never outcome_unknown; since the leader refused the node, not
+// the caller, the caller gets 503 not_counted (try another node), never
+// the 401 (issue 31).
 func TestFollowerPassesOnTheLeadersDefiniteRefusal(t *testing.T) {
 	var tampered atomic.Value // id of the node whose forwards carry a wrong token
 	tampered.Store("")
@@ -318,8 +321,8 @@ func TestFollowerPassesOnTheLeadersDefiniteRefusal(t *testing.T) {
 	f := c.Followers(leader)[0]
 	tampered.Store(f.ID)
 	r := clustertest.Hit(t, f, "alice")
-	if r.Status != http.StatusUnauthorized || r.Body.Code != "unauthorized" {
-		t.Fatalf("hit via %s whose forwards the leader refuses: %s; want the leader's 401", f.ID, r)
+	if r.Status != http.StatusServiceUnavailable || r.Body.Code != "not_counted" || !strings.Contains(r.Body.Detail, "the leader refused this node's request") {
+		t.Fatalf("hit via %s whose forwards the leader refuses: %s; want 503 not_counted naming the leader's refusal", f.ID, r)
 	}
 	tampered.Store("")
 	clustertest.MustAllow(t, f, "alice", 4) // the refused hit did not count

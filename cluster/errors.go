@@ -38,6 +38,11 @@ var (
 	// asked (a transfer to a non-voter or to a node whose clock is off):
 	// nothing changed, and asking again unchanged will not help.
 	ErrConflict = errors.New("refused in the cluster's current state")
+	// ErrNotMember: this node is not (any longer) a member of the cluster
+	// (it was removed, or the leader refused it as a non-member), so it
+	// decides nothing and forwards nothing. Nothing was counted; another
+	// node can answer.
+	ErrNotMember = errors.New("not a member of the cluster")
 	// ErrTableChanged marks a whole-table policy write the leader refused
 	// before the log because the table is no longer the version the write
 	// was computed from: nothing changed; read the table again, redo the
@@ -52,9 +57,10 @@ var (
 type HitError struct {
 	// Outcome is ErrNotCounted or ErrOutcomeUnknown.
 	Outcome error
-	// Reason, when set, is ErrNoLeader (no leader known) or ErrNotLeader
+	// Reason, when set, is ErrNoLeader (no leader known), ErrNotLeader
 	// (the node asked does not lead, or lost leadership before the entry
-	// was appended): what a front end names in its answer.
+	// was appended) or ErrNotMember (this node was removed): what a front
+	// end names in its answer.
 	Reason error
 	// Cause is what failed, for the caller to read; nil when Reason says
 	// it all.

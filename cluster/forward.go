@@ -24,6 +24,13 @@ type localNode interface {
 	Leader() (id, httpAddr string)
 	// submitLocal hands groups to this node's leader batcher.
 	submitLocal(ctx context.Context, reqs ...group) []outcome
+	// isRemoved says this node knows it was removed (removal.go): it
+	// forwards nothing; notMember is its answer then.
+	isRemoved() bool
+	notMember() error
+	// refusedAsNonMember records a leader's refusal naming this node a
+	// non-member.
+	refusedAsNonMember(leader string)
 }
 
 type forwarder struct {
@@ -69,6 +76,9 @@ func (f *forwarder) until(parent context.Context, reqs []group, deadline time.Ti
 			return failAll(len(reqs), notCounted(nil, ErrClosed))
 		default:
 		}
+		if f.node.isRemoved() {
+			return failAll(len(reqs), notCounted(ErrNotMember, f.node.notMember()))
+		}
 		id, addr := f.node.Leader()
 		switch {
 		case f.node.IsLeader():
@@ -88,6 +98,11 @@ func (f *forwarder) until(parent context.Context, reqs []group, deadline time.Ti
 				// The leader moved on: keep the answers we have and retry
 				// only the hits that certainly did not count.
 				return f.retryNotCounted(parent, reqs, outs, deadline)
+			case errors.Is(err, ErrNotMember):
+				// The leader no longer counts this node a member: it was
+				// removed, whatever its own configuration says yet.
+				f.node.refusedAsNonMember(id)
+				return failAll(len(reqs), notCounted(ErrNotMember, f.node.notMember()))
 			case isDefinite(err):
 				// The leader answered and refused the request itself (bad
 				// request, wrong token): nothing was counted.
@@ -195,10 +210,13 @@ func isDefinite(err error) bool {
 	return errors.As(err, &he) && he.Status >= 400 && he.Status < 500
 }
 
-// leader returns the leader's id and base URL. With wait it waits up to 2
-// s for one to be known (right after an election the leader is briefly
+// leader returns the leader's id and base URL (a removed node has none
+// to ask: ErrNotMember). With wait it waits up to 2 s for one to be known (right after an election the leader is briefly
 // unknown, and an admin call is rare enough to wait for it).
 func (f *forwarder) leader(ctx context.Context, wait bool) (id, base string, err error) {
+	if f.node.isRemoved() {
+		return "", "", f.node.notMember()
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		id, addr := f.node.Leader()
@@ -225,6 +243,10 @@ func (f *forwarder) call(ctx context.Context, wait bool, path string, in, out an
 		return err
 	}
 	if err := f.peers.sendJSON(ctx, http.MethodPost, base+path, in, out); err != nil {
+		if errors.Is(err, ErrNotMember) {
+			f.node.refusedAsNonMember(id)
+			return f.node.notMember()
+		}
 		return fromLeader(id, err)
 	}
 	return nil

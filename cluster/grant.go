@@ -324,7 +324,7 @@ func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) 
 	defer cancel()
 	for {
 		err := leaseError(call(ctx))
-		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) {
+		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) || errors.Is(err, ErrNotMember) {
 			return err
 		}
 		select {
@@ -344,7 +344,7 @@ func leaseError(err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrNotCounted), errors.Is(err, ErrOutcomeUnknown):
 		return err
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClockSkew), isDialError(err):
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotMember), errors.Is(err, ErrClockSkew), isDialError(err):
 		return errors.Join(ErrNotCounted, err)
 	case errors.As(err, &he) && he.Status/100 == 4:
 		return errors.Join(ErrNotCounted, err)

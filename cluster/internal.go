@@ -32,6 +32,9 @@ const (
 	// bootstrap (bootstrap.go).
 	BootstrapInfoPath  = "/internal/v1/bootstrap"
 	BootstrapClaimPath = "/internal/v1/bootstrap/claim"
+	// RemovedPath is where the leader tells a server it has just removed
+	// (removal.go).
+	RemovedPath = "/internal/v1/removed"
 	// leaderPrefix starts the operations only the leader runs
 	// (leaderops.go): a node that no longer leads refuses them, it never
 	// passes them on.
@@ -99,6 +102,7 @@ func (n *Node) internalMux() http.Handler {
 		writeJSON(w, n.LocalMemberStatus())
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
+	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
 	n.mountPermitOps(mux)

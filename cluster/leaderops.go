@@ -251,6 +251,10 @@ var errorCodes = []struct {
 	{ErrNotEmpty, "not_empty", http.StatusConflict},
 	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},
 	{errMalformed, "invalid_request", http.StatusBadRequest},
+	// A leader refusing a removed node: 403 as before this code existed
+	// (an older sender takes it as a definite refusal, nothing counted);
+	// the sender answers its own callers 503 not_member.
+	{ErrNotMember, "not_member", http.StatusForbidden},
 	{ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrOverLimit, "over_limit", http.StatusUnprocessableEntity},
 	{ErrNotFound, "not_found", http.StatusNotFound},

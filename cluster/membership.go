@@ -88,6 +88,15 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 			}
 		}
 	}
+	// The HTTP address first: whoever removes the server as soon as it
+	// shows in the configuration must find where to tell it so
+	// (tellRemoved), or its join, retried, would undo the removal.
+	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
+	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
+		if err := n.apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
+			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
+		}
+	}
 	switch {
 	case present && isVoter && !j.voter():
 		if err := n.raft.DemoteVoter(raft.ServerID(j.ID), 0, 0).Error(); err != nil {
@@ -103,12 +112,6 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 	}
 	if j.voter() && !isVoter {
 		n.promoter.stage(j.ID, n.raft.CommitIndex())
-	}
-	meta := fsm.Node{ID: j.ID, RaftAddr: j.RaftAddr, HTTPAddr: j.HTTPAddr}
-	if have, ok := n.fsm.Node(j.ID); !ok || have != meta {
-		if err := n.apply(fsm.EncodeSetNode(meta), n.cfg.ApplyTimeout).Error(); err != nil {
-			return fmt.Errorf("join %s: record metadata: %w", j.ID, translate(err))
-		}
 	}
 	return nil
 }
@@ -132,7 +135,8 @@ func (n *Node) removeOnLeader(id string) error {
 	for _, s := range cf.Configuration().Servers {
 		found = found || s.ID == raft.ServerID(id)
 	}
-	if _, ok := n.fsm.Node(id); ok {
+	meta, ok := n.fsm.Node(id)
+	if ok {
 		if err := n.apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout).Error(); err != nil {
 			return fmt.Errorf("remove %s: forget metadata: %w", id, translate(err))
 		}
@@ -140,10 +144,14 @@ func (n *Node) removeOnLeader(id string) error {
 	if !found {
 		return fmt.Errorf("remove %s: %w", id, ErrUnknownServer)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, translate(err))
 	}
 	n.log.Info("server removed", "id", id)
+	// Tell it at once: a removal wins over a join it may still be
+	// retrying, and it stops taking traffic it can no longer decide.
+	n.tellRemoved(id, meta.HTTPAddr, f.Index())
 	return nil
 }
 
@@ -225,12 +233,15 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
-	if _, member := n.suffrage(); !member || n.raft.State() == raft.Shutdown {
+	if _, member := n.suffrage(); !member || n.isRemoved() || n.raft.State() == raft.Shutdown {
 		// Already removed (raft shuts itself down when its own removal
 		// commits): nothing to leave. Asking the cluster anyway retried
 		// until the shutdown timeout, against a leader it cannot know.
 		return nil
 	}
+	n.removal.mu.Lock()
+	n.removal.leaving = true
+	n.removal.mu.Unlock()
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {
@@ -242,7 +253,8 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	for {
 		err := n.Remove(ctx, n.cfg.ID)
-		if err == nil {
+		if err == nil || n.isRemoved() {
+			// Removed, whether this call's answer got back or not.
 			return nil
 		}
 		select {

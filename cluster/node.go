@@ -65,6 +65,9 @@ type Node struct {
 	// served only then.
 	readyTerm atomic.Uint64
 
+	// removal is what this node knows of its own membership (removal.go).
+	removal removal
+
 	// hadState records whether the node found Raft state at start.
 	hadState bool
 	// waiting says, while the node belongs to no cluster yet, what it is
@@ -108,7 +111,12 @@ func Open(cfg Config) (*Node, error) {
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
 	n.top = topkeys.New(topkeys.Config{})
-	n.wg.Add(3)
+	if n.hadState {
+		// It was in a cluster: a configuration without it is a removal.
+		n.wasInCluster()
+	}
+	n.wg.Add(4)
+	go n.watchMembership()
 	go n.watchLeadership()
 	go n.runClockCheck()
 	go n.runLagWatch()
@@ -322,6 +330,9 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
+	if n.isRemoved() {
+		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.notMember())
+	}
 	if err := n.logWatch.failing(); err != nil {
 		return err
 	}
@@ -381,6 +392,10 @@ type Status struct {
 	// Waiting, on a node that belongs to no cluster yet, says what it
 	// waits for (the nodes --bootstrap-expect has not met, a join).
 	Waiting string `json:"waiting,omitempty"`
+	// Membership is "member", "joining" (in no configuration it has
+	// seen yet) or "removed"; Removed says why and what to do.
+	Membership string `json:"membership"`
+	Removed    string `json:"removed,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -403,6 +418,10 @@ func (n *Node) Status() Status {
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
+	s.Membership = n.membership()
+	if reason, removed := n.Removed(); removed {
+		s.Removed = reason + "; stop this node, or add it back with rlnode join"
+	}
 	if w := n.waiting.Load(); w != nil && !n.hasRaftState() {
 		s.Waiting = *w
 	}
@@ -422,6 +441,8 @@ type Gauges struct {
 	// ClockSkewMs and ClockSkewed: see Status.
 	ClockSkewMs int64
 	ClockSkewed bool
+	// Membership: see Status.
+	Membership string
 }
 
 // Gauges returns the node's gauges without computing a digest.
@@ -429,7 +450,7 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load()}
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership()}
 }
 
 // Peer is one server of the Raft configuration.

@@ -51,7 +51,7 @@ func (n *Node) authorizePeer(name string) error {
 	if _, ok := m[name]; ok {
 		return nil
 	}
-	return fmt.Errorf("node %q is not a member of this cluster", name)
+	return fmt.Errorf("node %q: %w", name, ErrNotMember)
 }
 
 // peerNode checks an HTTP request's client certificate under mutual TLS
@@ -81,7 +81,9 @@ func (n *Node) requireNode(h http.Handler) http.Handler {
 			err = n.authorizePeer(name)
 		}
 		if err != nil {
-			writeProblem(w, http.StatusForbidden, "forbidden", "node-to-node endpoint: "+err.Error())
+			// Named as cluster errors (errorCodes), so a removed sender
+			// knows it is one (ErrNotMember) rather than forbidden.
+			writeError(w, n.cfg.ID, fmt.Errorf("%w: node-to-node endpoint: %w", ErrForbidden, err))
 			return
 		}
 		h.ServeHTTP(w, r)

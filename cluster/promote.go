@@ -207,12 +207,18 @@ func (n *Node) suffrage() (raft.ServerSuffrage, bool) {
 // JoinAndWait asks the members at addrs to add this node and waits until it
 // is a voter (or, for a non-voter request, a member), asking again now and
 // then: a leader change forgets a staged join, and a join that did not
-// catch up in time was removed.
+// catch up in time was removed. A node an operator removed meanwhile
+// stops asking (an error wrapping ErrNotMember): a removal wins.
 func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
 	if !n.hasRaftState() && !n.claimedVoter() {
 		n.setWaiting("asking " + strings.Join(addrs, ", ") + " to add this node")
 	}
 	for first := true; ; first = false {
+		if n.isRemoved() {
+			// An operator removed it while its join was retried: the
+			// removal wins; only an operator adds it back.
+			return fmt.Errorf("join: not asking again: %w", n.notMember())
+		}
 		// A node with no Raft state cannot be a voter of this
 		// incarnation (promotion needs its log), so a voter of its id is
 		// an old incarnation that lost its data: replace it. Except a
@@ -225,8 +231,11 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		}
 		deadline := time.After(5 * time.Second)
 		for waiting := true; waiting; {
-			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) {
+			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) && !n.isRemoved() {
 				return nil
+			}
+			if n.isRemoved() {
+				return fmt.Errorf("join: not asking again: %w", n.notMember())
 			}
 			select {
 			case <-ctx.Done():

@@ -259,29 +259,7 @@ func bindJSON(c *gin.Context, v any, allowEmpty bool) bool {
 }
 
 func (a *API) adminError(c *gin.Context, what string, err error) {
-	detail := withContext(what, detailOf(err))
-	var he *cluster.HTTPError
-	switch {
-	case errors.Is(err, cluster.ErrClusterUpgrading):
-		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
-	case errors.Is(err, cluster.ErrTableChanged):
-		writeProblem(c, http.StatusConflict, CodeTableChanged, detail)
-	case errors.Is(err, cluster.ErrConflict):
-		writeProblem(c, http.StatusConflict, CodeConflict, detail)
-	case errors.Is(err, policy.ErrTooManyPolicies):
-		writeProblem(c, http.StatusConflict, CodeTooManyPolicies, detail)
-	case errors.Is(err, cluster.ErrUnknownServer):
-		writeProblem(c, http.StatusNotFound, CodeNotFound, detail)
-	case errors.Is(err, cluster.ErrNoLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, detail)
-	case errors.Is(err, cluster.ErrNotLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNotLeader, detail)
-	case errors.As(err, &he) && he.Status < 500:
-		// The leader refused a forwarded request as the sender's fault.
-		writeProblem(c, he.Status, CodeInvalidRequest, detail)
-	default:
-		writeProblem(c, http.StatusInternalServerError, CodeInternal, detail)
-	}
+	writeFailure(c, adminFailure(what, err))
 }
 
 // detailOf is err for a problem detail: the leader's own words for an

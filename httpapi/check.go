@@ -502,31 +502,8 @@ func resultFor(err error) string {
 	}
 }
 
-// hitError answers a failed hit, keeping "not counted" and "unknown" apart
-// and passing on a definite answer the leader gave a forwarded hit.
-func (a *API) hitError(c *gin.Context, err error) {
-	var he *cluster.HTTPError
-	if errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && !errors.Is(err, cluster.ErrOutcomeUnknown) {
-		code := he.Code
-		if code == "" {
-			code = CodeInvalidRequest
-		}
-		writeProblem(c, he.Status, code, "the leader refused the request; nothing was counted ("+he.Detail+")")
-		return
-	}
-	c.Header("Retry-After", "1")
-	switch {
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		writeProblem(c, http.StatusServiceUnavailable, CodeOutcomeUnknown,
-			"the outcome of this hit is unknown: it may or may not have counted"+cause(err))
-	case errors.Is(err, cluster.ErrNoLeader):
-		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader,
-			"the cluster has no leader right now; the hit was not counted"+cause(err))
-	default:
-		writeProblem(c, http.StatusServiceUnavailable, CodeNotCounted,
-			"the hit was not counted"+cause(err))
-	}
-}
+// hitError answers a failed hit (failure.go).
+func (a *API) hitError(c *gin.Context, err error) { writeFailure(c, hitFailure(err)) }
 
 // firstLine flattens errors.Join output into one line for a detail string.
 func firstLine(err error) string {

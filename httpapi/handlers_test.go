@@ -69,7 +69,8 @@ func serve(t *testing.T, f *fakeNode, token string) string {
 // A failed hit is answered by what it means to the caller: not counted
 // (safe to retry), no leader, or unknown, each a 503 with Retry-After and
 // the cause once; a definite refusal the leader gave a forwarded hit is
-// passed on as it came.
+// passed on as it came when it is the caller's mistake (400), and is a 503
+// when the leader refused this node (its token, its membership).
 func TestCheckAnswersFailedHitsByOutcome(t *testing.T) {
 	cases := []struct {
 		err          error
@@ -82,8 +83,12 @@ func TestCheckAnswersFailedHitsByOutcome(t *testing.T) {
 			"the hit was not counted (" + cluster.ErrClockSkew.Error() + ")"},
 		{&cluster.HitError{Outcome: cluster.ErrOutcomeUnknown, Cause: errors.New("leadership lost while committing log")}, 503, "outcome_unknown",
 			"the outcome of this hit is unknown: it may or may not have counted (leadership lost while committing log)"},
-		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Cause: &cluster.HTTPError{Status: 401, Code: "unauthorized", Detail: "wrong token"}}, 401, "unauthorized",
-			"the leader refused the request; nothing was counted (wrong token)"},
+		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Cause: &cluster.HTTPError{Status: 400, Code: "invalid_request", Detail: "bad client"}}, 400, "invalid_request",
+			"the leader refused the request; nothing was counted (bad client)"},
+		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Cause: &cluster.HTTPError{Status: 401, Code: "unauthorized", Detail: "wrong token"}}, 503, "not_counted",
+			"the leader refused this node's request; nothing was counted; ask another node (wrong token)"},
+		{&cluster.HitError{Outcome: cluster.ErrNotCounted, Reason: cluster.ErrNotMember, Cause: errors.New("not a member of the cluster: the leader n1 removed it")}, 503, "not_member",
+			"this node was removed from the cluster; nothing was counted; ask another node (not a member of the cluster: the leader n1 removed it)"},
 	}
 	for _, c := range cases {
 		url := serve(t, &fakeNode{check: func([]cluster.Hit) (cluster.CheckResult, error) { return cluster.CheckResult{}, c.err }}, "")

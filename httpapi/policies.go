@@ -36,11 +36,7 @@ func (a *API) peek(c *gin.Context, policyName, client string) {
 			unknownPolicy(c, policyName)
 			return
 		}
-		code := CodeNotLeader
-		if errors.Is(err, cluster.ErrNoLeader) {
-			code = CodeNoLeader
-		}
-		writeProblem(c, http.StatusServiceUnavailable, code, "linearizable read failed: "+firstLine(err))
+		writeFailure(c, readFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -55,11 +51,7 @@ func (a *API) readPolicies(c *gin.Context) ([]policy.Policy, bool) {
 	defer cancel()
 	t, err := a.cfg.Node.ReadPolicies(ctx, stale)
 	if err != nil {
-		code := CodeNotLeader
-		if errors.Is(err, cluster.ErrNoLeader) {
-			code = CodeNoLeader
-		}
-		writeProblem(c, http.StatusServiceUnavailable, code, "linearizable read failed: "+firstLine(err))
+		writeFailure(c, readFailure(err))
 		return nil, false
 	}
 	c.Header("Cache-Control", "no-store")

@@ -21,6 +21,12 @@ const (
 	CodeOutcomeUnknown   = "outcome_unknown"
 	CodeNotCounted       = "not_counted"
 	CodeNoLeader         = "no_leader"
+	// CodeNotMember: this node was removed from the cluster; nothing was
+	// counted; another node can answer (503).
+	CodeNotMember = "not_member"
+	// CodeLeaderRefused: the leader refused this node's forwarded admin
+	// call (node-to-node credentials), not the caller's (503).
+	CodeLeaderRefused    = "leader_refused"
 	CodeNotLeader        = "not_leader"
 	CodeUnauthorized     = "unauthorized"
 	CodeNotFound         = "not_found"

@@ -30,8 +30,7 @@ const outcomeFail checker.Outcome = "fail"
 // as a checker.Op.
 type opRecord struct {
 	checker.Op
-	Status   int    `json:"status,omitempty"` // HTTP status; 0 if no response
-	Code     string `json:"code,omitempty"`   // problem "code" of an error answer
+	Code     string `json:"code,omitempty"` // problem "code" of an error answer
 	ServedBy string `json:"servedBy,omitempty"`
 	// Resent marks a synthetic unknown hit added because Go's transport
 	// silently re-sent a request after the first attempt had been
@@ -300,8 +299,8 @@ func label(r *opRecord, client int, kind checker.Kind, node nodeSpec, ts []targe
 // classify turns what came back into an outcome. It is pure so the rules
 // are unit-tested:
 //   - 200/429 with a well-formed body: ok (a definite answer);
-//   - 503 not_counted / no_leader (and not_leader for reads): fail, the op
-//     certainly had no effect;
+//   - 503 not_counted / no_leader / not_member (and not_leader for
+//     reads): fail, the op certainly had no effect;
 //   - no response and the request never written (refused dial, dial
 //     timeout): fail, nothing reached a node;
 //   - anything else (timeout after sending, reset, 503 outcome_unknown,
@@ -377,7 +376,7 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 	_ = json.Unmarshal(body, &p) // a body that is not a problem document leaves Code empty: unknown
 	r.Code = p.Code
 	r.Error = fmt.Sprintf("HTTP %d %s: %s", status, p.Code, p.Detail)
-	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || (kind == checker.KindPeek && p.Code == "not_leader")
+	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || p.Code == "not_member" || (kind == checker.KindPeek && p.Code == "not_leader")
 	if status == http.StatusServiceUnavailable && notApplied {
 		r.Outcome = outcomeFail
 	} else {

@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
-// membership removes a random member through the API, kills it, wipes its
-// data dir and, at heal, starts it empty with --join so it has to be added
+// membership removes a random member through the API, lets the clients
+// keep calling it for removedGrace (a removed node must answer them "try
+// another node", 503 not_member, never 403: the checker flags any 4xx
+// that is not the caller's mistake), kills it, wipes its data dir and, at
+// heal, starts it empty with --join so it has to be added
 // again (as a non-voter, promoted by the leader once caught up) and catch
 // up (from a snapshot, given the low snapshot threshold and trailing logs
 // the nodes run with).
@@ -31,6 +34,7 @@ func (nm *nemesis) membership(ctx context.Context, rec *faultRecord) (healFunc, 
 	if err := nm.removeMember(ctx, id, others); err != nil {
 		return nil, err
 	}
+	nm.whileRemoved(ctx, i, rec)
 	if err := nm.cl.kill(i); err != nil {
 		return nil, err
 	}
@@ -39,6 +43,34 @@ func (nm *nemesis) membership(ctx context.Context, rec *faultRecord) (healFunc, 
 	}
 	nm.cl.setJoin(i, others)
 	return func(ctx context.Context) error { return nm.rejoin(ctx, i, rec) }, nil
+}
+
+// removedGrace is how long a removed node keeps running, with clients
+// calling it, before the fault stops it.
+const removedGrace = 2 * time.Second
+
+// whileRemoved waits removedGrace and records how long the removed node
+// i took to fail its readiness (removedNotReadySeconds; -1: it never
+// did).
+func (nm *nemesis) whileRemoved(ctx context.Context, i int, rec *faultRecord) {
+	base := nm.cl.specs[i].url()
+	start := time.Now()
+	rec.Extra["removedNotReadySeconds"] = -1.0
+	for time.Since(start) < removedGrace {
+		if err := nm.adm.ready(ctx, base); err != nil {
+			rec.Extra["removedNotReadySeconds"] = time.Since(start).Seconds()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(start.Add(removedGrace))):
+	}
 }
 
 // removeMember asks the other members in turn to remove id: any member

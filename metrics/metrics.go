@@ -106,6 +106,20 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 			return 0
 		}),
 	)
+	// rlnode_member{state}: 1 for this node's membership state, 0 for
+	// the others; state="removed" is a node an operator removed that
+	// still runs (stop it, or rlnode join it back).
+	for _, state := range []string{cluster.MemberActive, cluster.MemberJoining, cluster.MemberRemoved} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rlnode_member",
+			Help:        "1 for this node's membership state: member, joining (in no configuration it has seen yet) or removed (it answers not_member; stop it, or rlnode join it back).",
+			ConstLabels: prometheus.Labels{"state": state}},
+			func() float64 {
+				if src.Gauges().Membership == state {
+					return 1
+				}
+				return 0
+			}))
+	}
 }
 
 // DiskSource is the node's data dir and snapshot record, read at scrape

@@ -2,11 +2,15 @@ package rlqs_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/httpapi/apitest"
@@ -164,5 +168,37 @@ func TestAssignmentExpiresWhenTheClusterIsGone(t *testing.T) {
 		if e.Allow(bucket) {
 			t.Fatal("a request was allowed after the assignment expired (expired behaviour: deny)")
 		}
+	}
+}
+
+// A node removed from the cluster can grant nothing: it ends its streams
+// with UNAVAILABLE so each Envoy reconnects, through its cluster, to a
+// node that can, rather than waiting on a node that will never assign.
+func TestStreamEndsWhenItsNodeIsRemoved(t *testing.T) {
+	cl := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{leased("api", 1000000, time.Hour)}})
+	leader := cl.Leader(10 * time.Second)
+	cl.WaitConverged(10 * time.Second)
+	follower := cl.Followers(leader)[0]
+	addr := serve(t, follower, rlqs.Config{Lease: 300 * time.Millisecond, Transit: 20 * time.Millisecond})
+	e := startEnvoy(t, rlqstest.Config{Addr: addr, Domain: "api", Interval: 100 * time.Millisecond})
+	bucket := map[string]string{"tenant": "acme"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.Allow(bucket)
+	if err := e.WaitAssigned(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Node.Remove(ctx, follower.ID); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Poll(t, 10*time.Second, func() error {
+		e.Allow(bucket)
+		if e.Ended() == nil {
+			return errors.New("the stream to the removed node still runs")
+		}
+		return nil
+	})
+	if got := status.Code(e.Ended()); got != codes.Unavailable {
+		t.Fatalf("stream ended with %v (%v), want Unavailable", got, e.Ended())
 	}
 }

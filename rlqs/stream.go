@@ -62,6 +62,9 @@ type stream struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	kick    chan struct{}
+	// end ends the stream with an error the assigner met (this node
+	// removed from the cluster): Envoy reconnects, to another node.
+	end chan error
 	// closed: the handler has returned and given the buckets back; a
 	// report the receiver still takes in is dropped.
 	closed bool
@@ -73,11 +76,11 @@ func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 		return nil, fmt.Errorf("holder id: %w", err)
 	}
 	return &stream{cfg: cfg, st: st, holder: "rlqs:" + scope + ":" + hex.EncodeToString(b[:]),
-		grants: grants, buckets: map[string]*bucket{}, kick: make(chan struct{}, 1)}, nil
+		grants: grants, buckets: map[string]*bucket{}, kick: make(chan struct{}, 1), end: make(chan error, 1)}, nil
 }
 
-// run reads reports until the stream ends, or sends none for
-// StreamIdle; its assigner goroutine sends.
+// run reads reports until the stream ends, sends none for StreamIdle, or
+// the assigner ends it (end); its assigner goroutine sends.
 func (q *stream) run() error {
 	q.grants.join(q.holder)
 	defer q.grants.leave(q.holder)
@@ -101,6 +104,8 @@ func (q *stream) run() error {
 	for {
 		select {
 		case err := <-ended:
+			return err
+		case err := <-q.end:
 			return err
 		case <-reported:
 			idle.Reset(q.cfg.StreamIdle)
@@ -276,6 +281,17 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		q.cfg.Logger.Warn("bucket's policy is unknown or strict; it gets no assignment", "policy", b.policy, "error", err)
 		b.mapped = false
 		q.observe(b.policy, "refused", 0)
+		return nil
+	case errors.Is(err, cluster.ErrNotMember):
+		// This node can grant nothing any more: end the stream so Envoy
+		// reconnects, through its cluster, to a node that can. The live
+		// assignments run out at their TTL meanwhile.
+		q.observe(b.policy, "failed", 0)
+		b.renewAt = time.Now().Add(q.cfg.Lease)
+		select {
+		case q.end <- status.Error(codes.Unavailable, "this node was removed from the cluster; nothing was granted; reconnect to another node"):
+		default:
+		}
 		return nil
 	case err != nil:
 		// No assignment: the current one runs out at its TTL, then

@@ -199,7 +199,7 @@ func (s *Server) refund(ctx context.Context, plan []planned) error {
 		return nil
 	}
 	if _, err := s.cfg.Limiter.Refund(ctx, hits); err != nil {
-		return status.Errorf(codes.Unavailable, "refund: %v", err)
+		return unavailable("refund", err)
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (s *Server) overridePolicy(ctx context.Context, o *commonv3.RateLimitDescri
 	p.Align = policy.AlignEpoch // as envoyproxy/ratelimit counts overrides too
 	p.Envoy = &policy.Envoy{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
 	if _, err := s.cfg.Limiter.SetPolicy(ctx, p); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "add policy %s for a limit override: %v", name, err)
+		return nil, unavailable("add policy "+name+" for a limit override", err)
 	}
 	s.addedOverrides[name] = time.Now()
 	return &p, nil
@@ -307,13 +307,26 @@ func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []clu
 		}
 	}
 	if err != nil {
-		code := codes.Unavailable
-		if !errors.Is(err, cluster.ErrNotCounted) {
-			// It may have counted: still unavailable to Envoy, which then
-			// applies its failure mode, but said so.
-			err = fmt.Errorf("outcome unknown: %w", err)
-		}
-		return enforced, nil, status.Error(code, strings.ReplaceAll(err.Error(), "\n", "; "))
+		return enforced, nil, unavailable("", err)
 	}
 	return enforced, alone, nil
+}
+
+// unavailable is how the rate limit service answers a call the cluster
+// could not serve: always UNAVAILABLE (Envoy then applies its failure
+// mode, or another rate limit service host), never a code that reads as
+// the caller's fault; the message says whether it may have counted, and
+// when this node was removed from the cluster, to ask another node.
+func unavailable(what string, err error) error {
+	switch {
+	case errors.Is(err, cluster.ErrNotMember):
+		err = fmt.Errorf("this node was removed from the cluster; nothing was counted; ask another node: %w", err)
+	case !errors.Is(err, cluster.ErrNotCounted):
+		// It may have counted: still unavailable to Envoy, but said so.
+		err = fmt.Errorf("outcome unknown: %w", err)
+	}
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	return status.Error(codes.Unavailable, strings.ReplaceAll(err.Error(), "\n", "; "))
 }

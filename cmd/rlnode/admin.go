@@ -423,6 +423,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.Waiting != "" {
 		fmt.Fprintf(tw, "waiting:\t%s\n", st.Waiting)
 	}
+	switch {
+	case st.Removed != "":
+		fmt.Fprintf(tw, "membership:\tREMOVED: %s\n", st.Removed)
+	case st.Membership != "":
+		fmt.Fprintf(tw, "membership:\t%s\n", st.Membership)
+	}
 	return tw.Flush()
 }
 

@@ -580,8 +580,14 @@ func (c *serveConfig) joinInBackground(ctx context.Context, node *cluster.Node, 
 		}
 		logger.Info("no Raft state: asking the members in --join to add this node", "join", c.join)
 		err := node.JoinAndWait(ctx, addrs, self, logger.Info)
-		if err == nil {
+		switch {
+		case err == nil:
 			logger.Info("joined the cluster as a voter", "via", c.join)
+		case errors.Is(err, cluster.ErrNotMember):
+			// Removed while joining: keep running, removed (the node
+			// logged what to do), until an operator stops or re-adds it.
+			logger.Info("stopped asking to join", "reason", err)
+			err = nil
 		}
 		done <- err
 	}()

@@ -119,7 +119,18 @@ function renderTop(top) {
   }
 }
 
+// renderSelf says when the node serving this page was removed from the
+// cluster (GET /v1/status is public, like /readyz, which says the same).
+function renderSelf(s) {
+  const el = $("removed");
+  el.hidden = s.membership !== "removed";
+  el.textContent = el.hidden ? "" : "This node (" + s.id + ") was removed from the cluster: " + (s.removed || "") +
+    ". It answers 503 not_member and is not ready; the table below is its last view.";
+  el.dataset.membership = s.membership || "";
+}
+
 async function refresh() {
+  getJSON("../v1/status").then(renderSelf).catch(() => {});
   try {
     const [members, top] = await Promise.all([getJSON("../v1/cluster/members"), getJSON("../v1/top?by=refused&n=10")]);
     renderMembers(members.members);

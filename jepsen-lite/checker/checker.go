@@ -50,6 +50,9 @@ type Op struct {
 	Return  int64   `json:"return"` // ns since run start (for unknown: when the client gave up)
 	Outcome Outcome `json:"outcome"`
 	Error   string  `json:"error,omitempty"`
+	// Status is the HTTP status of the answer (0: none, or not over
+	// HTTP): a 4xx that is not the caller's mistake is a violation.
+	Status int `json:"status,omitempty"`
 	// hit outputs (Outcome ok)
 	Allowed      bool          `json:"allowed,omitempty"`
 	Remaining    int64         `json:"remaining,omitempty"`
@@ -136,6 +139,7 @@ const (
 	CheckLinearizability    = "linearizability"
 	CheckLinearizingTimeout = "linearizability-timeout"
 	CheckGroupTooLarge      = "group-too-large"
+	CheckWrongStatus        = "wrong-status"
 )
 
 // Linearizability verdicts of one key, as in KeyResult.Linearizable.
@@ -174,6 +178,7 @@ func Check(cfg Config, history []Op) Result {
 		return res
 	}
 
+	res.Violations = append(res.Violations, wrongStatuses(history)...)
 	gs, leased, bad := prepare(pols, history)
 	res.Violations = append(res.Violations, bad...)
 	for _, key := range slices.Sorted(maps.Keys(leased)) {

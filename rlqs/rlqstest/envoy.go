@@ -73,6 +73,16 @@ type Envoy struct {
 	bkts   map[string]*bucket
 	// Counters for tests.
 	Assignments, Abandons, Expiries int
+	// ended is how the server ended the stream (nil while it runs).
+	ended error
+}
+
+// Ended is the error the stream ended with (nil while it runs): a
+// server that can serve no more ends it with codes.Unavailable.
+func (e *Envoy) Ended() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ended
 }
 
 // Start connects and starts reporting.
@@ -223,6 +233,9 @@ func (e *Envoy) receive() {
 	for {
 		resp, err := e.stream.Recv()
 		if err != nil {
+			e.mu.Lock()
+			e.ended = err
+			e.mu.Unlock()
 			return
 		}
 		now := time.Now()

@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/policy"
+)
+
+// How the public API answers a request the cluster could not serve. A
+// public caller sees a 4xx only for its own mistakes (callerStatuses);
+// every cluster condition (no leader, this node removed, the leader
+// refusing this node on the internal hop) is a 5xx with Retry-After, so
+// proxies that read 401/403 as "deny this user" (nginx auth_request,
+// Caddy forward_auth, Traefik ForwardAuth) and load balancers try another
+// node instead. failure_test.go walks every error the node can produce
+// through every mapping.
+
+// callerStatuses are the 4xx that say the caller asked wrongly: the only
+// ones a cluster condition may pass on to a public caller (the leader
+// refusing a forwarded request as malformed, unknown, conflicting, too
+// large, never allowed or over its limit).
+var callerStatuses = map[int]bool{
+	http.StatusBadRequest:            true,
+	http.StatusNotFound:              true,
+	http.StatusConflict:              true,
+	http.StatusRequestEntityTooLarge: true,
+	http.StatusUnprocessableEntity:   true,
+	http.StatusTooManyRequests:       true,
+}
+
+// unavailableFailures are cluster conditions every front end answers the
+// same way, 503 with Retry-After, before its own rules: the first row
+// whose error matches. A new condition that means "ask another node" is a
+// new row.
+var unavailableFailures = []struct {
+	err    error
+	code   string
+	detail string
+}{
+	{cluster.ErrNotMember, CodeNotMember, "this node was removed from the cluster; nothing was counted; ask another node"},
+}
+
+// failure is one answer: status, problem code, detail, and whether it
+// carries Retry-After.
+type failure struct {
+	status int
+	code   string
+	detail string
+	retry  bool
+}
+
+func writeFailure(c *gin.Context, f failure) {
+	if f.retry {
+		c.Header("Retry-After", "1")
+	}
+	writeProblem(c, f.status, f.code, f.detail)
+}
+
+// unavailable matches err against unavailableFailures.
+func unavailable(err error) (failure, bool) {
+	for _, u := range unavailableFailures {
+		if errors.Is(err, u.err) {
+			return failure{http.StatusServiceUnavailable, u.code, u.detail + cause(err), true}, true
+		}
+	}
+	return failure{}, false
+}
+
+// leaderRefusal is the leader's own 4xx answer to a request this node
+// forwarded, if err is one.
+func leaderRefusal(err error) (*cluster.HTTPError, bool) {
+	var he *cluster.HTTPError
+	if errors.As(err, &he) && he.Status >= 400 && he.Status < 500 {
+		return he, true
+	}
+	return nil, false
+}
+
+// hitFailure answers a failed hit, grant or return: "not counted" and
+// "unknown" kept apart, a definite answer the leader gave a forwarded hit
+// passed on when it is the caller's mistake.
+func hitFailure(err error) failure {
+	if f, ok := unavailable(err); ok {
+		return f
+	}
+	if he, ok := leaderRefusal(err); ok && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if !callerStatuses[he.Status] {
+			// The leader refused this node (its credentials, its
+			// membership), not the caller's request.
+			return failure{http.StatusServiceUnavailable, CodeNotCounted,
+				"the leader refused this node's request; nothing was counted; ask another node (" + he.Detail + ")", true}
+		}
+		code := he.Code
+		if code == "" {
+			code = CodeInvalidRequest
+		}
+		return failure{he.Status, code, "the leader refused the request; nothing was counted (" + he.Detail + ")", false}
+	}
+	switch {
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		return failure{http.StatusServiceUnavailable, CodeOutcomeUnknown,
+			"the outcome of this hit is unknown: it may or may not have counted" + cause(err), true}
+	case errors.Is(err, cluster.ErrNoLeader):
+		return failure{http.StatusServiceUnavailable, CodeNoLeader,
+			"the cluster has no leader right now; the hit was not counted" + cause(err), true}
+	}
+	return failure{http.StatusServiceUnavailable, CodeNotCounted, "the hit was not counted" + cause(err), true}
+}
+
+// adminFailure answers a failed admin call (what: the operation, for the
+// detail).
+func adminFailure(what string, err error) failure {
+	if f, ok := unavailable(err); ok {
+		f.detail = withContext(what, f.detail)
+		return f
+	}
+	detail := withContext(what, detailOf(err))
+	he, refused := leaderRefusal(err)
+	switch {
+	case errors.Is(err, cluster.ErrClusterUpgrading):
+		return failure{http.StatusConflict, CodeClusterUpgrading, detail, false}
+	case errors.Is(err, cluster.ErrTableChanged):
+		return failure{http.StatusConflict, CodeTableChanged, detail, false}
+	case errors.Is(err, cluster.ErrConflict):
+		return failure{http.StatusConflict, CodeConflict, detail, false}
+	case errors.Is(err, policy.ErrTooManyPolicies):
+		return failure{http.StatusConflict, CodeTooManyPolicies, detail, false}
+	case errors.Is(err, cluster.ErrUnknownServer):
+		return failure{http.StatusNotFound, CodeNotFound, detail, false}
+	case errors.Is(err, cluster.ErrNoLeader):
+		return failure{http.StatusServiceUnavailable, CodeNoLeader, detail, true}
+	case errors.Is(err, cluster.ErrNotLeader):
+		return failure{http.StatusServiceUnavailable, CodeNotLeader, detail, true}
+	case refused && callerStatuses[he.Status]:
+		// The leader refused a forwarded request as the sender's fault.
+		return failure{he.Status, CodeInvalidRequest, detail, false}
+	case refused:
+		// The leader refused this node, not the caller.
+		return failure{http.StatusServiceUnavailable, CodeLeaderRefused, detail, true}
+	}
+	return failure{http.StatusInternalServerError, CodeInternal, detail, false}
+}
+
+// readFailure answers a failed linearizable read (peek, the policy
+// table); unknownPolicy is answered by the caller.
+func readFailure(err error) failure {
+	if f, ok := unavailable(err); ok {
+		return f
+	}
+	code := CodeNotLeader
+	if errors.Is(err, cluster.ErrNoLeader) {
+		code = CodeNoLeader
+	}
+	return failure{http.StatusServiceUnavailable, code, "linearizable read failed: " + firstLine(err), true}
+}
