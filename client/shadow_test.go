@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,5 +31,17 @@ func TestCheckShadowPolicy(t *testing.T) {
 	m, err := c.CheckAll(ctx, client.Hit{Policy: "sh", Key: "k"}, client.Hit{Policy: "sh", Key: "other"})
 	if err != nil || !m.Allowed || !m.Results[0].WouldRefuse || m.Results[1].WouldRefuse {
 		t.Fatalf("CheckAll: %+v %v", m, err)
+	}
+}
+
+// TestSetHeadersShadowAndCalendar: the middleware's headers carry a shadow
+// policy's would-refuse and name calendar limits as the node does.
+func TestSetHeadersShadowAndCalendar(t *testing.T) {
+	h := http.Header{}
+	month := 2_629_746 * time.Second
+	client.SetHeaders(h, client.Result{Allowed: true, WouldRefuse: true, Policy: "q", Limit: 5, Window: month, ResetAt: time.Now().Add(time.Hour),
+		Limits: []client.Limit{{Limit: 5, Window: month, ResetAt: time.Now().Add(time.Hour)}, {Limit: 1, Window: 24 * time.Hour, ResetAt: time.Now().Add(time.Hour)}}})
+	if h.Get("X-Rlnode-Shadow") != "would-refuse" || !strings.Contains(h.Get("RateLimit-Policy"), `"q-1mo";q=5`) {
+		t.Fatalf("headers %v", h)
 	}
 }
