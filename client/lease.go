@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/rlnode/rlnode/lease"
 )
 
 // Lease API paths (POST, JSON bodies), served by every node and forwarded
@@ -63,22 +65,9 @@ type Grant struct {
 // from elsewhere.
 func (g Grant) Deadline() time.Time { return g.Sent.Add(g.ValidFor) }
 
-// wireLease is the lease API's request and answer.
-type wireLease struct {
-	Policy       string `json:"policy"`
-	Client       string `json:"client"`
-	Holder       string `json:"holder"`
-	Grant        uint64 `json:"grant,omitempty"`
-	Want         int64  `json:"want,omitempty"`
-	LeaseMs      int64  `json:"leaseMs,omitempty"`
-	Units        int64  `json:"units,omitempty"`
-	Limit        int64  `json:"limit,omitempty"`
-	WindowMs     int64  `json:"windowMs,omitempty"`
-	WindowStart  int64  `json:"windowStart,omitempty"`
-	ResetAt      int64  `json:"resetAt,omitempty"`
-	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
-	ValidForMs   int64  `json:"validForMs,omitempty"`
-}
+// wireLease is the lease API's request and answer (lease's one
+// declaration, which the node reads too).
+type wireLease = lease.Body
 
 // Lease asks the cluster for up to want units of key's budget under a
 // leased policy, usable for up to lease (0: the cluster's default), for holder (an id this application instance chose; the

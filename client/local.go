@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlnode/rlnode/lease"
 )
 
 // LocalConfig configures a Local.
@@ -51,8 +53,8 @@ func (c *LocalConfig) setDefaults() error {
 		}
 		c.Holder = "go-" + hex.EncodeToString(b[:])
 	}
-	if len(c.Holder) > 128 {
-		return fmt.Errorf("rlnode client: LocalConfig.Holder is %d bytes; at most 128", len(c.Holder))
+	if len(c.Holder) > lease.MaxAppHolderLen {
+		return fmt.Errorf("rlnode client: LocalConfig.Holder is %d bytes; at most %d", len(c.Holder), lease.MaxAppHolderLen)
 	}
 	if c.HotAfter == 0 {
 		c.HotAfter = 3
@@ -67,7 +69,7 @@ func (c *LocalConfig) setDefaults() error {
 		c.MaxKeys = 10000
 	}
 	if c.Lease == 0 {
-		c.Lease = 2 * time.Second
+		c.Lease = lease.DefaultLease
 	}
 	if c.Recheck == 0 {
 		c.Recheck = 250 * time.Millisecond
@@ -94,13 +96,15 @@ func (c *LocalConfig) setDefaults() error {
 type Local struct {
 	c        *Client
 	cfg      LocalConfig
-	base     time.Time // monotonic origin of entry deadlines
+	lcfg     lease.Config // the lease core's parameters (lease.AppConfig)
+	clock    *lease.SystemClock
 	servedBy string
 	now      func() time.Time
 
-	mu     sync.RWMutex
-	keys   map[localKey]*entry
-	strict map[string]time.Time // policies found not leased, and when
+	mu      sync.RWMutex
+	keys    map[localKey]*entry // hot keys only
+	tracker *lease.Tracker[localKey]
+	strict  map[string]time.Time // policies found not leased, and when
 
 	bgMu   sync.Mutex // orders starting background grants against Close
 	closed atomic.Bool
@@ -118,8 +122,15 @@ func NewLocal(c *Client, cfg LocalConfig) (*Local, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	l := &Local{c: c, cfg: cfg, base: time.Now(), servedBy: "local:" + cfg.Holder, now: time.Now,
-		keys: map[localKey]*entry{}, strict: map[string]time.Time{}, stop: make(chan struct{})}
+	lcfg := lease.AppConfig(cfg.Lease)
+	lcfg.MaxWant, lcfg.CoolAfter, lcfg.Recheck = cfg.MaxWant, cfg.CoolAfter, cfg.Recheck
+	if err := lcfg.Validate(); err != nil {
+		return nil, fmt.Errorf("rlnode client: %w", err)
+	}
+	clock := lease.NewSystemClock()
+	l := &Local{c: c, cfg: cfg, lcfg: lcfg, clock: clock, servedBy: "local:" + cfg.Holder, now: time.Now,
+		keys: map[localKey]*entry{}, strict: map[string]time.Time{}, stop: make(chan struct{}),
+		tracker: lease.NewTracker[localKey](cfg.HotAfter, max(cfg.CoolAfter/2, time.Millisecond), cfg.MaxKeys, clock.Now())}
 	l.wg.Add(1)
 	go l.janitor()
 	return l, nil
@@ -155,23 +166,16 @@ func (l *Local) AllowN(ctx context.Context, policy, key string, n int64) (Result
 	e := l.keys[localKey{policy, key}]
 	l.mu.RUnlock()
 	if e != nil {
-		if r, ok := e.decide(l, t, policy, key, n); ok {
+		if r, ok := e.decide(l, t, policy, key, n, true); ok {
 			return r, nil
 		}
 	}
-	return l.slow(ctx, policy, key, n)
+	return l.slow(ctx, policy, key, n, e == nil)
 }
-
-// stamp is one reading of both clocks: the monotonic one (a paused process
-// sees it jump) and the wall clock (which still runs while a suspended
-// machine's monotonic clock stops).
-type stamp struct{ mono, wall int64 }
-
-func (l *Local) stampOf(t time.Time) stamp { return stamp{int64(t.Sub(l.base)), t.UnixNano()} }
 
 // slow decides a hit the held units could not: a remote Check for a cold
 // key or a strict policy, else a grant fetched now.
-func (l *Local) slow(ctx context.Context, policy, key string, n int64) (Result, error) {
+func (l *Local) slow(ctx context.Context, policy, key string, n int64, demand bool) (Result, error) {
 	if l.closed.Load() || l.isStrict(policy) {
 		return l.c.Check(ctx, policy, key, n)
 	}
@@ -181,7 +185,7 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64) (Result, 
 	}
 	for attempt := 0; ; attempt++ {
 		t := l.now()
-		if r, ok := e.decide(l, t, policy, key, n); ok {
+		if r, ok := e.decide(l, t, policy, key, n, demand && attempt == 0); ok {
 			return r, nil
 		}
 		e.mu.Lock()
@@ -201,11 +205,18 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64) (Result, 
 		if attempt > 0 {
 			// A fresh grant still cannot pay for this hit: the window
 			// has fewer units left than n. Refuse; nothing was spent.
-			r := e.refused(l, l.stampOf(t), policy, key)
+			r := e.refused(l, l.clock.Of(t), policy, key)
 			e.mu.Unlock()
 			return r, nil
 		}
-		wait, want := e.startFetch(l, l.stampOf(t), n)
+		want, ok := e.k.Want(l.clock.Of(t), n)
+		if !ok {
+			// Backing off after a failed request: the cluster decides.
+			e.mu.Unlock()
+			return l.c.Check(ctx, policy, key, n)
+		}
+		wait := make(chan struct{})
+		e.fetch = wait
 		e.mu.Unlock()
 		if err := l.fetch(ctx, e, policy, key, want, wait); err != nil {
 			switch {
@@ -228,10 +239,7 @@ func (l *Local) fetch(ctx context.Context, e *entry, policy, key string, want in
 	// request (earlier than the Client's own reading).
 	g.Sent = sent
 	e.mu.Lock()
-	var back []Grant
-	if err == nil {
-		back = e.install(l, g)
-	}
+	back := e.installed(l, g, err)
 	e.fetch = nil
 	close(wait)
 	e.mu.Unlock()
@@ -252,23 +260,24 @@ func (l *Local) prefetch(e *entry, policy, key string, want int64, wait chan str
 
 // startPrefetch registers a background fetch for e (whose lock the caller
 // holds) unless Local is closing.
-func (l *Local) startPrefetch(e *entry, t stamp) (chan struct{}, int64, bool) {
+func (l *Local) startPrefetch(e *entry, t lease.Stamp) (chan struct{}, bool) {
 	l.bgMu.Lock()
 	defer l.bgMu.Unlock()
 	if l.closed.Load() {
-		return nil, 0, false
+		e.k.Failed(t) // the core marked a request in flight: end it
+		return nil, false
 	}
 	l.wg.Add(1)
-	wait, want := e.startFetch(l, t, 1)
-	return wait, want, true
+	e.fetch = make(chan struct{})
+	return e.fetch, true
 }
 
 // giveBack returns units nobody will spend (best effort: units not
 // returned come back when their grant expires).
-func (l *Local) giveBack(grants []Grant) {
+func (l *Local) giveBack(grants []lease.Grant[Grant]) {
 	for _, g := range grants {
 		ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.Timeout)
-		_ = l.c.ReturnLease(ctx, g, g.Units)
+		_ = l.c.ReturnLease(ctx, g.Info, g.Left)
 		cancel()
 	}
 }
@@ -277,33 +286,20 @@ func (l *Local) giveBack(grants []Grant) {
 // whether the key is hot (leased) now.
 func (l *Local) track(policy, key string) (*entry, bool) {
 	k := localKey{policy, key}
-	t := l.stampOf(l.now())
+	t := l.clock.Of(l.now())
 	l.mu.Lock()
-	e := l.keys[k]
-	if e == nil || e.isDead() {
-		if len(l.keys) >= l.cfg.MaxKeys {
-			l.mu.Unlock()
-			return nil, false
-		}
-		e = &entry{}
-		l.keys[k] = e
-	}
-	l.mu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.hot {
+	defer l.mu.Unlock()
+	if e := l.keys[k]; e != nil && !e.isDead() {
 		return e, true
 	}
-	if t.mono-e.lastUse > int64(l.cfg.CoolAfter) {
-		e.recent = 0
+	if !l.tracker.Hit(k, t) || len(l.keys) >= l.cfg.MaxKeys {
+		return nil, false
 	}
-	e.lastUse = t.mono
-	e.recent++
-	if e.recent >= l.cfg.HotAfter {
-		e.hot, e.since = true, t.mono
-		return e, true
-	}
-	return e, false
+	l.tracker.Forget(k)
+	e := &entry{k: lease.NewKey[Grant](&l.lcfg, t)}
+	e.k.Demand(t, 1)
+	l.keys[k] = e
+	return e, true
 }
 
 const strictRecheck = 30 * time.Second
@@ -341,16 +337,16 @@ func (l *Local) janitor() {
 // sweep retires cooled keys (every key when all is set) and gives their
 // unused units back.
 func (l *Local) sweep(all bool) {
-	t := l.stampOf(l.now())
+	t := l.clock.Of(l.now())
 	l.mu.RLock()
 	var idle []localKey
 	for k, e := range l.keys {
-		if all || e.idle(t, l.cfg.CoolAfter) {
+		if all || e.idle(t) {
 			idle = append(idle, k)
 		}
 	}
 	l.mu.RUnlock()
-	var back []Grant
+	var back []lease.Grant[Grant]
 	for _, k := range idle {
 		l.mu.Lock()
 		e := l.keys[k]
@@ -358,7 +354,7 @@ func (l *Local) sweep(all bool) {
 			l.mu.Unlock()
 			continue
 		}
-		retired, units := e.retire(t, l.cfg.CoolAfter, all)
+		retired, units := e.retire(t, all)
 		if retired {
 			delete(l.keys, k)
 		}
@@ -379,18 +375,18 @@ func (l *Local) Close(ctx context.Context) error {
 	}
 	close(l.stop)
 	l.wg.Wait()
-	t := l.stampOf(l.now())
+	t := l.clock.Of(l.now())
 	l.mu.Lock()
-	var back []Grant
+	var back []lease.Grant[Grant]
 	for k, e := range l.keys {
-		_, units := e.retire(t, 0, true)
+		_, units := e.retire(t, true)
 		back = append(back, units...)
 		delete(l.keys, k)
 	}
 	l.mu.Unlock()
 	var errs []error
 	for _, g := range back {
-		if err := l.c.ReturnLease(ctx, g, g.Units); err != nil {
+		if err := l.c.ReturnLease(ctx, g.Info, g.Left); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -101,6 +101,7 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 			n.recordTop(res)
 			return res, nil
 		}
+		n.holder.countLog(len(hits))
 	}
 	o := n.decide(ctx, group(hits))
 	if o.err == nil {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -19,10 +20,10 @@ import (
 // a fixed part for whole-ms stamping and timer granularity. See
 // cluster/DESIGN.md, "Leases".
 const (
-	DefaultLease       = 2 * time.Second
-	LeaseMarginPPM     = 1000
-	LeaseMarginFixed   = 5 * time.Millisecond
-	MaxLease           = fsm.MaxLeaseMs * time.Millisecond
+	DefaultLease       = lease.DefaultLease
+	LeaseMarginPPM     = lease.MarginPPM
+	LeaseMarginFixed   = lease.MarginFixed
+	MaxLease           = lease.MaxLease
 	maxGrantItems      = fsm.MaxGrantItems
 	leaseRetryInterval = 20 * time.Millisecond
 )
@@ -110,11 +111,7 @@ func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 // usableFor is Valid less the lease margin (and the clock bound for a
 // token bucket).
 func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
-	d := valid - valid/1_000_000*LeaseMarginPPM - LeaseMarginFixed
-	if bucket {
-		d -= maxClockOffset
-	}
-	return d
+	return lease.UsableFor(valid, bucket, maxClockOffset)
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and
@@ -152,22 +149,18 @@ func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, i
 	ctx, span := n.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
 	defer func() { fail(span, err); span.End() }()
 	if err := validateGrants(holder, lease, items); err != nil {
-		return nil, errors.Join(ErrNotCounted, err)
+		return nil, notCounted(nil, err)
 	}
 	if lease == 0 {
 		lease = DefaultLease
 	}
 	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
-	var out []Grant
-	err = n.leaseCall(ctx, func(ctx context.Context) error {
-		wire, err := opGrant.do(ctx, n, req)
-		out = wire.Grants
-		if err == nil && len(out) != len(items) {
-			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d grants for %d items", len(out), len(items)))
-		}
-		return err
-	})
-	return out, err
+	wire, err := opGrant.retrying(ctx, n, req, n.cfg.ApplyTimeout)
+	if err == nil && len(wire.Grants) != len(items) {
+		err = outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
+		return nil, err
+	}
+	return wire.Grants, err
 }
 
 func validateGrants(holder string, lease time.Duration, items []GrantItem) error {
@@ -219,7 +212,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 	}
 	gr, ok := res.(*fsm.GrantsResult)
 	if !ok {
-		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+		return nil, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
 	out := make([]Grant, len(items))
 	for i, r := range gr.Grants {
@@ -253,7 +246,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 // the units stay spent, the safe side).
 func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 	if req.ID == fsm.RefundIndex {
-		return 0, errors.Join(ErrNotCounted, errors.New("grant id 0 names no grant"))
+		return 0, notCounted(nil, errors.New("grant id 0 names no grant"))
 	}
 	got, err := n.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
 	if err != nil {
@@ -266,35 +259,51 @@ func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 // names no grant, so no holder's grant is touched.
 const RefundHolder = "refund"
 
-// Refund takes each hit's Cost off the current window of its key, never
-// below zero, in one log entry through the leader: return items naming no
-// grant (fsm.RefundIndex), what an Envoy descriptor's is_negative_hits
-// asks. It reports per hit the units taken off (0: the key holds no count
-// in a live window, or holders hold units of it).
+// Refund takes each hit's Cost off the current window of its key, what
+// an Envoy descriptor's is_negative_hits asks. A key of a leased policy
+// this node holds grants for gets its refund there first: up to what
+// this node spent from its live grants goes back into them (no log
+// entry). The rest goes in one log entry through the leader: return items
+// naming no grant (fsm.RefundIndex), taken off the key's count, never
+// below zero, and not at all while holders hold units of the key. It
+// reports per hit the units refunded.
 func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
-	items := make([]fsm.ReturnItem, len(hits))
-	for i, h := range hits {
-		items[i] = fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: h.Cost}
+	out := make([]int64, len(hits))
+	if n.holder != nil {
+		out = n.holder.refund(hits)
 	}
-	return n.Returns(ctx, RefundHolder, items)
+	var items []fsm.ReturnItem
+	var at []int
+	for i, h := range hits {
+		if rest := h.Cost - out[i]; rest > 0 {
+			items = append(items, fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: rest})
+			at = append(at, i)
+		}
+	}
+	if len(items) == 0 {
+		return out, nil
+	}
+	got, err := n.Returns(ctx, RefundHolder, items)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] += got[j]
+	}
+	return out, nil
 }
 
 // Returns gives back unspent units of several grants of one holder in one
 // entry.
 func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
 	if err := validateReturns(holder, items); err != nil {
-		return nil, errors.Join(ErrNotCounted, err)
+		return nil, notCounted(nil, err)
 	}
-	var out []int64
-	err := n.leaseCall(ctx, func(ctx context.Context) error {
-		wire, err := opReturn.do(ctx, n, returnWire{Holder: holder, Items: items})
-		out = wire.Returned
-		if err == nil && len(out) != len(items) {
-			err = errors.Join(ErrOutcomeUnknown, fmt.Errorf("leader answered %d returns for %d items", len(out), len(items)))
-		}
-		return err
-	})
-	return out, err
+	wire, err := opReturn.retrying(ctx, n, returnWire{Holder: holder, Items: items}, n.cfg.ApplyTimeout)
+	if err == nil && len(wire.Returned) != len(items) {
+		return nil, outcomeUnknown(fmt.Errorf("leader answered %d returns for %d items", len(wire.Returned), len(items)))
+	}
+	return wire.Returned, err
 }
 
 // returnLocal writes the return entry on the leader.
@@ -305,7 +314,7 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 	}
 	rr, ok := res.(*fsm.ReturnsResult)
 	if !ok {
-		return nil, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+		return nil, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
 	for i, u := range rr.Returned {
 		if items[i].Index != fsm.RefundIndex {
@@ -315,55 +324,18 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 	return rr.Returned, nil
 }
 
-// leaseCall runs call until it succeeds or fails otherwise than not
-// counted, or ApplyTimeout (or ctx) ends: a grant or return that never
-// reached the log (no leader, the leader moved, the dial failed) is asked
-// of the next leader.
-func (n *Node) leaseCall(ctx context.Context, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
-	defer cancel()
-	for {
-		err := leaseError(call(ctx))
-		if err == nil || !errors.Is(err, ErrNotCounted) || errors.Is(err, ErrUnknownPolicy) || errors.Is(err, ErrNotMember) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-n.stop:
-			return errors.Join(ErrNotCounted, ErrClosed)
-		case <-time.After(leaseRetryInterval):
-		}
-	}
-}
-
-// leaseError sorts a failed grant or return into not counted (it never
-// reached the log) or outcome unknown.
-func leaseError(err error) error {
-	var he *HTTPError
-	switch {
-	case err == nil, errors.Is(err, ErrNotCounted), errors.Is(err, ErrOutcomeUnknown):
-		return err
-	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotMember), errors.Is(err, ErrClockSkew), isDialError(err):
-		return errors.Join(ErrNotCounted, err)
-	case errors.As(err, &he) && he.Status/100 == 4:
-		return errors.Join(ErrNotCounted, err)
-	}
-	return errors.Join(ErrOutcomeUnknown, err)
-}
-
 // applyLease writes one lease entry stamped by the leader clock, never
 // with a clock that is off.
 func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
 	if n.clockCheck.skewed.Load() {
-		return nil, errors.Join(ErrNotCounted, ErrNotLeader, ErrClockSkew)
+		return nil, notCounted(ErrNotLeader, ErrClockSkew)
 	}
 	f := n.apply(encode(n.clock.nowMs(n.raft.CurrentTerm())), n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}
 	if err, ok := f.Response().(error); ok {
-		return nil, errors.Join(ErrOutcomeUnknown, err)
+		return nil, outcomeUnknown(err)
 	}
 	return f.Response(), nil
 }
@@ -408,4 +380,14 @@ var (
 func (n *Node) mountLeaseOps(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
 	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
+}
+
+// leaseError sorts a failed lease-family write (permits and reservations
+// use it in their own loop) the way the leader-operation rule does:
+// a *HitError, not counted or outcome unknown; nil stays nil.
+func leaseError(err error) error {
+	if he := opError(err); he != nil {
+		return he
+	}
+	return nil
 }

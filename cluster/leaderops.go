@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -57,6 +58,62 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 	}
 	err = n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 	return resp, err
+}
+
+// retrying is the one retry rule for leader operations on a caller's
+// path that write the log (a grant, a return): run op until it succeeds
+// or fails otherwise than not counted, or budget (or ctx) ends; an
+// operation that never reached the log (no leader, the leader moved, the
+// dial failed, the clock was off) is asked of the next leader (not of a
+// node that says it was removed: not_member is final). Failures
+// have the hit path's shape: a *HitError, not counted or outcome unknown.
+func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, budget time.Duration) (Resp, error) {
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	for {
+		resp, err := op.do(ctx, n, req)
+		he := opError(err)
+		if he == nil {
+			return resp, nil
+		}
+		if !errors.Is(he, ErrNotCounted) || errors.Is(he, ErrUnknownPolicy) || errors.Is(he, ErrNotMember) {
+			return resp, he
+		}
+		select {
+		case <-ctx.Done():
+			return resp, he
+		case <-n.stop:
+			return resp, notCounted(nil, ErrClosed)
+		case <-time.After(opRetryInterval):
+		}
+	}
+}
+
+// opRetryInterval is how long retrying waits before asking again.
+const opRetryInterval = 20 * time.Millisecond
+
+// opError sorts a failed leader operation into not counted (it never
+// reached the log) or outcome unknown, as a *HitError.
+func opError(err error) *HitError {
+	var he *HitError
+	var hte *HTTPError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &he):
+		return he
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader):
+		reason := ErrNotLeader
+		if errors.Is(err, ErrNoLeader) {
+			reason = ErrNoLeader
+		}
+		return notCounted(reason, err)
+	case errors.Is(err, ErrNotCounted), errors.Is(err, ErrNotMember), errors.Is(err, ErrClockSkew), isDialError(err):
+		return notCounted(nil, err)
+	case errors.As(err, &hte) && hte.Status/100 == 4:
+		return notCounted(nil, err)
+	}
+	return outcomeUnknown(err)
 }
 
 // handler serves op for another node.

@@ -3,6 +3,8 @@ package fsm
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/rlnode/rlnode/lease"
 )
 
 // Lease entry types (fsm/DESIGN.md, "Leases").
@@ -20,12 +22,10 @@ const RefundIndex uint64 = 0
 // Bounds the lease decoders enforce.
 const (
 	// MaxHolderLen is the longest holder id: a node id, or an external
-	// holder's (an application, an Envoy).
-	MaxHolderLen = 256
-	// MaxLeaseMs is the longest lease a grant may ask for. It bounds how
-	// long a lowered limit or deleted policy can still be exceeded by
-	// units granted before the change.
-	MaxLeaseMs = 60_000
+	// holder's (an application, an Envoy); the bound is lease's.
+	MaxHolderLen = lease.MaxHolderLen
+	// MaxLeaseMs is the longest lease a grant may ask for (lease's bound).
+	MaxLeaseMs = lease.MaxLeaseMs
 	// MaxGrantItems bounds the keys of one grant or return entry.
 	MaxGrantItems = 1024
 	// maxGrantsPerKey bounds the outstanding grants of one key; past it a

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -35,11 +36,12 @@ const (
 	CodeTooManyGrants = "too_many_grants"
 )
 
-// Bounds of the lease API.
+// Bounds of the lease API: the lease bounds are lease's (one place for
+// the log, this API, the client and the quota service).
 const (
-	MaxHolderLen        = 128
-	DefaultLeaseMs      = 2000
-	MaxLeaseMs          = 60000
+	MaxHolderLen        = lease.MaxAppHolderLen
+	DefaultLeaseMs      = lease.DefaultLeaseMs
+	MaxLeaseMs          = lease.MaxLeaseMs
 	DefaultHolderGrants = 1024
 )
 
@@ -61,37 +63,13 @@ type LeaseObserver interface {
 	ObserveLeaseReturn(policy string, units int64)
 }
 
-type leaseBody struct {
-	Policy       string `json:"policy"`
-	Client       string `json:"client"`
-	Holder       string `json:"holder"`
-	Grant        uint64 `json:"grant,omitempty"`
-	Want         int64  `json:"want,omitempty"`
-	LeaseMs      int64  `json:"leaseMs,omitempty"`
-	Units        int64  `json:"units,omitempty"`
-	Limit        int64  `json:"limit,omitempty"`
-	WindowMs     int64  `json:"windowMs,omitempty"`
-	WindowStart  int64  `json:"windowStart,omitempty"`
-	ResetAt      int64  `json:"resetAt,omitempty"`
-	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
-	ValidForMs   int64  `json:"validForMs,omitempty"`
-}
-
-// grantAnswer is a grant's 200 body: units and validForMs are always
-// present (0 units means the key's budget is spent).
-type grantAnswer struct {
-	Policy       string `json:"policy"`
-	Client       string `json:"client"`
-	Holder       string `json:"holder"`
-	Grant        uint64 `json:"grant"`
-	Units        int64  `json:"units"`
-	Limit        int64  `json:"limit"`
-	WindowMs     int64  `json:"windowMs"`
-	WindowStart  int64  `json:"windowStart,omitempty"`
-	ResetAt      int64  `json:"resetAt"`
-	RetryAfterMs int64  `json:"retryAfterMs,omitempty"`
-	ValidForMs   int64  `json:"validForMs"`
-}
+// leaseBody is a lease or return request; grantAnswer a grant's 200 body
+// (units and validForMs always present). Both are lease's declarations,
+// which the Go client reads too.
+type (
+	leaseBody   = lease.Body
+	grantAnswer = lease.Answer
+)
 
 // holderScope names the credentials a lease request came with, so a
 // holder id chosen by one application cannot be used by another: the

@@ -132,6 +132,10 @@ func (w *workload) stop() []opRecord {
 
 func (w *workload) worker(abort context.Context, id int) {
 	rng := rand.New(rand.NewPCG(w.cfg.seed, uint64(id)+1))
+	var zipf *rand.Zipf
+	if n := w.warmCount(); n > 1 {
+		zipf = rand.NewZipf(rng, 1.07, 1, uint64(n-1))
+	}
 	var gap time.Duration
 	if w.cfg.rate > 0 {
 		gap = time.Duration(float64(w.cfg.clients) / w.cfg.rate * float64(time.Second))
@@ -159,7 +163,7 @@ func (w *workload) worker(abort context.Context, id int) {
 			}
 		}
 		node := w.cfg.nodes[rng.IntN(len(w.cfg.nodes))]
-		kind, ts := w.pick(rng)
+		kind, ts := w.pick(rng, zipf)
 		if a := w.apps[id]; a != nil && kind == checker.KindHit && ts[0].leased {
 			ctx, cancel := context.WithTimeout(abort, w.cfg.timeout)
 			w.perWork[id] = append(w.perWork[id], a.do(ctx, w.cfg.t0, id, ts[0]))
@@ -170,14 +174,33 @@ func (w *workload) worker(abort context.Context, id int) {
 	}
 }
 
+// warmShare is the share of hits that go to the warm keys.
+const warmShare = 0.25
+
+func (w *workload) warmCount() int {
+	n := 0
+	for _, t := range w.cfg.targets {
+		if t.warm {
+			n++
+		}
+	}
+	return n
+}
+
 // pick chooses the next op: a peek of a fixed-window key, a multi-key
-// check across a pair, or a hit on any key.
-func (w *workload) pick(rng *rand.Rand) (checker.Kind, []target) {
+// check across a pair, a hit on a warm key (by zipf), or a hit on any
+// other key.
+func (w *workload) pick(rng *rand.Rand, zipf *rand.Zipf) (checker.Kind, []target) {
 	r := rng.Float64()
-	var fixed []target
+	var fixed, warm, other []target
 	for _, t := range w.cfg.targets {
 		if t.fixed {
 			fixed = append(fixed, t)
+		}
+		if t.warm {
+			warm = append(warm, t)
+		} else {
+			other = append(other, t)
 		}
 	}
 	switch {
@@ -187,7 +210,10 @@ func (w *workload) pick(rng *rand.Rand) (checker.Kind, []target) {
 		p := w.cfg.pairs[rng.IntN(len(w.cfg.pairs))]
 		return checker.KindMulti, []target{w.cfg.targets[p[0]], w.cfg.targets[p[1]]}
 	}
-	return checker.KindHit, []target{w.cfg.targets[rng.IntN(len(w.cfg.targets))]}
+	if zipf != nil && rng.Float64() < warmShare {
+		return checker.KindHit, []target{warm[zipf.Uint64()]}
+	}
+	return checker.KindHit, []target{other[rng.IntN(len(other))]}
 }
 
 // request builds the HTTP request of one op.

@@ -122,7 +122,7 @@ func TestClassifyPolicyAnswers(t *testing.T) {
 
 func TestTargetsAndRaise(t *testing.T) {
 	ps := newPolicySet(5, 2*time.Second, true)
-	ts, pairs := targets(6, ps.names(), ps.algorithms(), ps.leasedFlags())
+	ts, pairs := targets(6, ps.names(), ps.algorithms(), ps.leasedFlags(), 0)
 	var keys []string
 	for _, x := range ts {
 		keys = append(keys, x.key)
@@ -136,7 +136,7 @@ func TestTargetsAndRaise(t *testing.T) {
 		t.Errorf("pairs = %v", pairs)
 	}
 	// without policies: the default policy, nothing paired
-	ts, pairs = targets(3, nil, nil, nil)
+	ts, pairs = targets(3, nil, nil, nil, 0)
 	if ts[2].key != "k2" || ts[2].policy != "" || !ts[2].fixed || len(pairs) != 0 {
 		t.Errorf("default targets = %+v %v", ts, pairs)
 	}

@@ -46,6 +46,7 @@ type options struct {
 	nodes         int
 	clients       int
 	keys          int
+	warmKeys      int
 	limit         int64
 	window        time.Duration
 	duration      time.Duration
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster size: 3 or 5")
 	fs.IntVar(&o.clients, "clients", 8, "concurrent client workers")
+	fs.IntVar(&o.warmKeys, "warm-keys", 24, "with --leased, this many more keys of the leased policies, a quarter of the hits picked among them by a Zipf law (s=1.07): a few hot, most warm")
 	fs.IntVar(&o.keys, "keys", 6, "number of rate-limited keys the clients share (spread over the policies, paired for multi-key checks)")
 	fs.Int64Var(&o.limit, "limit", 5, "rlnode --limit: hits per key per window")
 	fs.DurationVar(&o.window, "window", 2*time.Second, "rlnode --window")

@@ -218,6 +218,7 @@ type target struct {
 	key    string // the checker's key: policy/client, or client alone
 	fixed  bool   // a fixed window: peeks are checked only for these
 	leased bool   // a leased policy's key: application holders decide it in-process
+	warm   bool   // one of the warm keys: picked by a Zipf law, most of them a few hits a second
 }
 
 // targets spreads n keys over the strict policies, round robin, and pairs
@@ -226,7 +227,12 @@ type target struct {
 // wide); then one key per leased policy, never paired (the checker models
 // leased keys alone). Without policies every key is in the default policy
 // and nothing is paired.
-func targets(n int, policies []string, algorithms []string, leased []bool) ([]target, [][2]int) {
+//
+// warm more leased keys follow, round robin over the leased policies,
+// never paired: the workload picks among them by a Zipf law (s = 1.07), so
+// a few are hot and the rest warm (a few hits a second), the keys a node
+// leases only when its commit path is busy.
+func targets(n int, policies []string, algorithms []string, leased []bool, warm int) ([]target, [][2]int) {
 	var strict, lease []int
 	for i := range policies {
 		if len(leased) > i && leased[i] {
@@ -254,6 +260,11 @@ func targets(n int, policies []string, algorithms []string, leased []bool) ([]ta
 		c := fmt.Sprintf("l%d", k)
 		// fixed: false keeps peeks off leased keys (they claim nothing).
 		ts = append(ts, target{policy: policies[j], client: c, key: policies[j] + "/" + c, leased: true})
+	}
+	for i := 0; len(lease) > 0 && i < warm; i++ {
+		j := lease[i%len(lease)]
+		c := fmt.Sprintf("w%d", i)
+		ts = append(ts, target{policy: policies[j], client: c, key: policies[j] + "/" + c, leased: true, warm: true})
 	}
 	return ts, pairs
 }

@@ -215,7 +215,7 @@ func (r *runner) startWorkload(ctx context.Context, sec *security) (*workload, e
 		r.log.Printf("policies created: %s", r.pols.describe())
 		policyNames, algorithms, leased = r.pols.names(), r.pols.algorithms(), r.pols.leasedFlags()
 	}
-	ts, pairs := targets(o.keys, policyNames, algorithms, leased)
+	ts, pairs := targets(o.keys, policyNames, algorithms, leased, o.warmKeys)
 	var keys []string
 	for _, t := range ts {
 		keys = append(keys, t.key)

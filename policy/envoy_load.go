@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,21 @@ type EnvoyOptions struct {
 	// Anchored keeps windows anchored at each key's first hit instead of
 	// aligned to the epoch as envoyproxy/ratelimit counts them.
 	Anchored bool
+	// Consistency is every imported policy's: "" or "strict" (every hit
+	// through the log, the default) or "leased" (nodes decide hot
+	// descriptors from leases; docs/leased-policies.md).
+	Consistency string
+	// LeasedDomains are domains whose policies are leased whatever
+	// Consistency says: the per-domain choice.
+	LeasedDomains []string
+}
+
+// consistency is the consistency of domain's policies.
+func (o EnvoyOptions) consistency(domain string) string {
+	if o.Consistency == Leased || slices.Contains(o.LeasedDomains, domain) {
+		return Leased
+	}
+	return ""
 }
 
 // EnvoyFile is one configuration file: a name for messages and its bytes.
@@ -72,6 +88,9 @@ func newEnvoySeen() *envoySeen { return &envoySeen{kids: map[string]*envoySeen{}
 // accepts and refuses what it refuses, with messages that name the file,
 // the YAML path and the descriptor's full key.
 func LoadEnvoy(files []EnvoyFile, opt EnvoyOptions) (domains []string, ps []Policy, err error) {
+	if opt.Consistency != "" && opt.Consistency != "strict" && opt.Consistency != Leased {
+		return nil, nil, fmt.Errorf("consistency %q: strict or leased", opt.Consistency)
+	}
 	loaded := map[string]*envoyDomain{}
 	from := map[string]string{}
 	for _, f := range files {
@@ -91,6 +110,7 @@ func LoadEnvoy(files []EnvoyFile, opt EnvoyOptions) (domains []string, ps []Poli
 	for _, domain := range domains {
 		for _, r := range loaded[domain].rules {
 			p := r.Policy(opt.Anchored)
+			p.Consistency = opt.consistency(domain)
 			where := envoyFullKey(domain, r.Envoy.Descriptors)
 			if err := p.Validate(); err != nil {
 				return nil, nil, fmt.Errorf("%s: %s: %w", from[domain], where, err)

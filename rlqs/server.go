@@ -24,6 +24,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/grpcserve"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -94,7 +95,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Lease == 0 {
-		c.Lease = 2 * time.Second
+		c.Lease = lease.DefaultLease
 	}
 	if c.Transit == 0 {
 		c.Transit = 100 * time.Millisecond

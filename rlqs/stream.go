@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/internal/grpcserve"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -49,7 +49,10 @@ type bucket struct {
 // stream is one Envoy's stream: it is the holder of every grant behind
 // the assignments it sends.
 type stream struct {
-	cfg    Config
+	cfg Config
+	// rules are the lease core's for an Envoy stream: sizing, renewal,
+	// recheck (lease.EnvoyConfig; lease/DESIGN.md).
+	rules  lease.Config
 	st     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer
 	holder string
 
@@ -75,7 +78,7 @@ func newStream(cfg Config, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("holder id: %w", err)
 	}
-	return &stream{cfg: cfg, st: st, holder: "rlqs:" + scope + ":" + hex.EncodeToString(b[:]),
+	return &stream{cfg: cfg, rules: lease.EnvoyConfig(cfg.Lease, policy.MaxLimit), st: st, holder: "rlqs:" + scope + ":" + hex.EncodeToString(b[:]),
 		grants: grants, buckets: map[string]*bucket{}, kick: make(chan struct{}, 1), end: make(chan error, 1)}, nil
 }
 
@@ -255,11 +258,11 @@ func (q *stream) due(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_Bucke
 	return append(actions, q.renew(ctx, renew)...)
 }
 
-// want is how many units to ask for b: its last reported rate over one
-// lease, at least one. Called with q.mu held.
+// want is how many units to ask for b: the lease core's sizing of its
+// last reported rate (lease.EnvoyConfig: one lease of it, at least one).
+// Called with q.mu held.
 func (q *stream) want(b *bucket) int64 {
-	want := int64(math.Ceil(b.rate * q.cfg.Lease.Seconds()))
-	return min(max(want, 1), policy.MaxLimit)
+	return q.rules.Size(b.rate, 0)
 }
 
 // lease is the lease to ask for b's grant: a token bucket's is asked
@@ -297,21 +300,21 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		// No assignment: the current one runs out at its TTL, then
 		// Envoy's expired_assignment_behavior applies.
 		q.observe(b.policy, "failed", 0)
-		b.renewAt = time.Now().Add(100 * time.Millisecond)
+		b.renewAt = time.Now().Add(q.rules.FailBackoff)
 		return nil
 	}
 	b.seq++
 	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit
 	if g.Units == 0 || ttl < minTTL {
 		q.observe(b.policy, "exhausted", g.Units)
-		wait := min(max(time.Duration(g.ResetAt-g.Now)*time.Millisecond, 50*time.Millisecond), q.cfg.Lease)
+		wait := max(q.rules.RecheckIn(time.Duration(g.ResetAt-g.Now)*time.Millisecond), q.rules.FailBackoff)
 		b.renewAt = time.Now().Add(wait)
 		// Denying is safe for any length; it outlives the retry so
 		// Envoy never falls back to its expired behaviour meanwhile.
 		return denyAll(b.id, wait+q.cfg.Lease)
 	}
 	q.observe(b.policy, "granted", g.Units)
-	b.renewAt = time.Now().Add(ttl * 2 / 3)
+	b.renewAt = time.Now().Add(q.rules.RenewIn(ttl))
 	return tokenBucket(b.id, g.Units, ttl, b.seq)
 }
 

@@ -27,6 +27,15 @@
 #   K-leased-all-64     the same over all three nodes
 #   K-hot-check-64      the same hot keys through a strict policy (hstrict)
 #                       on K's leader: strict and leased on equal keys
+#   (BENCH_RUNS has "zipf"; interleaved with the baseline's own Zipf runs)
+#   K-zipf-leased-64, K-zipf-leased-256, redis-zipf-64, redis-zipf-256
+#                       GET /check/lzipf/{key} on K's leader (a leased fixed
+#                       window, limit 10^9 per 60s) / /check/{key} on the
+#                       baseline, BENCH_ZIPF_KEYS keys drawn by a Zipf law
+#                       (s = BENCH_ZIPF_S; wrk: the exponent as given,
+#                       rlnode bench: its fixed 1.1): a few hot keys and a
+#                       long warm tail
+#   K-zipf-leased-followers-64  the same round-robin over K's two followers
 #   K-leased-cap-64     GET /check/lcap/{key} over all three nodes: a leased
 #                       fixed window of BENCH_LEASED_CAP per 1s on 4 keys,
 #                       demand far above it; the report gives the share of
@@ -42,6 +51,8 @@
 #   followers@64 / check@64 >= 0.8    check@256 >= check@64
 #   p99 check@64 <= 10 ms and p99 check@256 <= 20 ms in EVERY repetition
 #   open-loop p99 at half rate <= 5 ms (median)
+#   zipf: leased@64 / redis@64 >= 1.5 and leased@256 / redis@256 >= 1.5,
+#   leased followers / leader @64 >= 0.9
 #   p99 through a snapshot of BENCH_SNAPSHOT_KEYS windows <= 20 ms, every
 #   repetition
 #
@@ -51,9 +62,11 @@
 #                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
 #                    names are [a-z0-9_]+
 #   BENCH_RUNS       which runs, of "livez check followers open snapshot
-#                    leased" (the default: all but leased)
+#                    leased zipf" (the default: all but leased and zipf)
 #   BENCH_LEASED_KEYS  hot keys of the leased runs (default 16)
 #   BENCH_LEASED_CAP   limit per second per key of K-leased-cap-64 (default 2000)
+#   BENCH_ZIPF_KEYS    keys of the zipf runs (default 10000)
+#   BENCH_ZIPF_S       their Zipf exponent (default 1.07)
 #   BENCH_SNAPSHOT_KEYS  live windows in the snapshot runs (default 1000000)
 #   BENCH_REPS       interleaved repetitions (default 3)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
@@ -112,6 +125,8 @@ fi
 read -r -a run_set <<<"${BENCH_RUNS:-livez check followers open snapshot}"
 leased_keys="${BENCH_LEASED_KEYS:-16}"
 leased_cap="${BENCH_LEASED_CAP:-2000}"
+zipf_keys="${BENCH_ZIPF_KEYS:-10000}"
+zipf_s="${BENCH_ZIPF_S:-1.07}"
 snap_keys="${BENCH_SNAPSHOT_KEYS:-1000000}"
 want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
@@ -373,6 +388,7 @@ run() {
 	local extra=()
 	if [ "$trace" = 1 ]; then extra=(--trace); fi
 	say "run $name: rlnode bench $*"
+	if [ -n "${run_zipf:-}" ]; then extra+=(--dist zipf); fi
 	measure "$name" "$out/$name.json" "$rl" bench --json --duration "$duration" --warmup "$warmup" \
 		--keys "${run_keys:-$keys}" ${extra[@]+"${extra[@]}"} "$@"
 }
@@ -416,7 +432,7 @@ run_wrk() {
 	local threads=2
 	if [ "${#urls[@]}" -gt 2 ]; then threads=${#urls[@]}; fi
 	for u in "${urls[@]}"; do hostports+=("${u#http://}"); done
-	local env=(BENCH_WRK_PATH="$path" BENCH_WRK_KEYS="${run_keys:-$keys}" BENCH_WRK_CONNS="$conc"
+	local env=(BENCH_WRK_PATH="$path" BENCH_WRK_KEYS="${run_keys:-$keys}" BENCH_WRK_CONNS="$conc" BENCH_WRK_ZIPF="${run_zipf:-}"
 		BENCH_WRK_ADDRS="$(IFS=,; echo "${hostports[*]}")")
 	if [ "$warmup_s" -gt 0 ]; then
 		env "${env[@]}" BENCH_WRK_OUT=/dev/null wrk -t"$threads" -c"$conc" -d"${warmup_s}s" -s "$repo/scripts/bench_wrk.lua" "$first" >/dev/null 2>&1 || true
@@ -437,6 +453,31 @@ if want_run leased; then
 			die "$k: could not create policy lcap"
 	done
 fi
+
+# Zipf runs' policy (leased, as lhot), made once per cluster.
+if want_run zipf; then
+	for k in "${kinds[@]}"; do
+		"$rl" policy set lzipf --algorithm fixed_window --limit 1000000000 --window 60s --consistency leased --addr "${leader_url[$k]}" >/dev/null ||
+			die "$k: could not create policy lzipf"
+	done
+fi
+
+# zipf_runs REP KIND: one repetition's Zipf runs of KIND (a cluster or
+# redis): BENCH_ZIPF_KEYS keys drawn by a Zipf law (s = BENCH_ZIPF_S), a
+# few hot and a long warm tail, on the leased policy lzipf.
+zipf_runs() {
+	local r=$1 k=$2
+	for c in 64 256; do
+		if [ "$k" = redis ]; then
+			run_keys=$zipf_keys run_zipf=$zipf_s run "r$r-redis-zipf-$c" --addr "$redis_url" --concurrency "$c"
+		else
+			run_keys=$zipf_keys run_zipf=$zipf_s run "r$r-$k-zipf-leased-$c" --addr "${leader_url[$k]}" --path "/check/lzipf/{key}" --concurrency "$c"
+		fi
+	done
+	if [ "$k" != redis ]; then
+		run_keys=$zipf_keys run_zipf=$zipf_s run "r$r-$k-zipf-leased-followers-64" --addr "${follower_urls[$k]}" --path "/check/lzipf/{key}" --concurrency 64
+	fi
+}
 
 # leased_runs REP KIND: the leased runs of one repetition.
 leased_runs() {
@@ -473,6 +514,10 @@ for r in $(seq 1 "$reps"); do
 		[ "$k" != redis ] || continue
 		want_run leased || break
 		leased_runs "$r" "$k"
+	done
+	for k in "${order[@]}"; do
+		want_run zipf || break
+		zipf_runs "$r" "$k"
 	done
 	for k in "${order[@]}"; do
 		[ "$k" != redis ] || continue

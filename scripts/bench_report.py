@@ -82,6 +82,10 @@ def main():
     for k in kinds:
         names += ["%s-%s" % (k, n) for n in ("hot-check-64", "leased-64", "leased-256", "leased-followers-64",
                                              "leased-all-64", "leased-cap-64")]
+    if baseline:
+        names += ["redis-zipf-64", "redis-zipf-256"]
+    for k in kinds:
+        names += ["%s-%s" % (k, n) for n in ("zipf-leased-64", "zipf-leased-256", "zipf-leased-followers-64")]
 
     print("medians of %d interleaved repetitions; p99 worst = the worst repetition's p99" % reps)
     print("%-26s %10s %8s %8s %10s %9s %9s %8s %s" % (
@@ -113,7 +117,7 @@ def main():
     def ratio(a, b):
         return a / b if b and b == b else float("nan")
 
-    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256") or "-leased-" in n) and runs[n]]
+    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256") or "-leased-" in n or "-zipf-" in n) and runs[n]]
     if order:
         print()
         print("per repetition, req/s (interleaved in this order):")
@@ -184,6 +188,11 @@ def main():
         target("%s p99 check@256, worst rep (ms)" % k, worst(runs.get("%s-check-256" % k, []), "p99"), "<=", 20, "ms")
         target("%s p99 open loop @ half rate (ms)" % k, med(runs.get("%s-open-half" % k, []), "latencyMs", "p99"), "<=", 5, "ms")
         target("%s p99 through a snapshot, worst rep (ms)" % k, worst(runs.get("%s-snapshot-64" % k, []), "p99"), "<=", 20, "ms")
+        if runs.get("%s-zipf-leased-64" % k):
+            for c in (64, 256):
+                if baseline:
+                    target("%s zipf leased@%d / redis@%d" % (k, c, c), ratio(tp("%s-zipf-leased-%d" % (k, c)), tp("redis-zipf-%d" % c)), ">=", 1.5)
+            target("%s zipf leased followers / leader @64" % k, ratio(tp("%s-zipf-leased-followers-64" % k), tp("%s-zipf-leased-64" % k)), ">=", 0.9)
         if runs.get("%s-leased-64" % k):
             lz = tp("livez-64")
             for c in (64, 256):

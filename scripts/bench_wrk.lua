@@ -8,6 +8,8 @@
 --   BENCH_WRK_PATH   request path; every {key} becomes a 16-byte client id,
 --                    "c" and 15 digits as in rlnode bench
 --   BENCH_WRK_KEYS   number of distinct ids, drawn uniformly
+--   BENCH_WRK_ZIPF   optional exponent s (e.g. 1.07): ids drawn by a Zipf
+--                    law instead, id 0 the hottest (P(i) ~ (i+1)^-s)
 --   BENCH_WRK_ADDRS  optional "host:port,host:port": thread i talks to
 --                    address i mod n (followers round-robin); wrk spreads
 --                    connections evenly over threads
@@ -16,6 +18,8 @@
 
 local path = os.getenv("BENCH_WRK_PATH") or "/check/{key}"
 local keys = tonumber(os.getenv("BENCH_WRK_KEYS") or "1000")
+local zipf_s = tonumber(os.getenv("BENCH_WRK_ZIPF") or "")
+local cdf = nil
 
 local threads = 0
 
@@ -37,10 +41,35 @@ function init(args)
 	-- Each thread its own sequence: seeding from the clock alone would give
 	-- threads started in the same second the same keys.
 	math.randomseed(os.time() * 1000 + id)
+	if zipf_s then
+		cdf = {}
+		local sum = 0
+		for i = 1, keys do
+			sum = sum + i ^ -zipf_s
+			cdf[i] = sum
+		end
+		for i = 1, keys do
+			cdf[i] = cdf[i] / sum
+		end
+	end
+end
+
+-- pick is a key index: uniform, or by the Zipf law's cumulative weights
+-- (binary search).
+local function pick()
+	if not cdf then
+		return math.random(0, keys - 1)
+	end
+	local r, lo, hi = math.random(), 1, keys
+	while lo < hi do
+		local mid = math.floor((lo + hi) / 2)
+		if cdf[mid] < r then lo = mid + 1 else hi = mid end
+	end
+	return lo - 1
 end
 
 function request()
-	local p = string.gsub(path, "{key}", string.format("c%015d", math.random(0, keys - 1)))
+	local p = string.gsub(path, "{key}", string.format("c%015d", pick()))
 	return wrk.format("GET", p)
 end
 
@@ -55,6 +84,7 @@ function done(summary, latency, requests)
   "mode": "closed",
   "concurrency": %d,
   "keys": %d,
+  "zipf": %s,
   "path": %q,
   "durationMs": %d,
   "requests": %d,
@@ -64,7 +94,7 @@ function done(summary, latency, requests)
   "throughputRps": %.1f,
   "latencyMs": {"p50": %.3f, "p90": %.3f, "p99": %.3f, "p999": %.3f, "max": %.3f, "mean": %.3f}
 }
-]], tonumber(os.getenv("BENCH_WRK_CONNS") or "0"), keys, path, math.floor(summary.duration / 1000),
+]], tonumber(os.getenv("BENCH_WRK_CONNS") or "0"), keys, tostring(zipf_s or "null"), path, math.floor(summary.duration / 1000),
 		summary.requests, summary.requests - errs, errs,
 		e.connect, e.read, e.write, e.timeout, e.status,
 		summary.requests / secs,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,14 @@ import (
 func envoyFlags(fs *flag.FlagSet, opt *policy.EnvoyOptions) {
 	fs.BoolVar(&opt.MergeDomains, "merge-domains", false, "merge files that configure the same domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); otherwise that is an error")
 	fs.BoolVar(&opt.Anchored, "anchored", false, "anchor each key's windows at its first hit instead of aligning them to the epoch as envoyproxy/ratelimit does")
+	fs.StringVar(&opt.Consistency, "consistency", "strict", "strict (every hit through the log) or leased (every node decides hot descriptors from leases: never over the limit, not linearizable; docs/leased-policies.md) for every imported policy")
+	fs.Func("leased-domain", "make this domain's policies leased whatever --consistency says (repeatable): the per-domain choice", func(d string) error {
+		if d == "" {
+			return errors.New("empty domain")
+		}
+		opt.LeasedDomains = append(opt.LeasedDomains, d)
+		return nil
+	})
 }
 
 // policyImportEnvoy turns envoyproxy/ratelimit configuration files into
@@ -31,7 +40,7 @@ func policyImportEnvoy(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	if len(files) == 0 {
-		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] FILE...")
+		return usageErr("import-envoy needs at least one FILE: rlnode policy import-envoy [--dry-run] [--merge-domains] [--anchored] [--consistency strict|leased] [--leased-domain D]... FILE...")
 	}
 	domains, want, err := policy.ReadEnvoyFiles(opt, files...)
 	if err != nil {

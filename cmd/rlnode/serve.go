@@ -111,7 +111,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxBatch, "max-batch", 512, "most hits in one log entry")
 	fs.IntVar(&c.maxInflight, "max-inflight", 1, "log entries in flight at once on the leader (1 = pure group commit, measured fastest)")
 	fs.IntVar(&c.maxForwardInflight, "max-forward-inflight", 4, "forwarding requests a follower has in flight to the leader at once")
-	fs.IntVar(&c.leaseHotHits, "lease-hot-hits", cluster.DefaultLeaseHotHits, "hits of a key of a leased policy, in the current and previous second on this node, that make it hot: hot keys are decided from leases this node holds")
+	fs.IntVar(&c.leaseHotHits, "lease-hot-hits", cluster.DefaultLeaseHotHits, "hits of a key of a leased policy, in the current and previous second on this node, that make it hot: hot keys are decided from leases this node holds (the node lowers it, down to 2, while it sends more than 500 hits/s through the log: warm keys)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&c.raftTiming.Heartbeat, "raft-heartbeat-timeout", cluster.DefaultTiming.Heartbeat, "Raft heartbeat timeout: how long a follower waits for the leader before calling an election")
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")

@@ -43,7 +43,7 @@ func policySyncEnvoy(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	if len(pos) > 0 || s.dir == "" || s.interval <= 0 {
-		return usageErr("rlnode policy sync-envoy --dir DIR [--watch] [--interval D] [--metrics-addr ADDR] [--merge-domains] [--anchored]")
+		return usageErr("rlnode policy sync-envoy --dir DIR [--watch] [--interval D] [--metrics-addr ADDR] [--merge-domains] [--anchored] [--consistency strict|leased] [--leased-domain D]...")
 	}
 	s.a, s.stdout = a, stdout
 	a.stderr = stderr
