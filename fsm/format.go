@@ -41,10 +41,7 @@ func PolicyFormat(p policy.Policy) Format {
 	case p.IsConcurrency(): // algorithm byte 5: a round-3 node's decoder refuses it
 		return FormatR4
 	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:
-		return FormatR4
-	}
-	if p.CalendarAligned() || p.IsShadow() {
-		return FormatR4 // option bits optCalendar, optShadow
+		return FormatR4 // e.g. optCalendar, optShadow
 	}
 	return FormatR3
 }
