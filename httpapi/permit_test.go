@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -174,5 +175,30 @@ func TestPermitsThroughAFollowerRightAfterThePolicyIsMade(t *testing.T) {
 	}
 	if r := do(t, "POST", f.URL()+"/v1/reservations", "", `{"keys":[{"policy":"nowhere","client":"u","units":1}]}`); r.status != 404 || !strings.HasPrefix(r.body["detail"].(string), "keys[0].policy") {
 		t.Fatalf("reservation of a policy that exists nowhere: %d %s", r.status, r.raw)
+	}
+}
+
+// TestTopListsLivePermits: GET /v1/top counts the permits live per
+// concurrency policy (0 for one with none); ?policy= narrows it, and a
+// policy that counts hits has no entry.
+func TestTopListsLivePermits(t *testing.T) {
+	c := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{concurrencyPolicy("jobs", 3), concurrencyPolicy("idle", 1),
+		policy.Fixed("fw", 10, time.Minute)}})
+	base := c.Leader(5 * time.Second).URL()
+	for range 2 {
+		if r := do(t, "POST", base+"/v1/permits", "", `{"policy":"jobs","client":"u"}`); r.status != 201 {
+			t.Fatalf("acquire: %d %s", r.status, r.raw)
+		}
+	}
+	for query, want := range map[string]string{
+		"":             `{"idle":0,"jobs":2}`,
+		"?policy=jobs": `{"jobs":2}`,
+		"?policy=fw":   `{}`,
+	} {
+		r := do(t, "GET", base+"/v1/top"+query, "", "")
+		got, _ := json.Marshal(r.body["permits"])
+		if r.status != 200 || string(got) != want {
+			t.Errorf("GET /v1/top%s: %d permits %s, want %s (%s)", query, r.status, got, want, r.raw)
+		}
 	}
 }
