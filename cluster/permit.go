@@ -284,3 +284,21 @@ func (n *Node) mountPermitOps(mux *http.ServeMux) {
 // LivePermits lists the permits live in this node's state (as of the last
 // entry it applied), by key then age: for status pages and tests.
 func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
+
+// LivePermitsByPolicy counts the permits live in this node's state per
+// concurrency policy, 0 for a concurrency policy with none (metrics and
+// the operator's views; policies are an admin-defined, bounded set).
+func (n *Node) LivePermitsByPolicy() map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range n.fsm.Policies() {
+		if p.IsConcurrency() {
+			out[p.Name] = 0
+		}
+	}
+	for _, pm := range n.fsm.LivePermits() {
+		if _, ok := out[pm.Policy]; ok {
+			out[pm.Policy]++
+		}
+	}
+	return out
+}

@@ -134,11 +134,12 @@ func (a *API) acquirePermit(c *gin.Context) {
 }
 
 // concurrencyPolicy answers 404 or 400 itself unless name is a
-// concurrency policy in this node's table.
+// concurrency policy (in this node's table, else the leader's).
 func (a *API) concurrencyPolicy(c *gin.Context, name string) bool {
-	p, ok := a.cfg.Node.Policy(name)
+	p, found, ok := a.findPolicy(c, name)
 	switch {
 	case !ok:
+	case !found:
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); no permit was taken", name))
 	case !p.IsConcurrency():
 		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("policy: %q is a %s policy; permits need a concurrency policy ({\"algorithm\":\"concurrency\",\"limits\":[{\"limit\":N}]})", name, p.Algorithm))

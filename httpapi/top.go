@@ -18,6 +18,9 @@ import (
 type TopView interface {
 	ClusterTop(ctx context.Context, policy string, n int) cluster.ClusterTop
 	Members(ctx context.Context) ([]cluster.Member, error)
+	// LivePermitsByPolicy counts live permits per concurrency policy in
+	// this node's state.
+	LivePermitsByPolicy() map[string]int64
 }
 
 // members is GET /v1/cluster/members: every server's own status (role,
@@ -67,6 +70,10 @@ type TopBody struct {
 	Dropped  uint64            `json:"dropped"`
 	Nodes    []cluster.TopNode `json:"nodes"`
 	Policies []TopPolicy       `json:"policies"`
+	// Permits are the permits live per concurrency policy (0 for one with
+	// none) in the answering node's state, as of the last entry it
+	// applied; with ?policy=, that policy's only.
+	Permits map[string]int64 `json:"permits"`
 }
 
 // top is GET /v1/top?policy=&by=refused|allowed|would_refuse&n=: the clients hit most in
@@ -99,6 +106,13 @@ func (a *API) top(c *gin.Context) {
 	ct := a.cfg.Node.ClusterTop(ctx, pol, n)
 	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
+	body.Permits = a.cfg.Node.LivePermitsByPolicy()
+	if live, ok := body.Permits[pol]; pol != "" {
+		body.Permits = map[string]int64{}
+		if ok {
+			body.Permits[pol] = live
+		}
+	}
 	secs := float64(max(ct.WindowMs, 1000)) / 1000
 	for _, p := range ct.Policies {
 		l := p.Refused
