@@ -151,7 +151,7 @@ func (f *FSM) settleReservation(now int64, e ReservationEntry) *ReservationResul
 		res.Units[i] = it.units
 		p := f.policies[policyOf(it.key)]
 		if p == nil || p.epoch != it.epoch || len(p.limits) != len(it.starts) {
-			continue // the policy was deleted or reshaped: nothing to settle against
+			continue // the policy was deleted or reshaped, or the key reset: nothing to settle against
 		}
 		switch {
 		case e.Units < it.units:
@@ -182,6 +182,26 @@ func (f *FSM) expireReservations(now int64, budget int) {
 		if r := f.reservations[it.key]; r != nil && r.exp <= now {
 			delete(f.reservations, it.key)
 			budget--
+		}
+	}
+}
+
+// resetEpoch is the epoch of a reserved item whose key was reset after
+// the reserve (no policy incarnation has it): the reset forgot the units
+// it counted, and aligned windows (and a token bucket, which has no
+// start) reopen where a refund by window start would take them off hits
+// counted after the reset. Such an item settles to nothing, as a reset
+// key's grants return nothing.
+const resetEpoch = ^uint32(0)
+
+// forgetReserved marks the reserved items of key as reset. Every item is
+// marked whatever the map's order, so replicas stay identical.
+func (f *FSM) forgetReserved(key string) {
+	for _, r := range f.reservations {
+		for i := range r.items {
+			if r.items[i].key == key {
+				r.items[i].epoch = resetEpoch
+			}
 		}
 	}
 }

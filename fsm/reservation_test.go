@@ -126,3 +126,34 @@ func TestReservationsAreBounded(t *testing.T) {
 		t.Fatal("the refused reservation charged")
 	}
 }
+
+// A reset forgets the key's count, the reserved units with it: a settle
+// after it must not refund them from hits counted after the reset. Window
+// starts alone cannot tell (aligned windows reopen at the same start, a
+// token bucket has none). (Failed before the fix: the settle took 10 off
+// the 10 hits counted after the reset, and 10 more were allowed.)
+func TestSettleAfterAResetRefundsNothing(t *testing.T) {
+	for _, alg := range []string{"fixed_window+epoch", "sliding_window", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			tf := newTestFSM(t)
+			p := leasedVariant("tok", alg, lim(10, time.Hour))
+			p.Consistency = ""
+			tf.set(p)
+			if r := tf.reserve(t0, 1, "a", 10_000, ReserveItem{"tok", "c", 10}); !r.Reserved {
+				t.Fatalf("reserve: %+v", r)
+			}
+			if r := tf.apply(1, EncodeResetKey("tok", "c")).(*ResetResult); !r.Found {
+				t.Fatal("reset found no state")
+			}
+			if r := tf.check(t0+1, nil, h2("tok", "c", 10)).Hits[0]; !r.Counted {
+				t.Fatal("the reset key did not start afresh")
+			}
+			if r := tf.settle(t0+2, 1, "a", 0); r.NotFound || r.Refunded[0] != 0 {
+				t.Fatalf("settle after a reset refunded: %+v", r)
+			}
+			if r := tf.check(t0+3, nil, h2("tok", "c", 1)).Hits[0]; r.Counted {
+				t.Fatal("11 units allowed within the window after the reset (limit 10)")
+			}
+		})
+	}
+}
