@@ -3,6 +3,7 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/raft"
 
@@ -194,16 +195,38 @@ func (f *FSM) expireReservations(now int64, budget int) {
 // key's grants return nothing.
 const resetEpoch = ^uint32(0)
 
-// forgetReserved marks the reserved items of key as reset. Every item is
-// marked whatever the map's order, so replicas stay identical.
+// forgetReserved marks the reserved items of key as reset.
 func (f *FSM) forgetReserved(key string) {
+	f.markReserved(func(k string) bool { return k == key })
+}
+
+// forgetReservedOf marks the reserved items of every key of the policy
+// as reset: the policy changed its algorithm or a window length in place,
+// so its keys' states start afresh (a state of another algorithm or
+// window length is not read), and aligned windows may reopen at the
+// starts the items hold. Only reservations change, which exist only once
+// every voter runs FormatR4: replicas of the previous release, which
+// apply the same policy entry, hold none.
+func (f *FSM) forgetReservedOf(policyName string) {
+	f.markReserved(func(k string) bool { return policyOf(k) == policyName })
+}
+
+// markReserved marks the reserved items whose key matches as reset. Every
+// item is marked whatever the map's order, so replicas stay identical.
+func (f *FSM) markReserved(match func(key string) bool) {
 	for _, r := range f.reservations {
 		for i := range r.items {
-			if r.items[i].key == key {
+			if match(r.items[i].key) {
 				r.items[i].epoch = resetEpoch
 			}
 		}
 	}
+}
+
+// sameShape reports whether a policy changed in place keeps its keys'
+// states: the same algorithm and the same window length per limit.
+func sameShape(a, b *tablePolicy) bool {
+	return a.alg == b.alg && slices.EqualFunc(a.limits, b.limits, func(x, y window.Limit) bool { return x.WindowMs == y.WindowMs })
 }
 
 func (f *FSM) rebuildReservationHeap() {
