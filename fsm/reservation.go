@@ -67,6 +67,9 @@ const (
 	ReasonUnknownPolicy = "unknown policy"
 	ReasonConcurrency   = "a concurrency policy counts permits, not units"
 	ReasonLeased        = "a leased policy cannot be reserved from"
+	// A shadow policy never refuses, so a reservation's all-or-nothing
+	// charge (and the settle that gives back part of it) has no meaning.
+	ReasonShadow = "a shadow policy cannot be reserved from"
 )
 
 func (f *FSM) applyReservation(l *raft.Log) any {
@@ -94,6 +97,8 @@ func (f *FSM) reserveUnits(now int64, index uint64, e ReservationEntry) *Reserva
 			res.Reason = ReasonConcurrency
 		case p.p.IsLeased():
 			res.Reason = ReasonLeased
+		case p.p.IsShadow():
+			res.Reason = ReasonShadow
 		default:
 			nparts += len(p.limits)
 			continue
