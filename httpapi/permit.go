@@ -25,6 +25,7 @@ const (
 const (
 	CodeWrongPolicy    = "wrong_policy"
 	CodeAlreadySettled = "already_settled"
+	CodeTooManyPermits = "too_many_permits"
 )
 
 // Permitter takes concurrency permits and reservations through the log
@@ -204,6 +205,9 @@ func (a *API) permitError(c *gin.Context, err error) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
+	case errors.Is(err, cluster.ErrTooManyPermits):
+		f, _ := bound(err)
+		writeFailure(c, f)
 	case errors.Is(err, cluster.ErrConflict):
 		writeProblem(c, http.StatusConflict, CodeConflict, detail+"; nothing was reserved")
 	default:
