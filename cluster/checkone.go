@@ -105,10 +105,13 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 		return notCounted(nil, errNotValidated)
 	}
 	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
-	if res.Known && res.Policy.IsConcurrency() {
+	// A shadow policy never refuses: the log answers even a cost it
+	// could never allow, allowed and would-refuse.
+	prechecked := res.Known && !res.Policy.IsShadow()
+	if prechecked && res.Policy.IsConcurrency() {
 		return nil // permits, not hits: the caller says so
 	}
-	if res.Known {
+	if prechecked {
 		if i, never := res.Policy.NeverAllows(hit.Cost); never {
 			res.NeverAllowed, res.Beyond = true, i
 			return nil

@@ -31,6 +31,7 @@ func newAnswerBufs() *answerBufs {
 // slice per answer. The capacity is the length, so an Add copies.
 var (
 	jsonContentType    = []string{"application/json; charset=utf-8"}
+	shadowWouldRefuse  = []string{ShadowWouldRefuse}
 	problemContentType = []string{problemJSON}
 	noStore            = []string{"no-store"}
 )
@@ -96,7 +97,11 @@ func appendCheckMembers(b []byte, h cluster.HitResult, allowed bool, retry int64
 		b = appendIntMember(b, `,"retryAfterMs":`, retry)
 	}
 	b = append(b, `,"decided":`...)
-	return appendJSONString(b, decided)
+	b = appendJSONString(b, decided)
+	if h.WouldRefuse() {
+		b = append(b, `,"wouldRefuse":true`...)
+	}
+	return b
 }
 
 func appendIntMember(b []byte, name string, v int64) []byte {

@@ -30,7 +30,20 @@ type checkBody struct {
 	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
 	// Decided: "local" (from a lease the node holds) or "log".
 	Decided string `json:"decided,omitempty"`
+	// WouldRefuse: a shadow policy allowed a hit that enforcing would
+	// have refused (X-Rlnode-Shadow: would-refuse on the answer).
+	WouldRefuse bool `json:"wouldRefuse,omitempty"`
 }
+
+// HeaderShadow marks an answer a shadow policy let through that enforcing
+// would have refused; its one value is ShadowWouldRefuse.
+const (
+	HeaderShadow      = "X-Rlnode-Shadow"
+	ShadowWouldRefuse = "would-refuse"
+)
+
+// resultWouldRefuse is the checks metric's result for such a hit.
+const resultWouldRefuse = "would_refuse"
 
 type limitBody struct {
 	Limit       int64  `json:"limit"`
@@ -170,7 +183,7 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 		a.observeCheck(label, resultFor(err), q.start)
 		a.hitError(c, err)
 		return
-	case res.Known && res.Policy.IsConcurrency():
+	case res.Known && !res.Policy.IsShadow() && res.Policy.IsConcurrency():
 		// Counted with the 422s, as before the lean path.
 		a.observeCheck(label, window.CostExceedsLimit.String(), q.start)
 		wrongPolicy(c, res.Policy.Name, q.prefix)
@@ -186,7 +199,12 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 		unknownPolicy(c, h.Policy)
 		return
 	}
-	a.observeCheck(label, h.Outcome.String(), q.start)
+	result := h.Outcome.String()
+	if h.WouldRefuse() {
+		result = resultWouldRefuse
+		c.Writer.Header()[HeaderShadow] = shadowWouldRefuse
+	}
+	a.observeCheck(label, result, q.start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	setDecided(c, res.Decided)
 	if q.headerKey != "" {
@@ -237,8 +255,8 @@ func wrongPolicy(c *gin.Context, name, at string) {
 // node's table shows can never be allowed (see neverAllowed).
 func (a *API) tableNeverAllows(c *gin.Context, name string, cost int64, at string) bool {
 	p, ok := a.cfg.Node.Policy(name)
-	if !ok {
-		return false
+	if !ok || p.IsShadow() {
+		return false // a shadow policy answers it allowed, would-refuse
 	}
 	if p.IsConcurrency() {
 		wrongPolicy(c, name, at)
@@ -309,6 +327,7 @@ func bodyOf(h cluster.HitResult, counted, withClient bool) checkBody {
 	if h.Outcome == window.Refused {
 		b.RetryAfterMs = &retry
 	}
+	b.WouldRefuse = h.WouldRefuse()
 	return b
 }
 
@@ -370,8 +389,15 @@ func appendPartName(b []byte, hr cluster.HitResult, p window.Result) []byte {
 	return strconv.AppendQuote(b, hr.Policy+"-"+shortWindow(p.WindowMs))
 }
 
-// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms.
+// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms,
+// and the calendar periods 1mo and 1y.
 func shortWindow(ms int64) string {
+	switch ms {
+	case window.MonthMs:
+		return "1mo"
+	case window.YearMs:
+		return "1y"
+	}
 	for _, u := range []struct {
 		ms   int64
 		name string
@@ -469,6 +495,9 @@ func (a *API) checkMany(c *gin.Context) {
 		body.Results[i] = bodyOf(h, res.Allowed, true)
 		if r := body.Results[i].RetryAfterMs; r != nil {
 			retry = max(retry, *r)
+		}
+		if body.Results[i].WouldRefuse {
+			c.Header(HeaderShadow, ShadowWouldRefuse)
 		}
 	}
 	c.Header("Cache-Control", "no-store")

@@ -97,6 +97,10 @@ func goldenCases() []goldenCase {
 		{name: "cost exceeds the capacity of a bucket, from the table", path: "/check/bucket/erin?cost=21"},
 		{name: "cost exceeds the limit, from the log", path: "/check/fresh/bob?cost=6", answer: answer(false, "n1", cluster.DecidedLog, window.CostExceedsLimit, tooBig)},
 		{name: "concurrency policy", path: "/check/conc/bob"},
+		{name: "shadow policy, would refuse", path: "/check/shadowed/bob", answer: answer(true, "n1", cluster.DecidedLog, window.Allowed, fixedNo)},
+		{name: "shadow policy, cost beyond its limit goes to the log", path: "/check/shadowed/bob?cost=9", answer: answer(true, "n1", cluster.DecidedLog, window.Allowed, tooBig)},
+		{name: "forward-auth on a shadow policy, would refuse", path: "/v1/auth/shadowed?key=header:X-User", header: map[string]string{"X-User": "u1"},
+			answer: answer(true, "n1", cluster.DecidedLocal, window.Allowed, fixedNo)},
 		{name: "forward-auth on a concurrency policy", path: "/v1/auth/conc?key=header:X-User", header: map[string]string{"X-User": "u1"}},
 		{name: "unknown policy, from the log", path: "/check/nope/bob", answer: with(decided(false, "n1", cluster.DecidedLog, cluster.HitResult{Policy: "nope", Client: "bob", Cost: 1, UnknownPolicy: true}), nil)},
 		{name: "invalid client", path: "/check/api/" + strings.Repeat("x", cluster.MaxClientLen+1)},
@@ -137,6 +141,7 @@ func TestCheckAnswersGolden(t *testing.T) {
 			{Name: "twolimits", Limits: []policy.Limit{{Limit: 10, Window: policy.Duration(time.Second)}, {Limit: 100, Window: policy.Duration(time.Hour)}}},
 			{Name: "odd", Limits: []policy.Limit{{Limit: 7, Window: policy.Duration(250 * time.Millisecond)}}},
 			{Name: "bucket", Algorithm: window.TokenBucket.String(), Limits: []policy.Limit{{Limit: 10, Window: policy.Duration(time.Second), Burst: 20}}},
+			{Name: "shadowed", Algorithm: window.FixedWindow.String(), Mode: policy.Shadow, Limits: []policy.Limit{{Limit: 5, Window: policy.Duration(time.Minute)}}},
 			{Name: "conc", Algorithm: policy.Concurrency, Limits: []policy.Limit{{Limit: 3, Window: policy.Duration(time.Minute)}}},
 		},
 	}

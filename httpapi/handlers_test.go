@@ -48,10 +48,11 @@ func (f *fakeNode) CheckOne(ctx context.Context, vh cluster.ValidHit, _ time.Dur
 	hit := vh.Hit()
 	*res = cluster.OneResult{}
 	res.Policy, res.Known = f.Policy(hit.Policy)
-	if res.Known && res.Policy.IsConcurrency() {
+	prechecked := res.Known && !res.Policy.IsShadow()
+	if prechecked && res.Policy.IsConcurrency() {
 		return nil
 	}
-	if res.Known {
+	if prechecked {
 		if res.Beyond, res.NeverAllowed = res.Policy.NeverAllows(hit.Cost); res.NeverAllowed {
 			return nil
 		}
