@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -141,6 +142,17 @@ func usage(w io.Writer) {
 // usageErr reports a flag or argument problem: exit status 2.
 func usageErr(format string, args ...any) error {
 	return cli.Errorf(format, args...)
+}
+
+// splitList is a comma-separated flag's items, trimmed, empty ones dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // setUsage makes --help name the command's positional arguments ("" for
