@@ -91,12 +91,39 @@ func newGroupCommit(maxBatch, maxInflight int, flush flushFunc, tr *tracer) *gro
 func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 	ws := make([]*waiter, len(reqs))
 	for i, r := range reqs {
-		ws[i] = &waiter{req: r, from: g.tr.callerOf(ctx), done: make(chan outcome, 1)}
+		ws[i] = g.waiterFor(ctx, r)
 	}
+	if !g.enqueue(ws...) {
+		return failAll(len(reqs), notCounted(nil, ErrClosed))
+	}
+	out := make([]outcome, len(ws))
+	for i, w := range ws {
+		out[i] = w.await(ctx)
+	}
+	return out
+}
+
+// submitOne is submit of one group, without submit's two slices: the path
+// of every single check.
+func (g *groupCommit) submitOne(ctx context.Context, req group) outcome {
+	w := g.waiterFor(ctx, req)
+	if !g.enqueue(w) {
+		return outcome{err: notCounted(nil, ErrClosed)}
+	}
+	return w.await(ctx)
+}
+
+func (g *groupCommit) waiterFor(ctx context.Context, req group) *waiter {
+	return &waiter{req: req, from: g.tr.callerOf(ctx), done: make(chan outcome, 1)}
+}
+
+// enqueue queues waiters and wakes the loop; false when the batcher is
+// closed (nothing was queued).
+func (g *groupCommit) enqueue(ws ...*waiter) bool {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return failAll(len(reqs), notCounted(nil, ErrClosed))
+		return false
 	}
 	g.queue = append(g.queue, ws...)
 	g.mu.Unlock()
@@ -104,23 +131,26 @@ func (g *groupCommit) submit(ctx context.Context, reqs ...group) []outcome {
 	case g.wake <- struct{}{}:
 	default:
 	}
-	out := make([]outcome, len(ws))
-	for i, w := range ws {
+	return true
+}
+
+// await waits for a queued waiter's outcome. If ctx ends first, a waiter
+// not yet taken is withdrawn (not counted); a taken one is unknown.
+func (w *waiter) await(ctx context.Context) outcome {
+	select {
+	case o := <-w.done:
+		return o
+	case <-ctx.Done():
+		if w.state.CompareAndSwap(waiterQueued, waiterCancelled) {
+			return outcome{err: notCounted(nil, fmt.Errorf("gave up before the hit was sent: %w", ctx.Err()))}
+		}
 		select {
-		case out[i] = <-w.done:
-		case <-ctx.Done():
-			if w.state.CompareAndSwap(waiterQueued, waiterCancelled) {
-				out[i] = outcome{err: notCounted(nil, fmt.Errorf("gave up before the hit was sent: %w", ctx.Err()))}
-			} else {
-				select {
-				case out[i] = <-w.done:
-				default:
-					out[i] = outcome{err: outcomeUnknown(fmt.Errorf("gave up waiting for the log: %w", ctx.Err()))}
-				}
-			}
+		case o := <-w.done:
+			return o
+		default:
+			return outcome{err: outcomeUnknown(fmt.Errorf("gave up waiting for the log: %w", ctx.Err()))}
 		}
 	}
-	return out
 }
 
 func failAll(n int, err error) []outcome {

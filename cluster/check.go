@@ -97,7 +97,7 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 		}
 	}
 	if n.holder != nil {
-		if res, ok := n.holder.decide(hits); ok {
+		if res, ok := n.holder.decide(hits, nil); ok {
 			n.recordTop(res)
 			return res, nil
 		}
@@ -113,14 +113,14 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 // decide runs a group through the leader's batcher here, or forwards it.
 func (n *Node) decide(ctx context.Context, req group) outcome {
 	if n.IsLeader() {
-		o := n.leaderBatch.submit(ctx, req)[0]
+		o := n.leaderBatch.submitOne(ctx, req)
 		if o.err == nil || !errors.Is(o.err, ErrNotLeader) {
 			return o
 		}
 		// Lost leadership before the entry was queued: not counted, so
 		// it is safe to send it to whoever leads now.
 	}
-	o := n.fwdBatch.submit(ctx, req)[0]
+	o := n.fwdBatch.submitOne(ctx, req)
 	o.res.Decided = DecidedLog
 	return o
 }

@@ -193,7 +193,8 @@ func (h *holder) forgetUnleased(set *leasedSet) {
 // spent); otherwise false, and the check goes through the log. It also
 // counts demand and starts the grant requests hot keys need. A check
 // with a hit of a strict policy returns before taking the lock.
-func (h *holder) decide(hits []Hit) (CheckResult, bool) {
+// The result's slices come from buf (nil: allocated).
+func (h *holder) decide(hits []Hit, buf *resultBuf) (CheckResult, bool) {
 	set := h.leasedNow()
 	for i := range hits {
 		if !set.names[hits[i].Policy] {
@@ -233,17 +234,17 @@ func (h *holder) decide(hits []Hit) (CheckResult, bool) {
 	switch {
 	case refused:
 		h.countLocal(hits)
-		return h.localRefusal(hits, now), true
+		return h.localRefusal(hits, now, buf), true
 	case !local:
 		return CheckResult{}, false
 	}
-	res := CheckResult{Allowed: true, ServedBy: h.id, Decided: DecidedLocal, Hits: make([]HitResult, len(hits))}
+	res := CheckResult{Allowed: true, ServedBy: h.id, Decided: DecidedLocal, Hits: buf.hitResults(len(hits))}
 	for i, hit := range hits {
 		id := keyID{hit.Policy, hit.Client}
 		k := h.keys[id]
 		from, _ := k.Spend(now, hit.Cost)
 		hg := from.Info
-		res.Hits[i] = localHit(hit, hg.g, k.Available(now), window.Allowed)
+		res.Hits[i] = localHit(hit, hg.g, k.Available(now), window.Allowed, buf)
 		res.Now = max(res.Now, hg.nowMs(now))
 		if k.bucket {
 			h.releaseDrained(id, k)
@@ -317,8 +318,8 @@ func (h *holder) releaseDrained(id keyID, k *heldKey) {
 
 // localHit describes an allowed or refused hit decided from a grant: the
 // grant's window, and what this node holds of it as Remaining.
-func localHit(hit Hit, g Grant, left int64, o window.Outcome) HitResult {
-	parts := make([]window.Result, len(g.Parts))
+func localHit(hit Hit, g Grant, left int64, o window.Outcome, buf *resultBuf) HitResult {
+	parts := buf.results(len(g.Parts))
 	copy(parts, g.Parts)
 	main := 0
 	for i := range parts {
@@ -332,8 +333,8 @@ func localHit(hit Hit, g Grant, left int64, o window.Outcome) HitResult {
 }
 
 // localRefusal refuses a check one of whose keys has no budget left.
-func (h *holder) localRefusal(hits []Hit, now lease.Stamp) CheckResult {
-	res := CheckResult{ServedBy: h.id, Decided: DecidedLocal, Hits: make([]HitResult, len(hits))}
+func (h *holder) localRefusal(hits []Hit, now lease.Stamp, buf *resultBuf) CheckResult {
+	res := CheckResult{ServedBy: h.id, Decided: DecidedLocal, Hits: buf.hitResults(len(hits))}
 	for i, hit := range hits {
 		k := h.keys[keyID{hit.Policy, hit.Client}]
 		o, g := window.Allowed, Grant{}
@@ -344,7 +345,7 @@ func (h *holder) localRefusal(hits []Hit, now lease.Stamp) CheckResult {
 				o = window.Refused
 			}
 		}
-		res.Hits[i] = localHit(hit, g, 0, o)
+		res.Hits[i] = localHit(hit, g, 0, o, buf)
 		for j := range res.Hits[i].Parts {
 			p := &res.Hits[i].Parts[j]
 			if o == window.Refused {

@@ -106,7 +106,7 @@ func untilLocal(t *testing.T, h *holder, hit Hit) CheckResult {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if res, ok := h.decide([]Hit{hit}); ok {
+		if res, ok := h.decide([]Hit{hit}, nil); ok {
 			return res
 		}
 		time.Sleep(time.Millisecond)
@@ -123,7 +123,7 @@ func TestStrictChecksNeverTakeTheHoldersLock(t *testing.T) {
 	h.mu.Lock()
 	done := make(chan bool)
 	go func() {
-		_, ok := h.decide([]Hit{{Policy: "strict", Client: "c", Cost: 1}})
+		_, ok := h.decide([]Hit{{Policy: "strict", Client: "c", Cost: 1}}, nil)
 		done <- ok
 	}()
 	select {
@@ -155,7 +155,7 @@ func TestNodeHolderWakesFromSuspendWithNothingToSpend(t *testing.T) {
 		k.Failed(clk.Now()) // no new grant meanwhile: only the old one is held
 	}
 	h.mu.Unlock()
-	if res, ok := h.decide([]Hit{hit}); ok {
+	if res, ok := h.decide([]Hit{hit}, nil); ok {
 		t.Fatalf("after a suspend past the deadline: %+v decided locally, want the log", res)
 	}
 }
@@ -168,7 +168,7 @@ func TestNodeHolderSpendsOnlyWhatItWasGranted(t *testing.T) {
 	untilLocal(t, h, hit)
 	allowed := int64(1)
 	for range 2000 {
-		res, ok := h.decide([]Hit{hit})
+		res, ok := h.decide([]Hit{hit}, nil)
 		if ok && res.Allowed {
 			allowed++
 		}
@@ -180,7 +180,7 @@ func TestNodeHolderSpendsOnlyWhatItWasGranted(t *testing.T) {
 	if allowed > granted || granted > 30 {
 		t.Fatalf("%d allowed locally of %d granted (budget 30)", allowed, granted)
 	}
-	if res, ok := h.decide([]Hit{hit}); ok && res.Allowed {
+	if res, ok := h.decide([]Hit{hit}, nil); ok && res.Allowed {
 		t.Fatalf("past the budget: %+v", res)
 	}
 }
@@ -194,7 +194,7 @@ func BenchmarkHolderStrictParallel(b *testing.B) {
 	strict := []Hit{{Policy: "strict", Client: "c", Cost: 1}}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			h.decide(strict)
+			h.decide(strict, nil)
 		}
 	})
 }
@@ -265,8 +265,8 @@ func TestBusyLogLowersTheHotThreshold(t *testing.T) {
 		t.Fatalf("threshold %d after 5,000 log hits/s, want the warm %d", busy, warmHits)
 	}
 	warm := Hit{Policy: "leased", Client: "warm", Cost: 1}
-	h.decide([]Hit{warm})
-	h.decide([]Hit{warm})
+	h.decide([]Hit{warm}, nil)
+	h.decide([]Hit{warm}, nil)
 	h.mu.Lock()
 	_, held := h.keys[keyID{"leased", "warm"}]
 	h.mu.Unlock()

@@ -26,8 +26,14 @@ func (h Hit) Validate() error {
 	if err := validID("policy", h.Policy, MaxPolicyLen); err != nil {
 		return err
 	}
-	if h.Cost < 1 || h.Cost > MaxLimit+1 {
-		return fmt.Errorf("cost %d out of range [1, %d]", h.Cost, int64(MaxLimit+1))
+	return ValidateCost(h.Cost)
+}
+
+// ValidateCost checks a hit's cost: from 1 to one more than the largest
+// limit (a cost no limit can allow is still a valid question).
+func ValidateCost(cost int64) error {
+	if cost < 1 || cost > MaxLimit+1 {
+		return fmt.Errorf("cost %d out of range [1, %d]", cost, int64(MaxLimit+1))
 	}
 	return nil
 }

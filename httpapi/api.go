@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,9 @@ import (
 // Limiter decides hits: the check API and forward-auth.
 type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
-	Check(ctx context.Context, policy, client string, cost int64) (cluster.CheckResult, error)
+	// CheckOne is the single checks' path (one call per request); the
+	// handler lends the result from a pool.
+	CheckOne(ctx context.Context, hit cluster.ValidHit, timeout time.Duration, res *cluster.OneResult) error
 	CheckAll(ctx context.Context, hits []cluster.Hit) (cluster.CheckResult, error)
 }
 
@@ -129,6 +132,8 @@ type API struct {
 	engine   *gin.Engine
 	draining atomic.Bool
 	holders  *holderGrants
+	answers  *answerBufs
+	results  sync.Pool // of *cluster.OneResult
 }
 
 // New builds the router.
@@ -155,7 +160,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants)}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants), answers: newAnswerBufs()}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.Use(cfg.Middleware...)
 	e.NoRoute(func(c *gin.Context) {

@@ -315,9 +315,16 @@ func (a *API) auth(c *gin.Context) {
 		}
 	}
 
-	a.decideOne(c, oneCheck{policy: policyName, key: key, cost: cost, start: start, refuse: refuse, prefix: "forward-auth: ",
-		refusedDetail: func(_ window.Result, retryMs int64) string {
-			return fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", policyName, retryMs)
-		},
-		header: func() { c.Header(HeaderAuthKey, key) }})
+	hit, err := cluster.ValidateHit(policyName, key, cost)
+	if err != nil { // the name was checked above and the key made valid
+		invalidHit(c, err, "forward-auth: ")
+		return
+	}
+	a.decideOne(c, oneCheck{hit: hit, start: start, refuse: refuse, prefix: "forward-auth: ", refusedDetail: authRefusedDetail,
+		headerKey: HeaderAuthKey, headerValue: key})
+}
+
+// authRefusedDetail words a refusal of forward-auth.
+func authRefusedDetail(h cluster.HitResult, _ policy.Policy, _ bool, _ window.Result, retryMs int64) string {
+	return fmt.Sprintf("rate limit %q exceeded for this client; retry in %d ms", h.Policy, retryMs)
 }

@@ -81,34 +81,55 @@ func (a *API) checkNamed(c *gin.Context) { a.checkOne(c, c.Param("a"), c.Param("
 
 func (a *API) checkOne(c *gin.Context, policyName, client string) {
 	start := time.Now()
-	if err := cluster.ValidateClient(client); err != nil {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, err.Error())
-		return
-	}
-	if err := policy.ValidateName(policyName); err != nil {
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
-		return
-	}
-	cost := int64(1)
-	if s, given := c.GetQuery("cost"); given {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 1 || v > policy.MaxLimit+1 {
-			writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("cost %q must be a whole number from 1 to %d", s, int64(policy.MaxLimit+1)))
-			return
+	cost, costErr := int64(1), ""
+	if c.Request.URL.RawQuery != "" { // no query, nothing to parse
+		if s, given := c.GetQuery("cost"); given {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || v < 1 || v > policy.MaxLimit+1 {
+				costErr = fmt.Sprintf("cost %q must be a whole number from 1 to %d", s, int64(policy.MaxLimit+1))
+			} else {
+				cost = v
+			}
 		}
-		cost = v
 	}
-	a.decideOne(c, oneCheck{policy: policyName, key: client, cost: cost, start: start, refuse: http.StatusTooManyRequests,
-		refusedDetail: func(m window.Result, retryMs int64) string {
-			return fmt.Sprintf("client %q is over policy %q (%s); retry in %d ms", client, policyName, a.limitWords(policyName, m), retryMs)
-		}})
+	// The client and the policy name are checked before the cost, so a
+	// bad client is named first.
+	hit, err := cluster.ValidateHit(policyName, client, cost)
+	switch {
+	case err != nil:
+		invalidHit(c, err, "")
+		return
+	case costErr != "":
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, costErr)
+		return
+	}
+	a.decideOne(c, oneCheck{hit: hit, start: start, refuse: http.StatusTooManyRequests, refusedDetail: checkRefusedDetail})
+}
+
+// checkRefusedDetail words a refusal of GET /check.
+func checkRefusedDetail(h cluster.HitResult, p policy.Policy, known bool, m window.Result, retryMs int64) string {
+	return fmt.Sprintf("client %q is over policy %q (%s); retry in %d ms", h.Client, h.Policy, limitWords(p, known, m), retryMs)
+}
+
+// invalidHit answers a hit cluster.ValidateHit refused: a bad client id is
+// the request's fault (400), a policy name that cannot exist is not found.
+func invalidHit(c *gin.Context, err error, prefix string) {
+	var ih *cluster.InvalidHitError
+	switch {
+	case errors.As(err, &ih) && ih.Field == "client":
+		writeProblem(c, http.StatusBadRequest, CodeInvalidClient, prefix+ih.Err.Error())
+	case errors.As(err, &ih) && ih.Field == "policy":
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, prefix+"policy "+ih.Err.Error())
+	default:
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, prefix+err.Error())
+	}
 }
 
 // limitWords says the limit behind a result as people think of it: "10
 // per 1m", and for a token bucket its rate and burst ("10 per 1s, burst
 // 20"), not its capacity as if that were the rate.
-func (a *API) limitWords(name string, m window.Result) string {
-	if p, ok := a.cfg.Node.Policy(name); ok && p.Alg() == window.TokenBucket {
+func limitWords(p policy.Policy, known bool, m window.Result) string {
+	if known && p.Alg() == window.TokenBucket {
 		for _, l := range p.Limits {
 			if time.Duration(l.Window).Milliseconds() == m.WindowMs {
 				return bucketWords(l)
@@ -129,109 +150,123 @@ func bucketWords(l policy.Limit) string {
 
 // oneCheck is one hit as a front end of this package asks for it.
 type oneCheck struct {
-	policy, key string
-	cost        int64
-	start       time.Time
+	hit   cluster.ValidHit
+	start time.Time
 	// refuse is the status of a refusal: 429, or what a forward-auth
 	// caller asked for.
 	refuse int
 	// prefix starts a 422's detail; refusedDetail words a refusal.
 	prefix        string
-	refusedDetail func(main window.Result, retryMs int64) string
-	// header, if set, adds front-end headers to every decided answer.
-	header func()
+	refusedDetail func(h cluster.HitResult, p policy.Policy, known bool, main window.Result, retryMs int64) string
+	// header, if set, is a front-end header every decided answer gets
+	// (its canonical key and its value).
+	headerKey, headerValue string
 }
 
-// decideOne runs one hit through the cluster and writes its answer: 200,
-// 422 when the cost can never be allowed, or a refusal with Retry-After.
+// decideOne runs one hit through the cluster in one call and writes its
+// answer: 200, 422 when the cost can never be allowed, or a refusal with
+// Retry-After.
 func (a *API) decideOne(c *gin.Context, q oneCheck) {
-	if a.neverAllowed(c, q.policy, q.cost, q.prefix) {
-		a.observeCheck(a.policyLabel(q.policy), window.CostExceedsLimit.String(), q.start)
-		return
+	res, _ := a.results.Get().(*cluster.OneResult)
+	if res == nil {
+		res = new(cluster.OneResult)
 	}
-	ctx, cancel := a.requestContext(c)
-	defer cancel()
-	res, err := a.cfg.Node.Check(ctx, q.policy, q.key, q.cost)
-	if err != nil {
-		a.observeCheck(a.policyLabel(q.policy), resultFor(err), q.start)
+	// Everything below is done with res (its slices) when this returns.
+	defer a.results.Put(res)
+	err := a.cfg.Node.CheckOne(c.Request.Context(), q.hit, a.cfg.RequestTimeout, res)
+	label := unknownLabel
+	if res.Known {
+		label = q.hit.Hit().Policy
+	}
+	switch {
+	case err != nil:
+		a.observeCheck(label, resultFor(err), q.start)
 		a.hitError(c, err)
+		return
+	case res.Known && !res.Policy.IsShadow() && res.Policy.IsConcurrency():
+		// Counted with the 422s, as before the lean path.
+		a.observeCheck(label, window.CostExceedsLimit.String(), q.start)
+		wrongPolicy(c, res.Policy.Name, q.prefix)
+		return
+	case res.NeverAllowed:
+		a.observeCheck(label, window.CostExceedsLimit.String(), q.start)
+		neverAllowed(c, res.Policy, res.Beyond, q.hit.Hit().Cost, q.prefix)
 		return
 	}
 	h := res.Hits[0]
 	if h.UnknownPolicy {
 		a.observeCheck(unknownLabel, CodeUnknownPolicy, q.start)
-		unknownPolicy(c, q.policy)
+		unknownPolicy(c, h.Policy)
 		return
 	}
 	result := h.Outcome.String()
 	if h.WouldRefuse() {
 		result = resultWouldRefuse
-		c.Header(HeaderShadow, ShadowWouldRefuse)
+		c.Writer.Header()[HeaderShadow] = shadowWouldRefuse
 	}
-	a.observeCheck(a.policyLabel(q.policy), result, q.start)
+	a.observeCheck(label, result, q.start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	setDecided(c, res.Decided)
-	if q.header != nil {
-		q.header()
+	if q.headerKey != "" {
+		c.Writer.Header()[q.headerKey] = []string{q.headerValue}
 	}
-	body := bodyOf(h, res.Allowed, false)
-	body.Decided = decidedOf(res.Decided)
+	decided := decidedOf(res.Decided)
 	switch {
 	case res.Allowed:
-		c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: body})
+		a.answers.writeAllowed(c, h, decided)
 	case h.Outcome == window.CostExceedsLimit:
+		body := bodyOf(h, false, false)
+		body.Decided = decided
 		costExceeds(c, h, body)
 	default:
-		retryMs := int64(0)
-		if body.RetryAfterMs != nil {
-			retryMs = *body.RetryAfterMs
-		}
-		body.RetryAfterMs = &retryMs
-		c.Header("Retry-After", strconv.FormatInt(max(1, (retryMs+999)/1000), 10))
-		c.Render(q.refuse, jsonRender{contentType: problemJSON, v: quotaProblem{
-			Type:   "https://iana.org/assignments/http-problem-types#quota-exceeded",
-			Title:  "Request quota exceeded",
-			Status: q.refuse,
-			Detail: q.refusedDetail(h.MainPart(), retryMs),
-			Code:   CodeQuotaExceeded, checkBody: body,
-		}})
+		retryMs, _ := retryAfterOf(h)
+		c.Writer.Header()["Retry-After"] = []string{strconv.FormatInt(max(1, (retryMs+999)/1000), 10)}
+		a.answers.writeRefused(c, q.refuse, h, retryMs, q.refusedDetail(h, res.Policy, res.Known, h.MainPart(), retryMs), decided)
 	}
 }
 
-// neverAllowed answers 422 without writing to the log when this node's
-// table already shows that cost exceeds a limit of the policy (capacity for
-// a token bucket). The log decides everything else, including this same
-// case when the table here has not caught up with a new policy.
-func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) bool {
+// neverAllowed answers 422 without writing to the log: this node's table
+// shows that cost exceeds limit i of p (its capacity for a token bucket).
+// The log decides everything else, including this same case when the
+// table here has not caught up with a new policy.
+func neverAllowed(c *gin.Context, p policy.Policy, i int, cost int64, at string) {
+	l := p.Limits[i]
+	words := fmt.Sprintf("the limit of %d per %s", l.Limit, l.Window)
+	if p.Alg() == window.TokenBucket {
+		words = fmt.Sprintf("the capacity %d of the bucket (%s)", l.Capacity(), bucketWords(l))
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
+		problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("%scost %d exceeds %s of policy %q: this request can never be allowed, do not retry", at, cost, words, p.Name),
+			Code:   CodeCostExceedsLimit},
+		Policy: p.Name,
+	}})
+	c.Abort()
+}
+
+// wrongPolicy answers a hit of a concurrency policy: it takes permits, not
+// hits.
+func wrongPolicy(c *gin.Context, name, at string) {
+	writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%spolicy: %q is a concurrency policy: take a permit with POST %s; nothing was counted", at, name, PermitsPath))
+}
+
+// tableNeverAllows answers 400 for a concurrency policy and 422 for a hit of POST /v1/check whose cost this
+// node's table shows can never be allowed (see neverAllowed).
+func (a *API) tableNeverAllows(c *gin.Context, name string, cost int64, at string) bool {
 	p, ok := a.cfg.Node.Policy(name)
 	if !ok || p.IsShadow() {
 		return false // a shadow policy answers it allowed, would-refuse
 	}
 	if p.IsConcurrency() {
-		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%spolicy: %q is a concurrency policy: take a permit with POST %s; nothing was counted", at, name, PermitsPath))
+		wrongPolicy(c, name, at)
 		return true
 	}
-	for _, l := range p.Limits {
-		capacity, words := l.Limit, fmt.Sprintf("the limit of %d per %s", l.Limit, l.Window)
-		if l.Burst > 0 {
-			capacity = l.Burst
-		}
-		if p.Alg() == window.TokenBucket {
-			words = fmt.Sprintf("the capacity %d of the bucket (%s)", capacity, bucketWords(l))
-		}
-		if cost > capacity {
-			c.Header("Cache-Control", "no-store")
-			c.Render(http.StatusUnprocessableEntity, jsonRender{contentType: problemJSON, v: costProblem{
-				problem: problem{Type: "about:blank", Title: http.StatusText(http.StatusUnprocessableEntity), Status: http.StatusUnprocessableEntity,
-					Detail: fmt.Sprintf("%scost %d exceeds %s of policy %q: this request can never be allowed, do not retry", at, cost, words, name),
-					Code:   CodeCostExceedsLimit},
-				Policy: name,
-			}})
-			c.Abort()
-			return true
-		}
+	i, never := p.NeverAllows(cost)
+	if never {
+		neverAllowed(c, p, i, cost, at)
 	}
-	return false
+	return never
 }
 
 // unknownLabel is the metrics label of checks of policies not in the table:
@@ -431,7 +466,7 @@ func (a *API) checkMany(c *gin.Context) {
 		}
 	}
 	for i, h := range hits {
-		if a.neverAllowed(c, h.Policy, h.Cost, fmt.Sprintf("hits[%d]: ", i)) {
+		if a.tableNeverAllows(c, h.Policy, h.Cost, fmt.Sprintf("hits[%d]: ", i)) {
 			a.observeCheck("multi", window.CostExceedsLimit.String(), start)
 			return
 		}

@@ -42,6 +42,26 @@ func (f *fakeNode) Check(ctx context.Context, pol, client string, cost int64) (c
 	return f.CheckAll(ctx, []cluster.Hit{{Policy: pol, Client: client, Cost: cost}})
 }
 
+// CheckOne answers as the node does: the cost pre-check against the
+// table, then the test's check.
+func (f *fakeNode) CheckOne(ctx context.Context, vh cluster.ValidHit, _ time.Duration, res *cluster.OneResult) error {
+	hit := vh.Hit()
+	*res = cluster.OneResult{}
+	res.Policy, res.Known = f.Policy(hit.Policy)
+	prechecked := res.Known && !res.Policy.IsShadow()
+	if prechecked && res.Policy.IsConcurrency() {
+		return nil
+	}
+	if prechecked {
+		if res.Beyond, res.NeverAllowed = res.Policy.NeverAllows(hit.Cost); res.NeverAllowed {
+			return nil
+		}
+	}
+	var err error
+	res.CheckResult, err = f.CheckAll(ctx, []cluster.Hit{hit})
+	return err
+}
+
 func (f *fakeNode) CheckAll(_ context.Context, hits []cluster.Hit) (cluster.CheckResult, error) {
 	return f.check(hits)
 }

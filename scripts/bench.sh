@@ -40,6 +40,15 @@
 #                       fixed window of BENCH_LEASED_CAP per 1s on 4 keys,
 #                       demand far above it; the report gives the share of
 #                       the limit admitted (under-admission)
+#   (BENCH_RUNS has "fastpath": issue 28's runs, after the leased ones)
+#   livez-256           GET /livez on the first cluster's leader, 256 workers
+#   K-hot-check-256, redis-hot-64, redis-hot-256
+#                       strict /check/hstrict/{key} on K's leader at 256
+#                       workers, and the baseline, on BENCH_LEASED_KEYS keys
+#   K-hot-followers-64  strict hot keys round-robin over K's two followers
+#   K-zipf-strict-256   strict /check/hstrict/{key} on K's leader, 256
+#                       workers, BENCH_ZIPF_STRICT_KEYS keys drawn by Zipf
+#                       (rlnode bench --dist zipf, s=1.1, with its trace)
 # and after all repetitions, once per repetition and log store:
 #   K-snapshot-64       /check on K's leader at 64 workers (rlnode bench, for
 #                       its per-second trace) over BENCH_SNAPSHOT_KEYS live
@@ -69,6 +78,9 @@
 #   BENCH_ZIPF_S       their Zipf exponent (default 1.07)
 #   BENCH_SNAPSHOT_KEYS  live windows in the snapshot runs (default 1000000)
 #   BENCH_REPS       interleaved repetitions (default 3)
+#   BENCH_RUNS=fastpath  issue 28's comparison (the runs above; with
+#                    "livez leased fastpath" every ratio of its Targets)
+#   BENCH_ZIPF_STRICT_KEYS  keys of K-zipf-strict-256 (default 10000)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
 #                    message when redis-server is not installed)
 #   BENCH_DURATION   measured length of each run (default 10s, a Go duration)
@@ -443,7 +455,7 @@ run_wrk() {
 }
 
 # Leased runs' policies, made once per cluster.
-if want_run leased; then
+if want_run leased || want_run fastpath; then
 	for k in "${kinds[@]}"; do
 		"$rl" policy set lhot --algorithm fixed_window --limit 1000000000 --window 60s --consistency leased --addr "${leader_url[$k]}" >/dev/null ||
 			die "$k: could not create policy lhot"
@@ -491,6 +503,25 @@ leased_runs() {
 	run_keys=4 run "r$r-$k-leased-cap-64" --addr "$all" --path "/check/lcap/{key}" --concurrency 64
 }
 
+# fastpath_runs REP KIND: issue 28's runs of one repetition on KIND (a
+# cluster or redis): strict checks of the leased runs' hot keys at 256
+# workers and through the followers, the baseline on the same keys, and
+# strict checks of a Zipf-drawn 10,000 keys at 256 workers (rlnode bench,
+# for its per-second trace: the worst second is the tail spike).
+fastpath_runs() {
+	local r=$1 k=$2
+	if [ "$k" = redis ]; then
+		for c in 64 256; do
+			run_keys=$leased_keys run "r$r-redis-hot-$c" --addr "$redis_url" --concurrency "$c"
+		done
+		return
+	fi
+	run_keys=$leased_keys run "r$r-$k-hot-check-256" --addr "${leader_url[$k]}" --path "/check/hstrict/{key}" --concurrency 256
+	run_keys=$leased_keys run "r$r-$k-hot-followers-64" --addr "${follower_urls[$k]}" --path "/check/hstrict/{key}" --concurrency 64
+	run_client=rlnode run_keys="${BENCH_ZIPF_STRICT_KEYS:-10000}" run "r$r-$k-zipf-strict-256" --addr "${leader_url[$k]}" \
+		--path "/check/hstrict/{key}" --dist zipf --concurrency 256
+}
+
 for r in $(seq 1 "$reps"); do
 	say "---- repetition $r of $reps"
 	# Rotate who goes first each repetition, so no system always follows
@@ -531,6 +562,18 @@ for r in $(seq 1 "$reps"); do
 		half="$(python3 -c 'import json,sys; print(max(1, round(json.load(open(sys.argv[1]))["throughputRps"] / 2)))' "$out/r$r-$k-check-64.json")"
 		run "r$r-$k-open-half" --addr "${leader_url[$k]}" --rate "$half"
 	done
+	if want_run fastpath; then
+		run "r$r-livez-256" --addr "${leader_url[${kinds[0]}]}" --path /livez --concurrency 256
+		want_run leased || for k in "${order[@]}"; do
+			[ "$k" != redis ] || continue
+			run_keys=$leased_keys run "r$r-$k-hot-check-64" --addr "${leader_url[$k]}" --path "/check/hstrict/{key}" --concurrency 64
+			for c in 64 256; do
+				run_keys=$leased_keys run "r$r-$k-leased-$c" --addr "${leader_url[$k]}" --path "/check/lhot/{key}" --concurrency "$c"
+			done
+			run_keys=$leased_keys run "r$r-$k-leased-followers-64" --addr "${follower_urls[$k]}" --path "/check/lhot/{key}" --concurrency 64
+		done
+		for k in "${order[@]}"; do fastpath_runs "$r" "$k"; done
+	fi
 done
 
 # ---- snapshot runs: a snapshot of snap_keys live windows under load ----

@@ -66,6 +66,23 @@ def snapshot_seconds(out, kinds, runs):
             print(l)
 
 
+def fastpath_targets(k, runs, tp, ratio, target, baseline):
+    """Issue 28's Targets: leased hot keys against /livez and Redis at 64
+    and 256 workers, strict hot keys against Redis on the same keys, the
+    followers against the leader, and strict Zipf keys' p99 in every run."""
+    if not runs.get("%s-hot-check-256" % k):
+        return
+    # leased@64 / livez@64 is among the leased targets
+    target("%s leased@256 / livez@256" % k, ratio(tp("%s-leased-256" % k), tp("livez-256")), ">=", 0.8)
+    for c in (64, 256):
+        if baseline:
+            target("%s leased@%d / redis hot@%d" % (k, c, c), ratio(tp("%s-leased-%d" % (k, c)), tp("redis-hot-%d" % c)), ">=", 2.0)
+            target("%s strict hot@%d / redis hot@%d" % (k, c, c), ratio(tp("%s-hot-check-%d" % (k, c)), tp("redis-hot-%d" % c)), ">=", 1.0)
+    target("%s p99 strict hot@64, worst rep (ms)" % k, worst(runs.get("%s-hot-check-64" % k, []), "p99"), "<=", 10, "ms")
+    target("%s strict hot followers / leader @64" % k, ratio(tp("%s-hot-followers-64" % k), tp("%s-hot-check-64" % k)), ">=", 0.9)
+    target("%s p99 strict zipf@256, worst rep (ms)" % k, worst(runs.get("%s-zipf-strict-256" % k, []), "p99"), "<=", 60, "ms")
+
+
 def main():
     out, reps, baseline, kinds = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
     with open(os.path.join(out, "env.txt")) as f:
@@ -76,6 +93,12 @@ def main():
         names += ["%s-check-%d" % (k, c) for k in kinds]
         if baseline:
             names.append("redis-check-%d" % c)
+    # issue 28's fast-path runs (BENCH_RUNS has fastpath)
+    names.append("livez-256")
+    if baseline:
+        names += ["redis-hot-64", "redis-hot-256"]
+    for k in kinds:
+        names += ["%s-%s" % (k, n) for n in ("hot-check-256", "hot-followers-64", "zipf-strict-256")]
     names += ["%s-followers-64" % k for k in kinds]
     names += ["%s-open-half" % k for k in kinds]
     names += ["%s-snapshot-64" % k for k in kinds]
@@ -129,7 +152,7 @@ def main():
     print("CPU-seconds per 100k requests (median over repetitions; the servers' user+system CPU during the run)")
     print("  %-26s %10s %14s %14s %10s" % ("run", "leader", "each follower", "redis+limiter", "all nodes"))
     for n in names:
-        if n == "livez-64":
+        if n.startswith("livez-"):
             continue
         per = {"leader": [], "follower": [], "redis": [], "all": []}
         for r in range(1, reps + 1):
@@ -209,6 +232,7 @@ def main():
                 # admitted share of 4 keys × cap per second × the run.
                 want = 4 * float(os.environ.get("BENCH_LEASED_CAP", "2000")) * float(os.environ.get("BENCH_DURATION_S", "10"))
                 target("%s leased admitted share of the limit" % k, statistics.median(r["ok"] / want for r in cap), ">=", 0.9)
+        fastpath_targets(k, runs, tp, ratio, target, baseline)
     print()
     print("%-40s %10s %10s  %-6s %s" % ("target", "value", "goal", "result", "margin"))
     for r in rows:
