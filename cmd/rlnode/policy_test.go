@@ -17,14 +17,25 @@ const polToken = "p0licy"
 var polEnv = []string{"RLNODE_CLUSTER_TOKEN=" + polToken}
 
 // policyCLI runs `rlnode policy ARGS --addr URL` with the token and fails
-// the test unless it exits 0.
+// the test unless it exits 0. A read (list, get) that met a leader
+// election is asked again, as its user would on the 503: a read is
+// linearizable through the leader, and a loaded machine sees elections.
+// Writes are never rerun: a 503 may leave their outcome unknown.
 func policyCLI(t *testing.T, n *proctest.Node, args ...string) string {
 	t.Helper()
-	out, stderr, code := proctest.Run(t, rlnodeBin, polEnv, append(append([]string{"policy"}, args...), "--addr", n.URL())...)
-	if code != 0 {
-		t.Fatalf("rlnode policy %v: exit %d\n%s%s", args, code, out, stderr)
+	read := len(args) > 0 && (args[0] == "list" || args[0] == "get")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, stderr, code := proctest.Run(t, rlnodeBin, polEnv, append(append([]string{"policy"}, args...), "--addr", n.URL())...)
+		if code == 0 {
+			return out
+		}
+		if !read || !strings.Contains(stderr, "HTTP 503") || time.Now().After(deadline) {
+			t.Fatalf("rlnode policy %v: exit %d\n%s%s", args, code, out, stderr)
+		}
+		t.Logf("rlnode policy %v met a leader change, asking again: %s", args, strings.TrimSpace(stderr))
+		time.Sleep(200 * time.Millisecond)
 	}
-	return out
 }
 
 func followerOf(t *testing.T, nodes []*proctest.Node) (leader, follower *proctest.Node) {
