@@ -10,8 +10,20 @@
 //
 // Calls that certainly did not count (no leader, a node that could not be
 // reached, a node that was not ready) are retried on the other nodes until
-// Config.Timeout. A call whose outcome is unknown is never retried: it
-// returns an error matching ErrOutcomeUnknown and the caller decides.
+// Config.Timeout. A call whose outcome a node reported as unknown (it
+// answered so, or the connection broke after the request left) is never
+// retried: it returns an error matching ErrOutcomeUnknown and the caller
+// decides.
+//
+// A node that answers nothing within Config.AttemptTimeout (default 300ms:
+// a stopped process, a frozen VM) is skipped for the next node, and later
+// calls leave it alone until it answers a probe of its /livez again (Close
+// stops the probes). A check such a node later decides too counts twice,
+// and a grant it made lapses unspent: under-admission, never over. The
+// last node left to try keeps the call's whole time.
+//
+// The Client keeps idle keep-alive connections for up to 512 parallel
+// callers per node; make one Client per process and share it.
 package client
 
 import (
@@ -25,9 +37,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +62,14 @@ type Config struct {
 	// cluster while calls succeed (default 30s; it is also re-read after any
 	// failure).
 	RefreshInterval time.Duration
+	// AttemptTimeout bounds how long one node may take to answer one
+	// attempt while another node is left to try (default 300ms, well
+	// under Timeout; negative: no bound but Timeout). A node that did not
+	// answer in time, or refused the connection, is skipped by later
+	// calls until it answers a probe again. A check sent to a node that
+	// then hung may count there as well as on the node that answered: the
+	// safe side. Keep it above the slowest healthy answer.
+	AttemptTimeout time.Duration
 	// Transport replaces the client's own pooled transport (tests, proxies).
 	Transport http.RoundTripper
 }
@@ -58,11 +80,14 @@ type Client struct {
 	cfg    Config
 	scheme string
 	http   *http.Client
+	health *health
+	auth   []string // the Authorization header's value, nil without a token
 
 	mu        sync.Mutex
 	seeds     []string
 	members   []string // host:port, leader first when known
 	next      int      // index of the member to try first
+	ordered   []string // members from next on (order), nil when stale
 	refreshed time.Time
 }
 
@@ -79,6 +104,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.RefreshInterval == 0 {
 		cfg.RefreshInterval = 30 * time.Second
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.AttemptTimeout >= cfg.Timeout {
+		// One attempt may take the whole call.
+		cfg.AttemptTimeout = -1
 	}
 	scheme := "http"
 	if cfg.TLS != nil {
@@ -101,40 +133,65 @@ func New(cfg Config) (*Client, error) {
 	rt := cfg.Transport
 	if rt == nil {
 		rt = &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSClientConfig:     cfg.TLS,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 64,
+			Proxy:           nil,
+			DialContext:     (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig: cfg.TLS,
+			// Every caller in flight holds a connection: keep as many
+			// idle as parallel callers use, or each burst past the idle
+			// cap dials (and later closes) connections of its own.
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 512,
 			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   cfg.TLS != nil,
+			// Answers are a few hundred bytes and never compressed: no
+			// Accept-Encoding to send, no gzip check per answer.
+			DisableCompression: true,
+			ForceAttemptHTTP2:  cfg.TLS != nil,
 		}
 	}
-	return &Client{cfg: cfg, scheme: scheme, http: &http.Client{Transport: rt}, seeds: seeds, members: append([]string(nil), seeds...)}, nil
+	c := &Client{cfg: cfg, scheme: scheme, http: &http.Client{Transport: rt}, health: newHealth(),
+		seeds: seeds, members: append([]string(nil), seeds...)}
+	if cfg.Token != "" {
+		c.auth = []string{"Bearer " + cfg.Token}
+	}
+	return c, nil
 }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+// Close stops the probes of nodes that did not answer and releases idle
+// connections.
+func (c *Client) Close() {
+	c.health.close()
+	c.http.CloseIdleConnections()
+}
 
 // Members returns the node addresses the client currently knows, the one it
 // will try first at the front.
-func (c *Client) Members() []string {
+func (c *Client) Members() []string { return slices.Clone(c.order()) }
+
+// order is Members without the copy: the caller must not change it. It is
+// rebuilt only when the members or the first one change, so a call costs
+// no allocation here.
+func (c *Client) order() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.members))
-	for i := range c.members {
-		out = append(out, c.members[(c.next+i)%len(c.members)])
+	if c.ordered == nil {
+		c.ordered = make([]string, 0, len(c.members))
+		for i := range c.members {
+			c.ordered = append(c.ordered, c.members[(c.next+i)%len(c.members)])
+		}
 	}
-	return out
+	return c.ordered
 }
 
 // worked remembers a node that answered, so the next call starts there.
 func (c *Client) worked(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.members) > 0 && c.members[c.next] == addr {
+		return
+	}
 	for i, m := range c.members {
 		if m == addr {
-			c.next = i
+			c.next, c.ordered = i, nil
 			return
 		}
 	}
@@ -164,9 +221,21 @@ func (c *Client) refresh(ctx context.Context, force bool) {
 
 	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.Timeout, time.Second))
 	defer cancel()
+	// Nodes that did not answer lately are asked last.
+	var up, down []string
 	for _, addr := range ask {
+		if c.health.isDown(addr) {
+			down = append(down, addr)
+		} else {
+			up = append(up, addr)
+		}
+	}
+	for _, addr := range append(up, down...) {
 		var peers []peer
-		if err := c.getJSON(ctx, addr, "/v1/cluster/peers", &peers); err != nil || len(peers) == 0 {
+		actx, acancel := c.attemptContext(ctx)
+		err := c.getJSON(actx, addr, "/v1/cluster/peers", &peers)
+		acancel()
+		if err != nil || len(peers) == 0 {
 			continue
 		}
 		members := make([]string, 0, len(peers))
@@ -184,7 +253,7 @@ func (c *Client) refresh(ctx context.Context, force bool) {
 			continue
 		}
 		c.mu.Lock()
-		c.members, c.next = members, 0
+		c.members, c.next, c.ordered = members, 0, nil
 		c.mu.Unlock()
 		return
 	}
@@ -219,55 +288,76 @@ type answer struct {
 // certainly did not count. ok lists the statuses that carry a decision.
 //
 // A node that could not be reached is tried again (with backoff) until the
-// timeout; a node that answered "not counted" or "no leader" has already
-// waited for a leader itself, so it is not asked again in this call, and the
-// call ends once every known node has said so.
+// timeout, once it answers a probe (endpoints.go); a node that answered
+// "not counted" or "no leader" has already waited for a leader itself, so
+// it is not asked again in this call, and the call ends once every known
+// node has said so. A node that took the request but did not answer within
+// AttemptTimeout, while another node is left to try, is skipped for the
+// next one: if it wakes up and decides the request too, a hit counts twice
+// (under-admission, never over) and a grant's units lapse unspent (the
+// same).
 func (c *Client) call(ctx context.Context, method, path string, body []byte, ok ...int) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	c.refresh(ctx, false)
 	backoff := 10 * time.Millisecond
-	answered := map[string]error{}
-	var last error
-	for round := 0; ; round++ {
-		members := c.Members()
-		for _, addr := range members {
-			if answered[addr] != nil {
-				continue
-			}
-			a, err := c.once(ctx, addr, method, path, body, ok)
+	var answered map[string]error
+	var last, unknown error
+	for {
+		try := c.candidates(answered)
+		if len(try) == 0 {
+			return answer{}, c.worst(answered, unknown, last)
+		}
+		for i, addr := range try {
+			// The last node left in a round may take the call's whole
+			// time: with nowhere else to go, a slow answer (a node
+			// waiting for an election) beats none.
+			a, err := c.once(ctx, addr, method, path, body, ok, i < len(try)-1)
 			if err == nil {
 				c.worked(addr)
 				return a, nil
 			}
-			if !retryable(err) {
+			var e *Error
+			errors.As(err, &e)
+			switch {
+			case e != nil && e.hung:
+				if e.kind == ErrOutcomeUnknown {
+					unknown = err
+				}
+			case !retryable(err):
 				return a, err
-			}
-			if e := (*Error)(nil); errors.As(err, &e) && e.Status != 0 {
+			case e != nil && e.Status != 0:
+				if answered == nil {
+					answered = map[string]error{}
+				}
 				answered[addr] = err
 			}
 			last = err
 			if ctx.Err() != nil {
-				return a, c.worst(answered, last)
+				return a, c.worst(answered, unknown, last)
 			}
 		}
 		c.refresh(ctx, true)
-		if len(answered) >= len(c.Members()) {
-			return answer{}, c.worst(answered, last)
+		if len(answered) >= len(c.order()) {
+			return answer{}, c.worst(answered, unknown, last)
 		}
 		select {
 		case <-ctx.Done():
-			return answer{}, c.worst(answered, last)
+			return answer{}, c.worst(answered, unknown, last)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
 
-// worst picks the error to report when no node decided: a node's own answer
+// worst picks the error to report when no node decided: a request a node
+// took and never answered may still count there; else a node's own answer
 // says more than a connection error.
-func (c *Client) worst(answered map[string]error, last error) error {
-	for _, addr := range c.Members() {
+func (c *Client) worst(answered map[string]error, unknown, last error) error {
+	if unknown != nil {
+		return unknown
+	}
+	for _, addr := range c.order() {
 		if err := answered[addr]; err != nil && errors.Is(err, ErrNoLeader) {
 			return err
 		}
@@ -278,10 +368,24 @@ func (c *Client) worst(answered map[string]error, last error) error {
 	return last
 }
 
-// once sends one request to one node and classifies the outcome.
-func (c *Client) once(ctx context.Context, addr, method, path string, body []byte, ok []int) (answer, error) {
+// once sends one request to one node, within the attempt budget when
+// bounded, and classifies the outcome.
+func (c *Client) once(ctx context.Context, addr, method, path string, body []byte, ok []int, bounded bool) (answer, error) {
 	a := answer{node: addr}
-	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+path, nil)
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if bounded {
+		actx, cancel = c.attemptContext(ctx)
+	}
+	defer cancel()
+	var sent atomic.Bool // set by the transport's writer goroutine
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				sent.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(actx, method, c.scheme+"://"+addr+path, nil)
 	if err != nil {
 		return a, &Error{Node: addr, kind: ErrInvalid, cause: err}
 	}
@@ -291,40 +395,49 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 	if body != nil {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = acceptJSON
 	} else if method != http.MethodGet || strings.HasPrefix(path, "/check") {
 		req.Body = noReplay{}
 	}
-	req.Header.Set("Accept", "application/json")
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	// Canonical keys set directly: no canonicalizing per call; the value
+	// slices are shared and never changed.
+	req.Header["Accept"] = acceptJSON
+	if c.auth != nil {
+		req.Header["Authorization"] = c.auth
 	}
-	var wrote bool
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote = wrote || i.Err == nil },
-	}))
 	resp, err := c.http.Do(req)
+	wrote := sent.Load()
 	if err != nil {
 		var remote *net.OpError
 		var verify *tls.CertificateVerificationError
-		if errors.As(err, &remote) && remote.Op == "remote error" || errors.As(err, &verify) {
+		switch {
+		case errors.As(err, &remote) && remote.Op == "remote error" || errors.As(err, &verify):
 			// The TLS handshake failed: the node sent an alert (with TLS 1.3
 			// its verdict on our certificate arrives after the request
 			// left) or its certificate is not trusted. The node never read
 			// the request, and another node would answer the same.
 			return a, &Error{Node: addr, kind: ErrUnauthorized, cause: err}
-		}
-		if !wrote {
-			// Nothing reached the node: not counted, try another.
+		case c.hung(ctx, actx):
+			return a, c.hungError(addr, wrote, err)
+		case !wrote:
+			// Nothing reached the node: not counted, try another; skip
+			// it until it answers again.
+			c.health.markDown(addr, c.probe)
 			return a, &Error{Node: addr, kind: ErrNotCounted, cause: err}
 		}
 		return a, &Error{Node: addr, kind: ErrOutcomeUnknown, cause: err}
 	}
 	defer resp.Body.Close()
 	a.status, a.header = resp.StatusCode, resp.Header
-	a.body, err = io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	a.body, err = readAnswer(resp)
 	if err != nil {
+		if c.hung(ctx, actx) {
+			return a, c.hungError(addr, true, err)
+		}
 		return a, &Error{Node: addr, Status: resp.StatusCode, kind: ErrOutcomeUnknown, cause: fmt.Errorf("read answer: %w", err)}
+	}
+	if c.health.anyDown() {
+		c.health.markUp(addr)
 	}
 	for _, s := range ok {
 		if resp.StatusCode == s {
@@ -332,6 +445,41 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 		}
 	}
 	return a, problemError(a)
+}
+
+// hung reports whether an attempt ran out of its own budget while the
+// call still had time: the node did not answer.
+func (c *Client) hung(call, attempt context.Context) bool {
+	return call.Err() == nil && errors.Is(attempt.Err(), context.DeadlineExceeded)
+}
+
+// hungError marks addr down and says what became of the request: not
+// counted if it never left, else unknown on that node (the call goes on
+// to the next node all the same).
+func (c *Client) hungError(addr string, wrote bool, err error) *Error {
+	c.health.markDown(addr, c.probe)
+	kind := ErrNotCounted
+	if wrote {
+		kind = ErrOutcomeUnknown
+	}
+	return &Error{Node: addr, kind: kind, hung: true,
+		cause: fmt.Errorf("no answer within the attempt budget of %s: %w", c.cfg.AttemptTimeout, err)}
+}
+
+var acceptJSON = []string{"application/json"}
+
+// maxAnswer bounds an answer's body.
+const maxAnswer = 4 << 20
+
+// readAnswer reads an answer's body, in one allocation of its size when
+// the node sent a Content-Length (every rlnode answer does).
+func readAnswer(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxAnswer {
+		b := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, b)
+		return b, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 }
 
 // noReplay is an empty request body net/http cannot rewind.

@@ -52,6 +52,9 @@ type Error struct {
 	kind error
 	// cause is the transport error, if any.
 	cause error
+	// hung: the node did not answer within the attempt budget; the call
+	// went on to the next node.
+	hung bool
 }
 
 func (e *Error) Error() string {

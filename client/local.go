@@ -197,10 +197,19 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64, demand bo
 			e.mu.Unlock()
 			select {
 			case <-wait:
-				continue
 			case <-ctx.Done():
 				return Result{}, &Error{kind: ErrNotCounted, cause: ctx.Err()}
 			}
+			if err := e.fetchError(wait); err != nil {
+				// The fetch this caller waited for failed: the same
+				// error the caller that started it gets, never a
+				// refusal (the middleware's fail mode decides).
+				if errors.Is(err, ErrNotLeased) || errors.Is(err, ErrTooManyGrants) {
+					return l.c.Check(ctx, policy, key, n)
+				}
+				return Result{}, err
+			}
+			continue
 		}
 		if attempt > 0 {
 			// A fresh grant still cannot pay for this hit: the window
@@ -241,6 +250,7 @@ func (l *Local) fetch(ctx context.Context, e *entry, policy, key string, want in
 	e.mu.Lock()
 	back := e.installed(l, g, err)
 	e.fetch = nil
+	e.lastFetch, e.lastFetchErr = wait, err
 	close(wait)
 	e.mu.Unlock()
 	l.giveBack(back)

@@ -16,6 +16,20 @@ type entry struct {
 	dead bool
 	// fetch is closed when the grant in flight is installed.
 	fetch chan struct{}
+	// The last fetch and how it failed (nil: it did not), for callers
+	// that waited on it.
+	lastFetch    chan struct{}
+	lastFetchErr error
+}
+
+// fetchError is how the fetch that closed wait failed, if it did.
+func (e *entry) fetchError(wait chan struct{}) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastFetch == wait {
+		return e.lastFetchErr
+	}
+	return nil
 }
 
 func (e *entry) isDead() bool {

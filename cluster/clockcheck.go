@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // Clock discipline (CockroachDB's --max-offset is the anchor). The leader
@@ -32,10 +34,14 @@ import (
 // skewed, no node can establish a majority and hits fail until a clock
 // is fixed or the voter returns. For a limiter that is the safe side.
 
-// ClockReading is one node's clock as its peers see it.
+// ClockReading is one node's clock as its peers see it, with its release
+// and log format for the version gate (gate.go); releases before the gate
+// send neither, and older readers ignore them.
 type ClockReading struct {
-	ID    string `json:"id"`
-	NowMs int64  `json:"nowMs"`
+	ID      string     `json:"id"`
+	NowMs   int64      `json:"nowMs"`
+	Version string     `json:"version,omitempty"`
+	Format  fsm.Format `json:"format,omitempty"`
 }
 
 // ErrClockSkew marks refusals caused by a clock too far off.
@@ -72,7 +78,7 @@ func (c *clockCheck) checkNow() {
 
 // ClockReading reports this node's clock (with any debug skew).
 func (n *Node) ClockReading() ClockReading {
-	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs()}
+	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), Version: n.cfg.Version, Format: n.format()}
 }
 
 // ClockSkewed reports whether this node refuses to lead because of its clock.
@@ -94,6 +100,7 @@ func (n *Node) runClockCheck() {
 		}
 		n.measureClocks()
 		n.judgeClock()
+		n.noteClusterFormat()
 		if tick%5 == 0 {
 			// Host names may need DNS: not every second.
 			n.refreshPeerIPs()
@@ -135,6 +142,7 @@ func (n *Node) probeJoinAddrs(members map[string]bool) {
 			continue
 		}
 		n.recordOffset(rd.ID, off)
+		n.formats.record(rd)
 		n.peerAddrs.merge(map[string]string{rd.ID: addr})
 	}
 }
@@ -147,6 +155,7 @@ func (n *Node) measurePeer(id, addr string) bool {
 		return false
 	}
 	n.recordOffset(id, off)
+	n.formats.record(rd)
 	return true
 }
 

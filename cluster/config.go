@@ -168,6 +168,14 @@ type Config struct {
 	JoinAddrs []string
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
+	// Version is this node's release (cmd/rlnode's, set at build time),
+	// reported to peers and in Status beside its format.
+	Version string
+	// Format is the log format this node reports to its peers for the
+	// version gate and reads from its data dir; 0 means
+	// fsm.CurrentFormat. Tests set an older one to stand in for a node
+	// of an older release.
+	Format fsm.Format
 
 	Logger hclog.Logger
 	// Stream replaces the TCP stream layer (a test harness wraps it to cut

@@ -357,7 +357,7 @@ type returnWire struct {
 
 // The leader operations of leases (the forwarding rule of leaderops.go).
 var (
-	opGrant = leaderOp[grantWire, grantWire]{name: "grant",
+	opGrant = leaderOp[grantWire, grantWire]{name: "grant", bounded: true,
 		check: func(r grantWire) error {
 			if r.LeaseMs < 1 {
 				return fmt.Errorf("grant: leaseMs %d", r.LeaseMs)

@@ -40,6 +40,11 @@ type leaderOp[Req, Resp any] struct {
 	// wait says a caller may wait briefly for a leader to be elected (an
 	// admin call); reads fail at once when none is known.
 	wait bool
+	// bounded: a forward of op that the leader does not answer within
+	// GrantAttemptTimeout fails fast, and the next waits for a new leader
+	// (attempt.go); only for an operation whose lost answer can only
+	// under-admit (a grant).
+	bounded bool
 }
 
 func (op leaderOp[Req, Resp]) path() string { return leaderPrefix + op.name }
@@ -56,6 +61,12 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 	if n.IsLeader() {
 		return op.run(n, ctx, req)
 	}
+	if op.bounded {
+		err = n.forwardBounded(ctx, func(ctx context.Context) error {
+			return n.fwd.call(ctx, op.wait, op.path(), req, &resp)
+		})
+		return resp, err
+	}
 	err = n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 	return resp, err
 }
@@ -65,7 +76,9 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 // or fails otherwise than not counted, or budget (or ctx) ends; an
 // operation that never reached the log (no leader, the leader moved, the
 // dial failed, the clock was off) is asked of the next leader (not of a
-// node that says it was removed: not_member is final). Failures
+// node that says it was removed: not_member is final), and so is a grant
+// the leader did not answer within GrantAttemptTimeout (attempt.go), once
+// a new leader is known. Failures
 // have the hit path's shape: a *HitError, not counted or outcome unknown.
 func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, budget time.Duration) (Resp, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)

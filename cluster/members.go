@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // MemberStatusPath serves this node's status and disk use to the node a
@@ -25,6 +26,11 @@ type Member struct {
 	// Lag is how many entries the member has yet to apply of the
 	// highest commit index any member reported.
 	Lag uint64 `json:"lag"`
+	// Version and Format are the member's release and the newest log
+	// format it applies, from its status ("" and 0 when unreachable or
+	// of a release before formats were reported, which counts as 3).
+	Version string     `json:"version"`
+	Format  fsm.Format `json:"format"`
 }
 
 // MemberStatus is Status plus what the node's disk holds and the leases
@@ -105,6 +111,9 @@ func (n *Node) Members(ctx context.Context) ([]Member, error) {
 	for i, m := range out {
 		if m.Status != nil && commit > m.Status.AppliedIndex {
 			out[i].Lag = commit - m.Status.AppliedIndex
+		}
+		if m.Status != nil {
+			out[i].Version, out[i].Format = m.Status.Version, m.Status.Format
 		}
 	}
 	return out, nil

@@ -71,6 +71,9 @@ func (n *Node) join(_ context.Context, j JoinRequest) (none, error) {
 }
 
 func (n *Node) joinOnLeader(j JoinRequest) error {
+	if err := n.checkJoinerFormat(j); err != nil {
+		return err
+	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("join %s: read configuration: %w", j.ID, err)

@@ -35,6 +35,7 @@ type Node struct {
 	transport *raft.NetworkTransport
 	clock     leaderClock
 	fwd       *forwarder
+	hung      hungLeader // the leader that last did not answer a grant in time
 	internal  http.Handler
 
 	leaderBatch *groupCommit
@@ -47,6 +48,11 @@ type Node struct {
 	peerIPs    atomic.Pointer[map[string]bool]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck clockCheck
+	formats    *peerFormats // members' formats, for the version gate
+	// formatMark is the format the data dir records (storage.FormatFile);
+	// formatMu makes raising it one step.
+	formatMark atomic.Uint32
+	formatMu   sync.Mutex
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
@@ -93,6 +99,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
+	n.formats = newPeerFormats(time.Now)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
@@ -125,11 +132,17 @@ func Open(cfg Config) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log})
+	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log,
+		Reads: n.format(), Version: cfg.Version})
 	if err != nil {
 		return err
 	}
 	n.data = data
+	mark, _, err := storage.ReadFormat(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	n.formatMark.Store(uint32(mark))
 	n.peerAddrs = loadPeerAddrs(cfg.DataDir)
 	if err := n.openTransport(); err != nil {
 		return err
@@ -392,6 +405,14 @@ type Status struct {
 	// Waiting, on a node that belongs to no cluster yet, says what it
 	// waits for (the nodes --bootstrap-expect has not met, a join).
 	Waiting string `json:"waiting,omitempty"`
+	// Version is this node's release and Format the newest log format
+	// it applies (both absent from releases before formats were
+	// reported); ClusterFormat is the cluster's format as this node's
+	// version gate sees it (the lowest any member reports, or the format
+	// recorded once every member reported it).
+	Version       string     `json:"version,omitempty"`
+	Format        fsm.Format `json:"format,omitempty"`
+	ClusterFormat fsm.Format `json:"clusterFormat,omitempty"`
 	// Membership is "member", "joining" (in no configuration it has
 	// seen yet) or "removed"; Removed says why and what to do.
 	Membership string `json:"membership"`
@@ -415,6 +436,8 @@ func (n *Node) Status() Status {
 		ClockOffsetMs: n.clock.debugOffset.Load(),
 		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
+	s.Version, s.Format = n.cfg.Version, n.format()
+	s.ClusterFormat = n.clusterFormat()
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
@@ -441,6 +464,8 @@ type Gauges struct {
 	// ClockSkewMs and ClockSkewed: see Status.
 	ClockSkewMs int64
 	ClockSkewed bool
+	// ClusterFormat: see Status.
+	ClusterFormat uint32
 	// Membership: see Status.
 	Membership string
 }
@@ -450,7 +475,16 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership()}
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership(),
+		ClusterFormat: uint32(n.clusterFormat())}
+}
+
+// clusterFormat is the cluster's format as this node's gate sees it: the
+// effective format, or the one it recorded once every member reported it
+// (never lowered).
+func (n *Node) clusterFormat() fsm.Format {
+	f, _ := n.effectiveFormat()
+	return max(f, fsm.Format(n.formatMark.Load()))
 }
 
 // Peer is one server of the Raft configuration.

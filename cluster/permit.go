@@ -165,6 +165,11 @@ func (n *Node) permitOp(ctx context.Context, w permitWire) (Permit, error) {
 		}
 		return Permit{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
+	// The node asked checks the leader's format: a leader of an older
+	// release has no gate and no permit operation.
+	if err := n.requireLeaderFormat(fsm.FormatR4); err != nil {
+		return Permit{}, errors.Join(ErrNotCounted, err)
+	}
 	var out Permit
 	err := n.permitCall(ctx, func(ctx context.Context) error {
 		var err error

@@ -27,6 +27,11 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (string, error) {
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
+	// The node asked checks the leader's format: a leader of an older
+	// release has no gate and might misread what it does not know.
+	if err := n.requireLeaderFormat(fsm.PolicyFormat(p)); err != nil {
+		return "", fmt.Errorf("set policy %s: %w", p.Name, err)
+	}
 	res, err := opSetPolicy.do(ctx, n, p)
 	return res.Result, err
 }
@@ -79,6 +84,9 @@ type PolicyTable struct {
 // version is another, nothing is written and the error is
 // ErrTableChanged. On a follower it goes to the leader.
 func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy, ifMatch string) (TableChange, error) {
+	if err := n.requireLeaderFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
+		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
+	}
 	return opReplaceTable.do(ctx, n, replaceRequest{Policies: ps, IfMatch: ifMatch})
 }
 

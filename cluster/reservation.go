@@ -130,6 +130,9 @@ func (n *Node) reservationOp(ctx context.Context, w reservationWire) (reservatio
 		}
 		return reservationAnswer{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
 	}
+	if err := n.requireLeaderFormat(fsm.FormatR4); err != nil { // as permitOp
+		return reservationAnswer{}, errors.Join(ErrNotCounted, err)
+	}
 	var out reservationAnswer
 	err := n.permitCall(ctx, func(ctx context.Context) error {
 		var err error

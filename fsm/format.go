@@ -1,6 +1,9 @@
 package fsm
 
-import "github.com/rlnode/rlnode/policy"
+import (
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/window"
+)
 
 // Format is the log and snapshot format a node writes and can apply. A
 // release that adds an entry kind, a policy option or a snapshot section
@@ -22,12 +25,23 @@ const (
 	OldestFormat = FormatR3
 )
 
+// What FormatR3 (bd9eb85) decodes in a policy: its option bits and its
+// algorithm codes. Anything else halts an R3 node (codec2.go's policy
+// decoder), so it needs FormatR4 on every voter.
+const (
+	r3Options      = optLeased | optEpochAlign
+	r3MaxAlgorithm = window.TokenBucket
+)
+
 // PolicyFormat is the lowest format whose nodes can apply an entry
 // carrying p: a policy option or algorithm added in a later format needs
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
-	if p.IsConcurrency() {
-		return FormatR4 // algorithm byte 5: a round-3 node's decoder refuses it
+	switch {
+	case p.IsConcurrency(): // algorithm byte 5: a round-3 node's decoder refuses it
+		return FormatR4
+	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:
+		return FormatR4
 	}
 	return FormatR3
 }

@@ -116,14 +116,38 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 	}
 	p, ok := a.cfg.Node.Policy(name)
 	if !ok {
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
-		return p, false
+		p, ok = a.policyOnLeader(c, name)
+		if !ok {
+			return p, false
+		}
 	}
 	if !p.IsLeased() {
 		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check", name))
 		return p, false
 	}
 	return p, true
+}
+
+// policyOnLeader looks name up in the leader's table (a linearizable
+// read) when this node's table lacks it: a node that has just restarted,
+// or lags, may not have applied the entry that defined it yet, and 404
+// would tell the holder the policy does not exist. It answers the request
+// itself unless ok.
+func (a *API) policyOnLeader(c *gin.Context, name string) (policy.Policy, bool) {
+	ctx, cancel := a.requestContext(c)
+	defer cancel()
+	t, err := a.cfg.Node.ReadPolicies(ctx, false)
+	if err != nil {
+		a.hitError(c, errors.Join(cluster.ErrNotCounted, fmt.Errorf("read the policy table on the leader: %w", err)))
+		return policy.Policy{}, false
+	}
+	for _, p := range t.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
+	return policy.Policy{}, false
 }
 
 // bindLease reads a lease or return body (the policy defaulting to the

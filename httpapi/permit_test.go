@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi/apitest"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -113,13 +114,15 @@ func TestReservationsOverHTTP(t *testing.T) {
 }
 
 // TestPermitsNeedEveryVoterOnFormatR4: on a cluster whose voters cannot
-// all apply the new entries, a permit is refused before the log.
+// all apply the new entries (they report format 3, as nodes of the
+// previous release do), a permit is refused before the log.
 func TestPermitsNeedEveryVoterOnFormatR4(t *testing.T) {
-	c := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{policy.Fixed("fw", 10, time.Minute)}})
+	c := apitest.Start(t, 3, clustertest.Options{Policies: []policy.Policy{policy.Fixed("fw", 10, time.Minute)},
+		Formats: map[string]fsm.Format{"n1": fsm.FormatR3, "n2": fsm.FormatR3, "n3": fsm.FormatR3}})
 	leader := c.Leader(5 * time.Second)
 	r := do(t, "POST", leader.URL()+"/v1/reservations", "", `{"policy":"fw","client":"u","units":1}`)
 	if r.status != 409 || r.body["code"] != "cluster_upgrading" {
-		t.Fatalf("reservation on a cluster of unconfirmed voters: %d %s", r.status, r.raw)
+		t.Fatalf("reservation on a cluster of format-3 voters: %d %s", r.status, r.raw)
 	}
 	// Through a follower: forwarded to the leader, refused there, the
 	// refusal carried back by name.

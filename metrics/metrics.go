@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -99,6 +100,8 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 		gauge("rlnode_raft_applied_index", "Last log index applied to the state machine.", func(g cluster.Gauges) float64 { return float64(g.AppliedIndex) }),
 		gauge("rlnode_raft_commit_index", "Last committed log index known to this node.", func(g cluster.Gauges) float64 { return float64(g.CommitIndex) }),
 		gauge("rlnode_clock_offset_seconds", "This node's clock minus the median of its peers' clocks, measured once a second.", func(g cluster.Gauges) float64 { return float64(g.ClockSkewMs) / 1000 }),
+		gauge("rlnode_cluster_log_format", "The cluster's effective log format as this node sees it: the lowest any member reports (a member not heard from counts as the oldest). Writes that need a newer one are refused with 409 cluster_upgrading.",
+			func(g cluster.Gauges) float64 { return float64(g.ClusterFormat) }),
 		gauge("rlnode_clock_skewed", "1 while this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters unread) and refuses to lead.", func(g cluster.Gauges) float64 {
 			if g.ClockSkewed {
 				return 1
@@ -143,6 +146,17 @@ func (m *Metrics) WatchDisk(src DiskSource) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rlnode_snapshot_failures_total", Help: "Snapshots this node failed to take or write since it started."},
 			func() float64 { return float64(src.SnapshotFailures()) }),
 	)
+}
+
+// BuildInfo exports rlnode_build_info{version, format, oldest_format} 1:
+// the release and the log formats this build writes and reads, so a
+// dashboard shows which releases a cluster runs during an upgrade.
+func (m *Metrics) BuildInfo(version string, format, oldest uint32) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "rlnode_build_info",
+		Help:        "1, labelled with this node's release and the newest and oldest log formats it applies.",
+		ConstLabels: prometheus.Labels{"version": version, "format": fmt.Sprint(format), "oldest_format": fmt.Sprint(oldest)}})
+	g.Set(1)
+	m.reg.MustRegister(g)
 }
 
 // Handler serves the registry.

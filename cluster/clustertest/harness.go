@@ -26,6 +26,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cluster/transport"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -58,6 +59,9 @@ type Options struct {
 	// MaxClockOffset is the nodes' clock discipline bound (0: default);
 	// tests of a deliberately skewed leader lift it.
 	MaxClockOffset time.Duration
+	// Formats, by node id ("n3"), is the log format a node reports from
+	// its first start (Node.Format); others report the current one.
+	Formats map[string]fsm.Format
 	// TracerProvider, when set, traces the nodes (cluster.Config's).
 	TracerProvider trace.TracerProvider
 }
@@ -98,6 +102,10 @@ type Node struct {
 	HTTPAddr string
 	// ClockOffset is applied when the node (re)starts.
 	ClockOffset time.Duration
+	// Format, when set, is the log format the node reports when it
+	// (re)starts: an older one stands in for a node of an older release
+	// in tests of the version gate.
+	Format fsm.Format
 
 	c      *Cluster
 	stream *faultStream
@@ -134,17 +142,26 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 // joins the cluster through the first live node.
 func (c *Cluster) AddNode(bootstrap bool) *Node {
 	c.t.Helper()
+	n := c.StartNode(bootstrap)
+	if !bootstrap {
+		c.Join(n)
+	}
+	return n
+}
+
+// StartNode starts a new node with a fresh data dir (bootstrapping a
+// one-node cluster if told to) and does not join it: a test that expects
+// the join to be refused asks itself.
+func (c *Cluster) StartNode(bootstrap bool) *Node {
+	c.t.Helper()
 	c.mu.Lock()
 	id := fmt.Sprintf("n%d", len(c.Nodes)+1)
 	c.mu.Unlock()
-	n := &Node{ID: id, Dir: filepath.Join(c.dir, id), c: c}
+	n := &Node{ID: id, Dir: filepath.Join(c.dir, id), c: c, Format: c.opts.Formats[id]}
 	n.start(bootstrap)
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)
 	c.mu.Unlock()
-	if !bootstrap {
-		c.Join(n)
-	}
 	return n
 }
 
@@ -198,7 +215,7 @@ func (n *Node) start(bootstrap bool) {
 		ID: n.ID, RaftBind: n.RaftAddr, HTTPAdvertise: n.HTTPAddr, DataDir: n.Dir, RaftLog: c.opts.RaftLog, Bootstrap: bootstrap,
 		Seed:              append([]policy.Policy{policy.Fixed(policy.Default, c.opts.Limit, c.opts.Window)}, c.opts.Policies...),
 		SnapshotThreshold: c.opts.SnapshotThreshold, TrailingLogs: c.opts.TrailingLogs, SnapshotInterval: c.opts.SnapshotInterval,
-		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, MaxClockOffset: c.opts.MaxClockOffset,
+		Timing: FastTiming, ApplyTimeout: 2 * time.Second, ClusterToken: c.opts.Token, ClockOffset: n.ClockOffset, Format: n.Format, MaxClockOffset: c.opts.MaxClockOffset,
 		Logger: logger, Stream: n.stream, PeerTransport: c.peerTransport(n.ID), TracerProvider: c.opts.TracerProvider,
 	})
 	if err != nil {

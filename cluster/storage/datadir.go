@@ -99,7 +99,7 @@ func snapshotBase(dataDir string) string {
 func moveAside(dir string) (string, error) {
 	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
 	moved := false
-	for _, name := range []string{IdentityFile, logFile, SnapshotDir, ClaimFile, WALDir} {
+	for _, name := range []string{IdentityFile, logFile, SnapshotDir, ClaimFile, WALDir, FormatFile} {
 		src := filepath.Join(dir, name)
 		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -128,6 +128,9 @@ func prepareDataDir(cfg Options, log hclog.Logger) (rejoined bool, err error) {
 		return false, fmt.Errorf("create data dir: %w", err)
 	}
 	bad := checkDataDir(cfg.Dir, cfg.ID)
+	if bad == nil {
+		bad = checkFormat(cfg.Dir, cfg.reads(), cfg.Version)
+	}
 	if bad == nil || errors.Is(bad, ErrLocked) || !cfg.RejoinEmpty {
 		if bad == nil && cfg.RejoinEmpty {
 			log.Warn("ignoring --rejoin-empty: the data dir has healthy Raft state", "data_dir", cfg.Dir)

@@ -11,7 +11,10 @@
 //	wal:  wal/ holds the log (hashicorp/raft-wal segments and its own
 //	      wal-meta.db); raft.db holds the stable store only.
 //	both: node.json (the node id), snapshots/ (raft's file snapshot
-//	      store) and, during --bootstrap-expect, bootstrap-claim.json.
+//	      store) and, during --bootstrap-expect, bootstrap-claim.json;
+//	      format.json once the cluster's format was raised past 3 (the
+//	      newest log format the dir may hold: a build that reads less
+//	      refuses the dir).
 //
 // The kind is read from the disk: a wal/ directory means wal, else a raft.db
 // means bolt, else the dir is new. Both layouts keep raft.db, so the stable

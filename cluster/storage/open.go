@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // Options say which data dir to open and how.
@@ -23,6 +25,19 @@ type Options struct {
 	// empty, so the node can rejoin as a new member.
 	RejoinEmpty bool
 	Logger      hclog.Logger
+	// Reads is the newest log format this build applies (0:
+	// fsm.CurrentFormat) and Version its release: a data dir that records
+	// a newer format is refused (FormatTooNewError) rather than replayed
+	// into a halt.
+	Reads   fsm.Format
+	Version string
+}
+
+func (o Options) reads() fsm.Format {
+	if o.Reads == 0 {
+		return fsm.CurrentFormat
+	}
+	return o.Reads
 }
 
 // DataDir is an opened, checked data dir: the Raft log and stable store and

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/tlsconf"
 )
@@ -320,6 +321,10 @@ type peerRow struct {
 	CommitIndex  uint64 `json:"commitIndex,omitempty"`
 	LastContact  string `json:"lastContact,omitempty"`
 	LiveWindows  int    `json:"liveWindows,omitempty"`
+	// Version and Format: the member's release and log format (absent
+	// from releases before formats were reported).
+	Version string     `json:"version,omitempty"`
+	Format  fsm.Format `json:"format,omitempty"`
 }
 
 func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -350,6 +355,7 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				r := &rows[i]
 				r.Reachable, r.State, r.Term, r.AppliedIndex, r.CommitIndex = true, st.State, st.Term, st.AppliedIndex, st.CommitIndex
 				r.LastContact, r.LiveWindows = st.LastContact, st.LiveWindows
+				r.Version, r.Format = st.Version, st.Format
 			}
 		}()
 	}
@@ -368,13 +374,13 @@ func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tLEADER\tVOTER\tSTATE\tTERM\tAPPLIED\tLAST CONTACT")
+	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tLEADER\tVOTER\tSTATE\tVERSION\tTERM\tAPPLIED\tLAST CONTACT")
 	for _, r := range rows {
-		state, term, applied := "unreachable", "-", "-"
+		state, ver, term, applied := "unreachable", "-", "-", "-"
 		if r.Reachable {
-			state, term, applied = r.State, fmt.Sprint(r.Term), fmt.Sprint(r.AppliedIndex)
+			state, ver, term, applied = r.State, memberVersion(r.Version, r.Format), fmt.Sprint(r.Term), fmt.Sprint(r.AppliedIndex)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\n", r.ID, r.RaftAddr, orDash(r.HTTPAddr), r.Leader, r.Voter, state, term, applied, orDash(r.LastContact))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.RaftAddr, orDash(r.HTTPAddr), r.Leader, r.Voter, state, ver, term, applied, orDash(r.LastContact))
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // `rlnode version` and `--version` print one version line; every command's
@@ -19,7 +20,7 @@ import (
 func TestVersionHelpAndUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out, stderr, code := proctest.Run(t, rlnodeBin, nil, args...)
-		if code != 0 || !strings.HasPrefix(out, "rlnode ") || !strings.Contains(out, "go1.") {
+		if code != 0 || !strings.HasPrefix(out, "rlnode ") || !strings.Contains(out, "go1.") || !strings.Contains(out, fmt.Sprintf("(log format %d, reads %d-%d)", fsm.CurrentFormat, fsm.OldestFormat, fsm.CurrentFormat)) {
 			t.Errorf("%v: exit %d, %q %q", args, code, out, stderr)
 		}
 	}

@@ -16,10 +16,18 @@ const permitToken = "perm1t"
 
 func putConcurrencyPolicy(t *testing.T, n *proctest.Node, name string, limit int) {
 	t.Helper()
-	out, stderr, code := proctest.Run(t, rlnodeBin, nil, "policy", "set", name, "--algorithm", "concurrency", "--limit", strconv.Itoa(limit),
-		"--addr", n.URL(), "--cluster-token", permitToken)
-	if code != 0 && strings.Contains(stderr, "HTTP 409") && strings.Contains(stderr, "log format 4") {
-		t.Skipf("a concurrency policy needs every voter on format R4, which this cluster cannot confirm yet (the version gate): %s", stderr)
+	// A concurrency policy needs every voter on format R4: the version
+	// gate opens once this node has read every voter's format (clock
+	// readings, once a second), so a cluster just formed may refuse it
+	// for a moment with 409 cluster_upgrading.
+	var out, stderr string
+	var code int
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, stderr, code = proctest.Run(t, rlnodeBin, nil, "policy", "set", name, "--algorithm", "concurrency", "--limit", strconv.Itoa(limit),
+			"--addr", n.URL(), "--cluster-token", permitToken)
+		if code == 0 || !strings.Contains(stderr, "log format 4") || time.Now().After(deadline) {
+			break
+		}
 	}
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d concurrent", limit)) {
 		t.Fatalf("policy set: exit %d\n%s%s", code, out, stderr)
@@ -100,8 +108,27 @@ func TestPermitsSurviveAKilledLeader(t *testing.T) {
 	for _, size := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
 			nodes := proctest.StartCluster(t, rlnodeBin, size, "--cluster-token", permitToken)
+			// Permits need format 4 on every voter: wait until every node
+			// has seen all of them report it (the version gate opens once,
+			// then stays open when the leader is killed).
+			for _, n := range nodes {
+				proctest.Poll(t, 15*time.Second, func() error {
+					if st, err := proctest.Status(n); err != nil || st["clusterFormat"] != float64(4) {
+						return fmt.Errorf("%s: cluster format %v (%v); want 4", n.ID, st["clusterFormat"], err)
+					}
+					return nil
+				})
+			}
 			leader := leaderOf(t, nodes)
 			putConcurrencyPolicy(t, leader, "jobs", 2)
+			// The node asked checks the policy in its own table (a follower
+			// may not have applied it yet: 404, nothing taken).
+			proctest.Poll(t, 10*time.Second, func() error {
+				if r, err := nodes[len(nodes)-1].Do("GET", "/v1/policies?stale=true", "", nil); err != nil || !strings.Contains(string(r.Raw), `"jobs"`) {
+					return fmt.Errorf("policy jobs not on %s yet: %v %s", nodes[len(nodes)-1].ID, err, r.Raw)
+				}
+				return nil
+			})
 			var ids []string
 			for range 2 {
 				r, err := acquire(t, nodes[len(nodes)-1], "1m")

@@ -146,14 +146,14 @@ func renderTop(w io.Writer, v topView, now time.Time) error {
 	}
 	fmt.Fprintf(w, "cluster: leader %s, term %d, %d/%d members reachable   %s\n\n", leader, term, up, len(v.Members), now.UTC().Format(time.TimeOnly))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tROLE\tTERM\tCOMMIT\tAPPLIED\tLAG\tLAST CONTACT\tSKEW\tLOG\tSNAPSHOTS\tLEASES HELD\tLOCAL")
+	fmt.Fprintln(tw, "MEMBER\tROLE\tVERSION\tTERM\tCOMMIT\tAPPLIED\tLAG\tLAST CONTACT\tSKEW\tLOG\tSNAPSHOTS\tLEASES HELD\tLOCAL")
 	for _, m := range v.Members {
 		if !m.Reachable {
-			fmt.Fprintf(tw, "%s\tunreachable\t\t\t\t\t%s\t\t\t\t\t\n", m.ID, lastPart(m.Error))
+			fmt.Fprintf(tw, "%s\tunreachable\t\t\t\t\t\t%s\t\t\t\t\t\n", m.ID, lastPart(m.Error))
 			continue
 		}
 		s := m.Status
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%+dms\t%s\t%s\t%d keys, %d units\t%d\n", m.ID, s.State, s.Term, s.CommitIndex, s.AppliedIndex, m.Lag,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%+dms\t%s\t%s\t%d keys, %d units\t%d\n", m.ID, s.State, memberVersion(s.Version, s.Format), s.Term, s.CommitIndex, s.AppliedIndex, m.Lag,
 			orDash(strings.TrimPrefix(s.LastContact, "never")), s.ClockSkewMs, humanBytes(s.LogBytes), humanBytes(s.SnapshotBytes),
 			s.Leases.KeysHeld, s.Leases.UnitsHeld, s.Leases.DecidedLocal)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // chromium finds Debian's chromium (or Chrome); the browser tests skip
@@ -123,6 +124,9 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	run("type the token", chromedp.SendKeys(chromedp.ID("token"), polToken), chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
 	poll("the page names the leader", fmt.Sprintf(`document.getElementById("summary").dataset.leader === %q && document.querySelector('#members tr[data-role="Leader"]').dataset.member === %q`, leader.ID, leader.ID))
+	poll("every member shows its release and log format", fmt.Sprintf(`[...document.querySelectorAll('#members td.version')].length === 3 && `+
+		`[...document.querySelectorAll('#members td.version')].every((td) => td.textContent.endsWith(" · format %d")) && `+
+		`document.getElementById("summary").textContent.includes("cluster log format %d")`, fsm.CurrentFormat, fsm.CurrentFormat))
 	poll("the refused client is in the top list", `document.querySelector('#top tr[data-policy="login"][data-key="mallory"]') !== null`)
 	poll("a node holds a lease for the hot key", `[...document.querySelectorAll('#members td.leases')].some((td) => Number(td.dataset.keysHeld) > 0 && Number(td.dataset.decidedLocal) > 0)`)
 	// The login chart has drawn a few seconds of its refused rate, above

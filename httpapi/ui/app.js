@@ -50,7 +50,7 @@ function leaseCell(tr, l) {
 function renderMembers(members) {
   const body = $("members").tBodies[0];
   body.replaceChildren();
-  let leader = null, up = 0;
+  let leader = null, up = 0, clusterFormat = 0;
   for (const m of members) {
     const tr = document.createElement("tr");
     tr.dataset.member = m.id;
@@ -61,7 +61,7 @@ function renderMembers(members) {
       tr.dataset.role = "unreachable";
       cell(tr, "unreachable");
       const td = document.createElement("td");
-      td.colSpan = 10;
+      td.colSpan = 11;
       td.textContent = m.error || "";
       tr.appendChild(td);
       body.appendChild(tr);
@@ -72,6 +72,8 @@ function renderMembers(members) {
     tr.dataset.role = s.state;
     if (s.state === "Leader") { tr.className = "leader"; leader = m.id; }
     cell(tr, s.state);
+    cell(tr, s.format ? (s.version || "-") + " · format " + s.format : "older (format 3)", "version");
+    if (s.clusterFormat) clusterFormat = Math.min(clusterFormat || s.clusterFormat, s.clusterFormat);
     cell(tr, s.term, "num");
     cell(tr, s.commitIndex, "num");
     cell(tr, s.appliedIndex, "num");
@@ -85,7 +87,8 @@ function renderMembers(members) {
     body.appendChild(tr);
   }
   const sum = $("summary");
-  sum.textContent = "leader: " + (leader || "none") + " · " + up + "/" + members.length + " members reachable";
+  sum.textContent = "leader: " + (leader || "none") + " · " + up + "/" + members.length + " members reachable" +
+    (clusterFormat ? " · cluster log format " + clusterFormat : "");
   sum.dataset.leader = leader || "";
 }
 

@@ -4,6 +4,11 @@
 //
 //	allow <unix ns before the call> <window reset, unix ms> <served by>
 //
+// and one line per refused hit and per error (no decision), to stderr:
+//
+//	deny <unix ns before the call> <served by>
+//	error <unix ns before the call> <the error>
+//
 // A test runs several of these against a cluster, pauses or kills them,
 // and checks from their lines that no window admitted more than its limit
 // and that no hit was admitted after its window ended.
@@ -64,7 +69,9 @@ func main() {
 					fmt.Fprintf(os.Stdout, "allow %d %d %s\n", before, r.ResetAt.UnixMilli(), r.ServedBy)
 					out.Unlock()
 				} else if err != nil {
-					fmt.Fprintf(os.Stderr, "error %v\n", err)
+					fmt.Fprintf(os.Stderr, "error %d %v\n", before, err)
+				} else {
+					fmt.Fprintf(os.Stderr, "deny %d %s\n", before, r.ServedBy)
 				}
 				select {
 				case <-ctx.Done():

@@ -30,11 +30,17 @@ func Build(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "rlnode")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/rlnode")
-	cmd.Dir = root
+	return BuildFrom(root, filepath.Join(dir, "rlnode"))
+}
+
+// BuildFrom compiles ./cmd/rlnode of the source tree src (this module or
+// another release's) into bin, with extra go build flags (-tags, -ldflags).
+func BuildFrom(src, bin string, flags ...string) (string, error) {
+	args := append(append([]string{"build", "-o", bin}, flags...), "./cmd/rlnode")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
+		return "", fmt.Errorf("go build in %s: %w\n%s", src, err, out)
 	}
 	return bin, nil
 }
