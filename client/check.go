@@ -36,6 +36,10 @@ type Result struct {
 	Limits []Limit
 	// ServedBy is the id of the node whose log entry decided the hit.
 	ServedBy string
+	// WouldRefuse: the policy is in shadow mode and let through a hit
+	// that enforcing would have refused (Allowed is true; Remaining and
+	// ResetAt say why).
+	WouldRefuse bool
 }
 
 // Limit is one limit of a policy as a decision left it.
@@ -75,6 +79,7 @@ type wireResult struct {
 	Client       string      `json:"client"`
 	RetryAfterMs *int64      `json:"retryAfterMs"`
 	Limits       []wireLimit `json:"limits"`
+	WouldRefuse  bool        `json:"wouldRefuse"`
 }
 
 type wireLimit struct {
@@ -87,7 +92,7 @@ type wireLimit struct {
 
 func (w wireResult) result(policy, key, servedBy string) Result {
 	r := Result{Allowed: w.Allowed, Policy: w.Policy, Key: key, Limit: w.Limit, Window: ms(w.WindowMs),
-		Remaining: w.Remaining, ResetAt: msTime(w.ResetAt), ServedBy: servedBy}
+		Remaining: w.Remaining, ResetAt: msTime(w.ResetAt), ServedBy: servedBy, WouldRefuse: w.WouldRefuse}
 	if r.Policy == "" {
 		r.Policy = policy
 	}

@@ -161,12 +161,11 @@ func (l *Local) AllowN(ctx context.Context, policy, key string, n int64) (Result
 	if policy == "" {
 		policy = "default"
 	}
-	t := l.now()
 	l.mu.RLock()
 	e := l.keys[localKey{policy, key}]
 	l.mu.RUnlock()
 	if e != nil {
-		if r, ok := e.decide(l, t, policy, key, n, true); ok {
+		if r, ok := e.decide(l, policy, key, n, true); ok {
 			return r, nil
 		}
 	}
@@ -184,11 +183,11 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64, demand bo
 		return l.c.Check(ctx, policy, key, n)
 	}
 	for attempt := 0; ; attempt++ {
-		t := l.now()
-		if r, ok := e.decide(l, t, policy, key, n, demand && attempt == 0); ok {
+		if r, ok := e.decide(l, policy, key, n, demand && attempt == 0); ok {
 			return r, nil
 		}
 		e.mu.Lock()
+		t := l.now()
 		if e.dead {
 			e.mu.Unlock()
 			return l.c.Check(ctx, policy, key, n)

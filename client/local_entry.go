@@ -2,7 +2,6 @@ package client
 
 import (
 	"sync"
-	"time"
 
 	"github.com/rlnode/rlnode/lease"
 )
@@ -41,10 +40,13 @@ func (e *entry) isDead() bool {
 // decide spends n held units, or refuses while the key's budget is known to
 // be spent. ok is false when the cluster must be asked. demand counts the
 // hit toward the key's rate (once per hit). It neither allocates nor
-// blocks on the network.
-func (e *entry) decide(l *Local, now time.Time, policy, key string, n int64, demand bool) (Result, bool) {
-	t := l.clock.Of(now)
+// blocks on the network. The clock is read under the entry's lock, right
+// before deciding (lease/DESIGN.md): a reading the caller took before
+// waiting for the locks may be older than a deadline that passed
+// meanwhile.
+func (e *entry) decide(l *Local, policy, key string, n int64, demand bool) (Result, bool) {
 	e.mu.Lock()
+	t := l.clock.Of(l.now())
 	if e.dead {
 		e.mu.Unlock()
 		return Result{}, false

@@ -239,3 +239,63 @@ func BenchmarkLocalHotKey(b *testing.B) {
 		}
 	})
 }
+
+// A decision reads the clock once it holds the key's lock, not before: a
+// caller that waited for the lock (another caller held it, or it was
+// descheduled) must not spend a grant whose deadline passed meanwhile.
+// (Failed before the fix: AllowN decided on the reading it took before
+// taking the locks, and allowed from the expired grant.)
+func TestLocalDecidesOnAFreshReading(t *testing.T) {
+	d := &leaseDesk{budget: 10, validMs: 1000}
+	c := d.start(t)
+	l, err := NewLocal(c, LocalConfig{HotAfter: 2, MaxWant: 10, CoolAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Now()}
+	l.now = clk.now
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if r, err := l.Allow(ctx, "api", "k"); err != nil || !r.Allowed {
+			t.Fatalf("hit %d: %+v %v", i, r, err)
+		}
+	}
+	if r, _ := l.Allow(ctx, "api", "k"); r.ServedBy != "local:"+l.Holder() {
+		t.Fatalf("the key is not decided locally: %+v", r)
+	}
+	// Hold the key's lock while a caller arrives; the grant (usable for
+	// 1 s) runs out while it waits.
+	l.mu.RLock()
+	e := l.keys[localKey{"api", "k"}]
+	l.mu.RUnlock()
+	for { // no prefetch in flight: the caller below is the one to read the clock
+		e.mu.Lock()
+		idle := e.fetch == nil
+		e.mu.Unlock()
+		if idle {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	read := make(chan struct{})
+	var once sync.Once
+	l.now = func() time.Time {
+		once.Do(func() { close(read) })
+		return clk.now()
+	}
+	e.mu.Lock()
+	done := make(chan Result)
+	go func() {
+		r, _ := l.Allow(ctx, "api", "k")
+		done <- r
+	}()
+	select {
+	case <-read: // the caller read the clock before the lock
+	case <-time.After(200 * time.Millisecond): // or it waits for the lock first
+	}
+	clk.add(2 * time.Second)
+	e.mu.Unlock()
+	if r := <-done; r.Allowed && r.ServedBy == "local:"+l.Holder() {
+		t.Fatalf("allowed from a grant whose deadline passed before the decision: %+v", r)
+	}
+}

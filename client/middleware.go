@@ -197,10 +197,21 @@ func SetHeaders(h http.Header, res Result) {
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(res.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(res.Remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt((res.ResetAt.UnixMilli()+999)/1000, 10))
+	if res.WouldRefuse {
+		h.Set("X-Rlnode-Shadow", "would-refuse") // as the node answers it
+	}
 }
 
-// windowName spells a window the short way ("1s", "1d", "250ms").
+// windowName spells a window the short way ("1s", "1d", "250ms"; a
+// calendar month or year, whose nominal lengths the node reports, "1mo"
+// and "1y").
 func windowName(d time.Duration) string {
+	switch d {
+	case 2_629_746 * time.Second:
+		return "1mo"
+	case 31_556_952 * time.Second:
+		return "1y"
+	}
 	for _, u := range []struct {
 		d time.Duration
 		s string

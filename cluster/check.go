@@ -39,6 +39,21 @@ type HitResult struct {
 	Main  int
 }
 
+// WouldRefuse reports a shadow policy's refusal: the hit is allowed (its
+// policy never refuses) but a limit refused it, as its part says. Only
+// shadow policies answer allowed with a part that is not.
+func (h HitResult) WouldRefuse() bool {
+	if h.Outcome != window.Allowed {
+		return false
+	}
+	for _, p := range h.Parts {
+		if p.Outcome != window.Allowed {
+			return true
+		}
+	}
+	return false
+}
+
 // MainPart returns the most constraining limit's result.
 func (h HitResult) MainPart() window.Result {
 	if h.Main >= len(h.Parts) {

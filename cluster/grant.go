@@ -266,8 +266,20 @@ const RefundHolder = "refund"
 // entry). The rest goes in one log entry through the leader: return items
 // naming no grant (fsm.RefundIndex), taken off the key's count, never
 // below zero, and not at all while holders hold units of the key. It
-// reports per hit the units refunded.
+// reports per hit the units refunded. Bad input refunds nothing (not
+// counted); a log part that fails after units went back into this node's
+// grants is outcome unknown, never not counted (a retry would give them
+// back twice).
 func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
+	// Bad input refunds nothing: checked before any unit goes back into
+	// this node's grants, as the log's part would be.
+	all := make([]fsm.ReturnItem, len(hits))
+	for i, h := range hits {
+		all[i] = fsm.ReturnItem{Policy: h.Policy, Client: h.Client, Index: fsm.RefundIndex, Units: h.Cost}
+	}
+	if err := validateReturns(RefundHolder, all); err != nil {
+		return nil, notCounted(nil, err)
+	}
 	out := make([]int64, len(hits))
 	if n.holder != nil {
 		out = n.holder.refund(hits)
@@ -285,6 +297,16 @@ func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 	}
 	got, err := n.Returns(ctx, RefundHolder, items)
 	if err != nil {
+		given := int64(0)
+		for _, u := range out {
+			given += u
+		}
+		if given > 0 {
+			// Part of the refund went back into this node's grants: it is
+			// not "not counted", and a caller retrying it would give
+			// those units back twice.
+			return nil, outcomeUnknown(fmt.Errorf("%d units went back into this node's grants, the rest may not have been refunded (%v)", given, err))
+		}
 		return nil, err
 	}
 	for j, i := range at {

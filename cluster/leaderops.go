@@ -317,6 +317,7 @@ var errorCodes = []struct {
 	{ErrTableChanged, "table_changed", http.StatusConflict},
 	{ErrConflict, "conflict", http.StatusConflict},
 	{policy.ErrTooManyPolicies, "too_many_policies", http.StatusConflict},
+	{ErrTooManyPermits, "too_many_permits", http.StatusConflict},
 	{ErrClockSkew, "clock_skew", http.StatusConflict},
 	{ErrNotEmpty, "not_empty", http.StatusConflict},
 	{ErrInvalidBackup, "invalid_backup", http.StatusBadRequest},

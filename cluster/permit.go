@@ -27,6 +27,11 @@ var (
 	// input before the log (a TTL over the bound, a malformed key): the
 	// message names the field.
 	ErrBadRequest = errors.New("bad request")
+	// ErrTooManyPermits: the state machine holds fsm.MaxPermits permits
+	// (across every key); the acquire took nothing. A bound of the
+	// caller's use, not a cluster condition: no other node answers
+	// differently.
+	ErrTooManyPermits = errors.New("the cluster holds the most permits it keeps")
 )
 
 // Permit and reservation TTLs.
@@ -202,7 +207,7 @@ func (n *Node) permitCall(ctx context.Context, call func(context.Context) error)
 }
 
 func isFinal(err error) bool {
-	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest, ErrConflict} {
+	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits} {
 		if errors.Is(err, final) {
 			return true
 		}
@@ -241,6 +246,8 @@ func (n *Node) permitLocal(_ context.Context, w permitWire) (Permit, error) {
 		return p, fmt.Errorf("%w: %q is not a concurrency policy", ErrWrongPolicy, w.Policy)
 	case r.NotFound:
 		return p, fmt.Errorf("%w: permit %q", ErrNotFound, w.ID)
+	case r.Full:
+		return p, errors.Join(ErrNotCounted, fmt.Errorf("%w: %d permits are live across all keys, the most the cluster keeps; release some or wait for their TTLs", ErrTooManyPermits, fsm.MaxPermits))
 	case w.Op == fsm.PermitAcquire && !r.Acquired:
 		p.RetryAt = r.RetryAt
 		return p, nil
@@ -284,3 +291,21 @@ func (n *Node) mountPermitOps(mux *http.ServeMux) {
 // LivePermits lists the permits live in this node's state (as of the last
 // entry it applied), by key then age: for status pages and tests.
 func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
+
+// LivePermitsByPolicy counts the permits live in this node's state per
+// concurrency policy, 0 for a concurrency policy with none (metrics and
+// the operator's views; policies are an admin-defined, bounded set).
+func (n *Node) LivePermitsByPolicy() map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range n.fsm.Policies() {
+		if p.IsConcurrency() {
+			out[p.Name] = 0
+		}
+	}
+	for _, pm := range n.fsm.LivePermits() {
+		if _, ok := out[pm.Policy]; ok {
+			out[pm.Policy]++
+		}
+	}
+	return out
+}

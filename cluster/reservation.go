@@ -203,7 +203,7 @@ func (n *Node) reservationLocal(_ context.Context, w reservationWire) (reservati
 }
 
 // requireReservable refuses, before the log, a reservation naming a
-// policy that is unknown, counts permits, or is leased.
+// policy that is unknown, counts permits, is leased or in shadow mode.
 func (n *Node) requireReservable(items []ReserveItem) error {
 	for i, it := range items {
 		p, ok := n.fsm.Policy(it.Policy)
@@ -214,6 +214,8 @@ func (n *Node) requireReservable(items []ReserveItem) error {
 			return errors.Join(ErrNotCounted, fmt.Errorf("keys[%d].policy: %w: %q %s", i, ErrWrongPolicy, it.Policy, fsm.ReasonConcurrency))
 		case p.IsLeased():
 			return errors.Join(ErrNotCounted, fmt.Errorf("keys[%d].policy: %w: %q: %s", i, ErrWrongPolicy, it.Policy, fsm.ReasonLeased))
+		case p.IsShadow():
+			return errors.Join(ErrNotCounted, fmt.Errorf("keys[%d].policy: %w: %q: %s", i, ErrWrongPolicy, it.Policy, fsm.ReasonShadow))
 		}
 	}
 	return nil

@@ -23,7 +23,14 @@ func (n *Node) recordTop(res CheckResult) {
 		if h.UnknownPolicy {
 			continue
 		}
-		n.top.Record(h.Policy, h.Client, !res.Allowed || h.Outcome != window.Allowed)
+		o := topkeys.Allowed
+		switch {
+		case !res.Allowed || h.Outcome != window.Allowed:
+			o = topkeys.Refused
+		case h.WouldRefuse():
+			o = topkeys.WouldRefuse
+		}
+		n.top.Record(h.Policy, h.Client, o)
 	}
 }
 

@@ -166,7 +166,13 @@ const (
 
 	optLeased     = 1 << 0 // Consistency "leased"
 	optEpochAlign = 1 << 1 // Align "epoch"
-	knownOptions  = optLeased | optEpochAlign
+	// optCalendar (Align "calendar") is followed by the zone name, a
+	// string after the option bits ("" for UTC). It and optShadow are
+	// format R4: PolicyFormat keeps them off the log until every voter
+	// reads them, since an older node halts on an unknown bit.
+	optCalendar  = 1 << 2
+	optShadow    = 1 << 3 // Mode "shadow"
+	knownOptions = optLeased | optEpochAlign | optCalendar | optShadow
 )
 
 func policyOptions(p policy.Policy) uint64 {
@@ -176,6 +182,12 @@ func policyOptions(p policy.Policy) uint64 {
 	}
 	if p.EpochAligned() {
 		o |= optEpochAlign
+	}
+	if p.CalendarAligned() {
+		o |= optCalendar
+	}
+	if p.IsShadow() {
+		o |= optShadow
 	}
 	return o
 }
@@ -199,6 +211,9 @@ func appendPolicyBody(b []byte, p policy.Policy) []byte {
 	}
 	if opts != 0 {
 		b = binary.AppendUvarint(b, opts)
+	}
+	if opts&optCalendar != 0 {
+		b = appendString(b, p.Timezone)
 	}
 	if p.Envoy != nil {
 		// Strings, bools and numbers only: Marshal cannot fail, and its
@@ -255,11 +270,21 @@ func (d *decoder) policy() (policy.Policy, error) {
 		if d.err == nil && (opts == 0 || opts&^knownOptions != 0) {
 			d.fail("policy options %#x unknown to this node", opts)
 		}
+		if d.err == nil && opts&(optEpochAlign|optCalendar) == optEpochAlign|optCalendar {
+			d.fail("policy options %#x: two alignments", opts)
+		}
 		if opts&optLeased != 0 {
 			p.Consistency = policy.Leased
 		}
 		if opts&optEpochAlign != 0 {
 			p.Align = policy.AlignEpoch
+		}
+		if opts&optCalendar != 0 {
+			p.Align = policy.AlignCalendar
+			p.Timezone = string(d.bytes("timezone", policy.MaxZoneLen))
+		}
+		if opts&optShadow != 0 {
+			p.Mode = policy.Shadow
 		}
 	}
 	if alg&hasEnvoy != 0 {

@@ -117,6 +117,9 @@ func (f *FSM) forget(pol, client []byte) bool {
 	// Its grants go too: units already held may still be spent until
 	// their expiry (a reset is an explicit override).
 	delete(f.grants, string(f.key))
+	// Its reservations' units go with its count: a settle must not refund
+	// them from what is counted after the reset (reservation.go).
+	f.forgetReserved(string(f.key))
 	idx, ok := f.index[string(f.key)]
 	if !ok {
 		return false

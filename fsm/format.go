@@ -41,7 +41,7 @@ func PolicyFormat(p policy.Policy) Format {
 	case p.IsConcurrency(): // algorithm byte 5: a round-3 node's decoder refuses it
 		return FormatR4
 	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:
-		return FormatR4
+		return FormatR4 // e.g. optCalendar, optShadow
 	}
 	return FormatR3
 }

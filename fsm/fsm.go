@@ -118,6 +118,9 @@ type FSM struct {
 	permits    map[string][]permit
 	permitKey  map[string]string
 	permitHeap grantHeap
+	// maxPermits bounds the permits stored (MaxPermits; tests lower it,
+	// not state: every replica runs with the same bound).
+	maxPermits int
 	// Reservations by id (reservation.go) and the heap of their expiries
 	// (the id in key).
 	reservations    map[string]*reservation
@@ -147,7 +150,7 @@ func New(cfg Config) *FSM {
 	if cfg.ExpireBudget <= 0 {
 		cfg.ExpireBudget = 256
 	}
-	f := &FSM{cfg: cfg}
+	f := &FSM{cfg: cfg, maxPermits: MaxPermits}
 	f.reset()
 	return f
 }

@@ -16,8 +16,13 @@ type HitResult struct {
 	Outcome window.Outcome
 	// UnknownPolicy: the policy is not in the table; nothing was decided.
 	UnknownPolicy bool
-	// Counted: the hit's whole group was allowed, so the hit was spent.
+	// Counted: the hit's whole group was allowed, so the hit was spent
+	// (unless WouldRefuse).
 	Counted bool
+	// WouldRefuse: the hit's policy is in shadow mode and refused it
+	// (Parts say how); Outcome is Allowed, so it never fails its group,
+	// and like any refused hit it changed nothing.
+	WouldRefuse bool
 	// Parts holds one result per limit in the policy's order; Main indexes
 	// the most constraining one.
 	Parts []window.Result
@@ -106,6 +111,10 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		if f.decide(now, h, alg, limits, epoch, r, track, stepHit) {
 			continue
 		}
+		if p != nil && p.p.IsShadow() {
+			shadow(r, h.cost)
+			continue
+		}
 		ok = false
 	}
 	if !ok {
@@ -115,6 +124,9 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		// Nothing was spent: a limit that had room still has it (remaining
 		// is linear in cost for every algorithm).
 		for i := range out {
+			if out[i].WouldRefuse {
+				continue // shadow already gave its cost back
+			}
 			for k := range out[i].Parts {
 				if p := &out[i].Parts[k]; p.Outcome == window.Allowed {
 					p.Remaining += hits[i].cost
@@ -132,6 +144,18 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		}
 	}
 	return parts
+}
+
+// shadow turns a shadow policy's refusal into an allowed answer marked
+// WouldRefuse. The hit wrote nothing, so a limit that had room still has
+// it, as when a group fails.
+func shadow(r *HitResult, cost int64) {
+	r.Outcome, r.WouldRefuse = window.Allowed, true
+	for k := range r.Parts {
+		if p := &r.Parts[k]; p.Outcome == window.Allowed {
+			p.Remaining += cost
+		}
+	}
 }
 
 // decide runs one hit against every limit and, when all allow it, writes

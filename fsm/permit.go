@@ -3,6 +3,7 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -26,8 +27,12 @@ type PermitResult struct {
 	// hits, not permits. NotFound: the id names no live permit of this
 	// owner (release, renew), or the key has none (release-oldest).
 	UnknownPolicy, NotConcurrency, NotFound bool
-	// Acquired: the acquire got a permit (else the key was full).
+	// Acquired: the acquire got a permit (else the key was full, or the
+	// state machine was: Full).
 	Acquired bool
+	// Full: the state machine holds MaxPermits permits already, expired
+	// ones dropped first; nothing was taken.
+	Full bool
 	// ID and Exp describe the permit acquired, renewed or released.
 	ID  string
 	Exp int64
@@ -40,6 +45,14 @@ type PermitResult struct {
 	// the key expires.
 	RetryAt int64
 }
+
+// MaxPermits bounds the permits the state holds across every key: the
+// per-key limit (a policy's limit, up to 100,000) and the TTL (up to 1 h) alone let
+// a caller spreading acquires over many client keys grow it without
+// bound. A permit of a deleted or changed policy counts until its TTL
+// ends or its key is next touched, as a settled reservation counts
+// against MaxReservations until its TTL.
+const MaxPermits = 1 << 20
 
 func (f *FSM) applyPermit(l *raft.Log) any {
 	e, err := decodePermit(l.Data)
@@ -83,12 +96,30 @@ func (f *FSM) acquirePermit(now int64, index uint64, e PermitEntry) *PermitResul
 		}
 		return res
 	}
+	if f.permitsFull(now) {
+		res.Full = true
+		return res
+	}
 	pm := permit{id: e.ID, owner: e.Owner, index: index, exp: now + e.TTLMs, epoch: p.epoch}
 	f.permits[key] = append(live, pm) // index order: index grows with the log
 	f.permitKey[e.ID] = key
 	heap.Push(&f.permitHeap, grantDue{at: pm.exp, key: key, index: index})
 	res.Acquired, res.Exp, res.Live = true, pm.exp, res.Live+1
 	return res
+}
+
+// permitsFull reports whether the state holds maxPermits permits, after
+// dropping every one whose expiry came due (not only the per-entry
+// budget's): expired permits never count against the bound. The drop
+// depends only on the state and now, so every replica refuses the same
+// entry; each heap item is popped once, so a caller retrying at the bound
+// does not redo the work.
+func (f *FSM) permitsFull(now int64) bool {
+	if len(f.permitKey) < f.maxPermits {
+		return false
+	}
+	f.expirePermits(now, math.MaxInt)
+	return len(f.permitKey) >= f.maxPermits
 }
 
 // livePermits drops the key's dead permits (expired by now, or of a dead

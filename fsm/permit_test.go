@@ -195,3 +195,44 @@ func TestPermitEntriesThatCannotDecodeHalt(t *testing.T) {
 		}
 	}
 }
+
+// TestPermitsAreBoundedAcrossKeys: one caller spreading acquires over many
+// client keys fills the state to maxPermits (lowered here); the next
+// acquire, of a fresh key under its own limit, is refused as Full and
+// stores nothing, on every replica alike (the refusal depends only on the
+// state and the entry). Expired permits do not count: once they lapse the
+// same acquire goes through. (Failed before the bound: the acquire past it
+// was taken.)
+func TestPermitsAreBoundedAcrossKeys(t *testing.T) {
+	tf, twin := newTestFSM(t), newTestFSM(t)
+	for _, x := range []*testFSM{tf, twin} {
+		x.f.maxPermits = 3
+		x.set(conc("jobs", 100))
+		for i := range 3 {
+			if r := x.acquire(t0, i+1, "alice", fmt.Sprintf("c%d", i), int64(1000*(i+1))); !r.Acquired {
+				t.Fatalf("acquire %d under the bound: %+v", i, r)
+			}
+		}
+	}
+	before := tf.f.LivePermits()
+	r := tf.acquire(t0+10, 9, "alice", "fresh", 1000)
+	if r.Acquired || !r.Full || r.Live != 0 || r.Limit != 100 {
+		t.Fatalf("acquire past the bound: %+v, want refused as Full", r)
+	}
+	if after := tf.f.LivePermits(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("the refused acquire changed the state:\n%v\nwant\n%v", after, before)
+	}
+	if r := tf.permit(PermitEntry{Now: t0 + 10, Op: PermitRelease, ID: testID(9), Owner: "alice"}); !r.NotFound {
+		t.Fatalf("the refused permit can be released: %+v", r)
+	}
+	if r2 := twin.acquire(t0+10, 9, "alice", "fresh", 1000); fmt.Sprint(r2) != fmt.Sprint(r) {
+		t.Fatalf("replicas answered the same entry differently: %+v and %+v", r, r2)
+	}
+	// The first permit's TTL ends at t0+1000: it no longer counts.
+	if r := tf.acquire(t0+1000, 10, "alice", "fresh", 1000); !r.Acquired || r.Full {
+		t.Fatalf("acquire once a permit expired: %+v", r)
+	}
+	if n := len(tf.f.LivePermits()); n != 3 {
+		t.Fatalf("%d live permits, want 3", n)
+	}
+}

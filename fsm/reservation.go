@@ -3,6 +3,7 @@ package fsm
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/raft"
 
@@ -66,6 +67,9 @@ const (
 	ReasonUnknownPolicy = "unknown policy"
 	ReasonConcurrency   = "a concurrency policy counts permits, not units"
 	ReasonLeased        = "a leased policy cannot be reserved from"
+	// A shadow policy never refuses, so a reservation's all-or-nothing
+	// charge (and the settle that gives back part of it) has no meaning.
+	ReasonShadow = "a shadow policy cannot be reserved from"
 )
 
 func (f *FSM) applyReservation(l *raft.Log) any {
@@ -93,6 +97,8 @@ func (f *FSM) reserveUnits(now int64, index uint64, e ReservationEntry) *Reserva
 			res.Reason = ReasonConcurrency
 		case p.p.IsLeased():
 			res.Reason = ReasonLeased
+		case p.p.IsShadow():
+			res.Reason = ReasonShadow
 		default:
 			nparts += len(p.limits)
 			continue
@@ -151,7 +157,7 @@ func (f *FSM) settleReservation(now int64, e ReservationEntry) *ReservationResul
 		res.Units[i] = it.units
 		p := f.policies[policyOf(it.key)]
 		if p == nil || p.epoch != it.epoch || len(p.limits) != len(it.starts) {
-			continue // the policy was deleted or reshaped: nothing to settle against
+			continue // the policy was deleted or reshaped, or the key reset: nothing to settle against
 		}
 		switch {
 		case e.Units < it.units:
@@ -184,6 +190,48 @@ func (f *FSM) expireReservations(now int64, budget int) {
 			budget--
 		}
 	}
+}
+
+// resetEpoch is the epoch of a reserved item whose key was reset after
+// the reserve (no policy incarnation has it): the reset forgot the units
+// it counted, and aligned windows (and a token bucket, which has no
+// start) reopen where a refund by window start would take them off hits
+// counted after the reset. Such an item settles to nothing, as a reset
+// key's grants return nothing.
+const resetEpoch = ^uint32(0)
+
+// forgetReserved marks the reserved items of key as reset.
+func (f *FSM) forgetReserved(key string) {
+	f.markReserved(func(k string) bool { return k == key })
+}
+
+// forgetReservedOf marks the reserved items of every key of the policy
+// as reset: the policy changed its algorithm or a window length in place,
+// so its keys' states start afresh (a state of another algorithm or
+// window length is not read), and aligned windows may reopen at the
+// starts the items hold. Only reservations change, which exist only once
+// every voter runs FormatR4: replicas of the previous release, which
+// apply the same policy entry, hold none.
+func (f *FSM) forgetReservedOf(policyName string) {
+	f.markReserved(func(k string) bool { return policyOf(k) == policyName })
+}
+
+// markReserved marks the reserved items whose key matches as reset. Every
+// item is marked whatever the map's order, so replicas stay identical.
+func (f *FSM) markReserved(match func(key string) bool) {
+	for _, r := range f.reservations {
+		for i := range r.items {
+			if match(r.items[i].key) {
+				r.items[i].epoch = resetEpoch
+			}
+		}
+	}
+}
+
+// sameShape reports whether a policy changed in place keeps its keys'
+// states: the same algorithm and the same window length per limit.
+func sameShape(a, b *tablePolicy) bool {
+	return a.alg == b.alg && slices.EqualFunc(a.limits, b.limits, func(x, y window.Limit) bool { return x.WindowMs == y.WindowMs })
 }
 
 func (f *FSM) rebuildReservationHeap() {

@@ -3,6 +3,8 @@ package fsm
 import (
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/policy"
 )
 
 func (tf *testFSM) reserve(now int64, id int, owner string, ttlMs int64, items ...ReserveItem) *ReservationResult {
@@ -124,5 +126,75 @@ func TestReservationsAreBounded(t *testing.T) {
 	}
 	if r := tf.check(t0, nil, h2("tok", "c", 1<<40)).Hits[0]; !r.Counted {
 		t.Fatal("the refused reservation charged")
+	}
+}
+
+// A reset forgets the key's count, the reserved units with it: a settle
+// after it must not refund them from hits counted after the reset. Window
+// starts alone cannot tell (aligned windows reopen at the same start, a
+// token bucket has none). (Failed before the fix: the settle took 10 off
+// the 10 hits counted after the reset, and 10 more were allowed.)
+func TestSettleAfterAResetRefundsNothing(t *testing.T) {
+	for _, alg := range []string{"fixed_window+epoch", "sliding_window", "token_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			tf := newTestFSM(t)
+			p := leasedVariant("tok", alg, lim(10, time.Hour))
+			p.Consistency = ""
+			tf.set(p)
+			if r := tf.reserve(t0, 1, "a", 10_000, ReserveItem{"tok", "c", 10}); !r.Reserved {
+				t.Fatalf("reserve: %+v", r)
+			}
+			if r := tf.apply(1, EncodeResetKey("tok", "c")).(*ResetResult); !r.Found {
+				t.Fatal("reset found no state")
+			}
+			if r := tf.check(t0+1, nil, h2("tok", "c", 10)).Hits[0]; !r.Counted {
+				t.Fatal("the reset key did not start afresh")
+			}
+			if r := tf.settle(t0+2, 1, "a", 0); r.NotFound || r.Refunded[0] != 0 {
+				t.Fatalf("settle after a reset refunded: %+v", r)
+			}
+			if r := tf.check(t0+3, nil, h2("tok", "c", 1)).Hits[0]; r.Counted {
+				t.Fatal("11 units allowed within the window after the reset (limit 10)")
+			}
+		})
+	}
+}
+
+// A policy changed in place (same incarnation) to another algorithm or
+// window length starts its keys afresh; a settle must not refund the
+// reserved units from the fresh state, whose aligned window may reopen at
+// the reserve's start. (Failed before the fix: Refunded 10, and 20 units
+// were allowed within the hour against a limit of 10.)
+func TestSettleAfterAReshapeRefundsNothing(t *testing.T) {
+	hour := int64(time.Hour / time.Millisecond)
+	at := t0 - t0%hour + 30_000 // in the hour's first minute: both alignments agree
+	epochPol := func(w time.Duration) policy.Policy {
+		p := leasedVariant("tok", "fixed_window+epoch", lim(10, w))
+		p.Consistency = ""
+		return p
+	}
+	for name, after := range map[string]policy.Policy{
+		"to token_bucket": pol("tok", "token_bucket", lim(10, time.Hour)),
+		"to 1m windows":   epochPol(time.Minute),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tf := newTestFSM(t)
+			tf.set(epochPol(time.Hour))
+			if r := tf.reserve(at, 1, "a", 10_000, ReserveItem{"tok", "c", 10}); !r.Reserved {
+				t.Fatalf("reserve: %+v", r)
+			}
+			if r := tf.set(after); r.Changes[0] != "changed" {
+				t.Fatalf("set: %+v", r)
+			}
+			if r := tf.check(at+1, nil, h2("tok", "c", 10)).Hits[0]; !r.Counted {
+				t.Fatal("the reshaped policy did not start afresh")
+			}
+			if r := tf.settle(at+2, 1, "a", 0); r.NotFound || r.Refunded[0] != 0 {
+				t.Fatalf("settle after a reshape refunded: %+v", r)
+			}
+			if r := tf.check(at+3, nil, h2("tok", "c", 1)).Hits[0]; r.Counted {
+				t.Fatal("11 units allowed after the reshape (limit 10)")
+			}
+		})
 	}
 }

@@ -46,7 +46,13 @@ func (f *FSM) applySetPolicies(data []byte) (any, error) {
 			// Same incarnation: open windows keep their state, matched
 			// per limit by window length on the key's next hit.
 			res.Changes[i] = "changed"
-			f.policies[p.Name] = newTablePolicy(p, old.epoch)
+			np := newTablePolicy(p, old.epoch)
+			if !sameShape(old, np) {
+				// Its keys start afresh (liveStates): so do its
+				// reservations' refunds (reservation.go).
+				f.forgetReservedOf(p.Name)
+			}
+			f.policies[p.Name] = np
 		}
 	}
 	if mode == SetReplace {

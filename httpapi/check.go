@@ -30,7 +30,20 @@ type checkBody struct {
 	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
 	// Decided: "local" (from a lease the node holds) or "log".
 	Decided string `json:"decided,omitempty"`
+	// WouldRefuse: a shadow policy allowed a hit that enforcing would
+	// have refused (X-Rlnode-Shadow: would-refuse on the answer).
+	WouldRefuse bool `json:"wouldRefuse,omitempty"`
 }
+
+// HeaderShadow marks an answer a shadow policy let through that enforcing
+// would have refused; its one value is ShadowWouldRefuse.
+const (
+	HeaderShadow      = "X-Rlnode-Shadow"
+	ShadowWouldRefuse = "would-refuse"
+)
+
+// resultWouldRefuse is the checks metric's result for such a hit.
+const resultWouldRefuse = "would_refuse"
 
 type limitBody struct {
 	Limit       int64  `json:"limit"`
@@ -150,7 +163,12 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 		unknownPolicy(c, q.policy)
 		return
 	}
-	a.observeCheck(a.policyLabel(q.policy), h.Outcome.String(), q.start)
+	result := h.Outcome.String()
+	if h.WouldRefuse() {
+		result = resultWouldRefuse
+		c.Header(HeaderShadow, ShadowWouldRefuse)
+	}
+	a.observeCheck(a.policyLabel(q.policy), result, q.start)
 	a.setRateLimitHeaders(c, res.Now, res.ServedBy, h)
 	setDecided(c, res.Decided)
 	if q.header != nil {
@@ -186,8 +204,8 @@ func (a *API) decideOne(c *gin.Context, q oneCheck) {
 // case when the table here has not caught up with a new policy.
 func (a *API) neverAllowed(c *gin.Context, name string, cost int64, at string) bool {
 	p, ok := a.cfg.Node.Policy(name)
-	if !ok {
-		return false
+	if !ok || p.IsShadow() {
+		return false // a shadow policy answers it allowed, would-refuse
 	}
 	if p.IsConcurrency() {
 		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%spolicy: %q is a concurrency policy: take a permit with POST %s; nothing was counted", at, name, PermitsPath))
@@ -274,6 +292,7 @@ func bodyOf(h cluster.HitResult, counted, withClient bool) checkBody {
 	if h.Outcome == window.Refused {
 		b.RetryAfterMs = &retry
 	}
+	b.WouldRefuse = h.WouldRefuse()
 	return b
 }
 
@@ -335,8 +354,15 @@ func appendPartName(b []byte, hr cluster.HitResult, p window.Result) []byte {
 	return strconv.AppendQuote(b, hr.Policy+"-"+shortWindow(p.WindowMs))
 }
 
-// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms.
+// shortWindow names a window for a RateLimit item: 1s, 5m, 1h, 1d, 250ms,
+// and the calendar periods 1mo and 1y.
 func shortWindow(ms int64) string {
+	switch ms {
+	case window.MonthMs:
+		return "1mo"
+	case window.YearMs:
+		return "1y"
+	}
 	for _, u := range []struct {
 		ms   int64
 		name string
@@ -434,6 +460,9 @@ func (a *API) checkMany(c *gin.Context) {
 		body.Results[i] = bodyOf(h, res.Allowed, true)
 		if r := body.Results[i].RetryAfterMs; r != nil {
 			retry = max(retry, *r)
+		}
+		if body.Results[i].WouldRefuse {
+			c.Header(HeaderShadow, ShadowWouldRefuse)
 		}
 	}
 	c.Header("Cache-Control", "no-store")

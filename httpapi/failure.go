@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -42,6 +44,30 @@ var unavailableFailures = []struct {
 	detail string
 }{
 	{cluster.ErrNotMember, CodeNotMember, "this node was removed from the cluster; nothing was counted; ask another node"},
+}
+
+// boundFailures are bounds of the caller's own use that the cluster
+// keeps the same on every node: 409 with the bound's code from every
+// front end, before the rules that read a refusal carried through the
+// cluster (a leader's "not counted" or the internal hop's 409) as a
+// cluster condition. The first row whose error matches.
+var boundFailures = []struct {
+	err    error
+	code   string
+	detail string
+}{
+	{cluster.ErrTooManyPermits, CodeTooManyPermits, fmt.Sprintf(
+		"the cluster holds %d permits across all keys, the most it keeps; release some or wait for their TTLs; no permit was taken", fsm.MaxPermits)},
+}
+
+// bound matches err against boundFailures.
+func bound(err error) (failure, bool) {
+	for _, b := range boundFailures {
+		if errors.Is(err, b.err) {
+			return failure{http.StatusConflict, b.code, b.detail, false}, true
+		}
+	}
+	return failure{}, false
 }
 
 // failure is one answer: status, problem code, detail, and whether it
@@ -87,6 +113,9 @@ func hitFailure(err error) failure {
 	if f, ok := unavailable(err); ok {
 		return f
 	}
+	if f, ok := bound(err); ok {
+		return f
+	}
 	if he, ok := leaderRefusal(err); ok && !errors.Is(err, cluster.ErrOutcomeUnknown) {
 		if !callerStatuses[he.Status] {
 			// The leader refused this node (its credentials, its
@@ -115,6 +144,10 @@ func hitFailure(err error) failure {
 // detail).
 func adminFailure(what string, err error) failure {
 	if f, ok := unavailable(err); ok {
+		f.detail = withContext(what, f.detail)
+		return f
+	}
+	if f, ok := bound(err); ok {
 		f.detail = withContext(what, f.detail)
 		return f
 	}

@@ -3,13 +3,17 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 // written runs a handler's error answer on a recorder and reads back what
@@ -63,6 +67,42 @@ func TestClusterFailuresNeverLookLikeTheCallersFault(t *testing.T) {
 			}
 			if errors.Is(err, cluster.ErrForbidden) && f.status == http.StatusForbidden {
 				t.Errorf("%s: the leader's refusal of this node reached the caller as 403", m.name)
+			}
+		}
+	}
+}
+
+// TestTooManyPermitsIs409: an acquire the state machine refuses at
+// fsm.MaxPermits answers 409 too_many_permits naming the bound, as the
+// leader's own error and as a follower decodes the leader's answer on the
+// internal hop (every form cluster.Failures lists), from every front end
+// but reads (which never take a permit): never a 503 that sends the
+// caller to another node, which would refuse it too. (Failed before the
+// bound's mapping: the leader's refusal, joined with "not counted",
+// answered 503 not_counted.)
+func TestTooManyPermitsIs409(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	forms := []error{errors.Join(cluster.ErrNotCounted, fmt.Errorf("%w: %d permits are live", cluster.ErrTooManyPermits, fsm.MaxPermits))}
+	for _, err := range cluster.Failures() {
+		if errors.Is(err, cluster.ErrTooManyPermits) {
+			forms = append(forms, err)
+		}
+	}
+	if len(forms) < 3 {
+		t.Fatalf("cluster.Failures has %d forms of too_many_permits, want the bare error, the hop's answer and it refused", len(forms)-1)
+	}
+	mappings := map[string]func(error) failure{
+		"permits": func(err error) failure { return written(func(c *gin.Context) { (&API{}).permitError(c, err) }) },
+		"hits":    hitFailure,
+		"admin":   func(err error) failure { return adminFailure("acquire", err) },
+	}
+	for name, of := range mappings {
+		for _, err := range forms {
+			f := of(err)
+			if f.status != http.StatusConflict || f.code != CodeTooManyPermits || f.retry ||
+				!strings.Contains(f.detail, strconv.Itoa(fsm.MaxPermits)) {
+				t.Errorf("%s: %v answered %d %s %q (Retry-After %v), want 409 %s naming %d",
+					name, err, f.status, f.code, f.detail, f.retry, CodeTooManyPermits, fsm.MaxPermits)
 			}
 		}
 	}

@@ -114,12 +114,13 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, "policy "+err.Error())
 		return policy.Policy{}, false
 	}
-	p, ok := a.cfg.Node.Policy(name)
+	p, found, ok := a.findPolicy(c, name)
 	if !ok {
-		p, ok = a.policyOnLeader(c, name)
-		if !ok {
-			return p, false
-		}
+		return p, false
+	}
+	if !found {
+		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
+		return p, false
 	}
 	if !p.IsLeased() {
 		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check", name))
@@ -128,26 +129,30 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 	return p, true
 }
 
-// policyOnLeader looks name up in the leader's table (a linearizable
-// read) when this node's table lacks it: a node that has just restarted,
-// or lags, may not have applied the entry that defined it yet, and 404
-// would tell the holder the policy does not exist. It answers the request
-// itself unless ok.
-func (a *API) policyOnLeader(c *gin.Context, name string) (policy.Policy, bool) {
+// findPolicy looks name up in this node's table and, when the table
+// lacks it, in the leader's (a linearizable read): a node that has just
+// restarted, or lags, may not have applied the entry that defined it yet,
+// and 404 would tell the caller the policy does not exist. The lease,
+// permit and reservation APIs all ask through it. found is false when no
+// table has the policy; ok is false when the leader could not be read
+// (then the request is answered here).
+func (a *API) findPolicy(c *gin.Context, name string) (p policy.Policy, found, ok bool) {
+	if p, found := a.cfg.Node.Policy(name); found {
+		return p, true, true
+	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	t, err := a.cfg.Node.ReadPolicies(ctx, false)
 	if err != nil {
 		a.hitError(c, errors.Join(cluster.ErrNotCounted, fmt.Errorf("read the policy table on the leader: %w", err)))
-		return policy.Policy{}, false
+		return policy.Policy{}, false, false
 	}
 	for _, p := range t.Policies {
 		if p.Name == name {
-			return p, true
+			return p, true, true
 		}
 	}
-	writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
-	return policy.Policy{}, false
+	return policy.Policy{}, false, true
 }
 
 // bindLease reads a lease or return body (the policy defaulting to the

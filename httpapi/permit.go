@@ -25,6 +25,7 @@ const (
 const (
 	CodeWrongPolicy    = "wrong_policy"
 	CodeAlreadySettled = "already_settled"
+	CodeTooManyPermits = "too_many_permits"
 )
 
 // Permitter takes concurrency permits and reservations through the log
@@ -134,11 +135,12 @@ func (a *API) acquirePermit(c *gin.Context) {
 }
 
 // concurrencyPolicy answers 404 or 400 itself unless name is a
-// concurrency policy in this node's table.
+// concurrency policy (in this node's table, else the leader's).
 func (a *API) concurrencyPolicy(c *gin.Context, name string) bool {
-	p, ok := a.cfg.Node.Policy(name)
+	p, found, ok := a.findPolicy(c, name)
 	switch {
 	case !ok:
+	case !found:
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); no permit was taken", name))
 	case !p.IsConcurrency():
 		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("policy: %q is a %s policy; permits need a concurrency policy ({\"algorithm\":\"concurrency\",\"limits\":[{\"limit\":N}]})", name, p.Algorithm))
@@ -203,6 +205,9 @@ func (a *API) permitError(c *gin.Context, err error) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
 	case errors.Is(err, cluster.ErrClusterUpgrading):
 		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
+	case errors.Is(err, cluster.ErrTooManyPermits):
+		f, _ := bound(err)
+		writeFailure(c, f)
 	case errors.Is(err, cluster.ErrConflict):
 		writeProblem(c, http.StatusConflict, CodeConflict, detail+"; nothing was reserved")
 	default:

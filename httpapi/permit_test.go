@@ -1,6 +1,8 @@
 package httpapi_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +140,65 @@ func TestPermitsNeedEveryVoterOnFormatR4(t *testing.T) {
 	}
 	if r := do(t, "GET", leader.URL()+"/check/fw/u?cost=10", "", ""); r.status != 200 {
 		t.Fatalf("the refused reservation counted: %d %s", r.status, r.raw)
+	}
+}
+
+// TestPermitsThroughAFollowerRightAfterThePolicyIsMade: a follower that
+// has not applied the entry defining a policy yet looks it up on the
+// leader instead of answering 404 (as the lease API does). Each round
+// makes a new policy on the leader and at once takes a permit and a
+// reservation through a follower: every answer is a 201. A policy that
+// exists nowhere is still a 404.
+func TestPermitsThroughAFollowerRightAfterThePolicyIsMade(t *testing.T) {
+	c := apitest.Start(t, 3, clustertest.Options{})
+	leader := c.Leader(5 * time.Second)
+	followers := c.Followers(leader)
+	for i := range 12 {
+		jobs, tokens := fmt.Sprintf("jobs%d", i), fmt.Sprintf("tokens%d", i)
+		if r := do(t, "PUT", leader.URL()+"/v1/policies/"+jobs, "", `{"algorithm":"concurrency","limits":[{"limit":1}]}`); r.status/100 != 2 {
+			t.Fatalf("put %s: %d %s", jobs, r.status, r.raw)
+		}
+		if r := do(t, "PUT", leader.URL()+"/v1/policies/"+tokens, "", `{"algorithm":"fixed_window","limits":[{"limit":100,"window":"1h"}]}`); r.status/100 != 2 {
+			t.Fatalf("put %s: %d %s", tokens, r.status, r.raw)
+		}
+		f := followers[i%len(followers)]
+		if r := do(t, "POST", f.URL()+"/v1/permits", "", `{"policy":"`+jobs+`","client":"u","ttl":"1m"}`); r.status != 201 {
+			t.Fatalf("round %d: permit through follower %s right after PUT: %d %s", i, f.ID, r.status, r.raw)
+		}
+		if r := do(t, "POST", f.URL()+"/v1/reservations", "", `{"keys":[{"policy":"`+tokens+`","client":"u","units":10}]}`); r.status != 201 {
+			t.Fatalf("round %d: reservation through follower %s right after PUT: %d %s", i, f.ID, r.status, r.raw)
+		}
+	}
+	f := followers[0]
+	if r := do(t, "POST", f.URL()+"/v1/permits", "", `{"policy":"nowhere","client":"u"}`); r.status != 404 || r.body["code"] != "unknown_policy" {
+		t.Fatalf("permit of a policy that exists nowhere: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", f.URL()+"/v1/reservations", "", `{"keys":[{"policy":"nowhere","client":"u","units":1}]}`); r.status != 404 || !strings.HasPrefix(r.body["detail"].(string), "keys[0].policy") {
+		t.Fatalf("reservation of a policy that exists nowhere: %d %s", r.status, r.raw)
+	}
+}
+
+// TestTopListsLivePermits: GET /v1/top counts the permits live per
+// concurrency policy (0 for one with none); ?policy= narrows it, and a
+// policy that counts hits has no entry.
+func TestTopListsLivePermits(t *testing.T) {
+	c := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{concurrencyPolicy("jobs", 3), concurrencyPolicy("idle", 1),
+		policy.Fixed("fw", 10, time.Minute)}})
+	base := c.Leader(5 * time.Second).URL()
+	for range 2 {
+		if r := do(t, "POST", base+"/v1/permits", "", `{"policy":"jobs","client":"u"}`); r.status != 201 {
+			t.Fatalf("acquire: %d %s", r.status, r.raw)
+		}
+	}
+	for query, want := range map[string]string{
+		"":             `{"idle":0,"jobs":2}`,
+		"?policy=jobs": `{"jobs":2}`,
+		"?policy=fw":   `{}`,
+	} {
+		r := do(t, "GET", base+"/v1/top"+query, "", "")
+		got, _ := json.Marshal(r.body["permits"])
+		if r.status != 200 || string(got) != want {
+			t.Errorf("GET /v1/top%s: %d permits %s, want %s (%s)", query, r.status, got, want, r.raw)
+		}
 	}
 }

@@ -99,15 +99,16 @@ func (a *API) reserve(c *gin.Context) {
 }
 
 // reservablePolicy answers 404 or 400 itself unless the item's policy is
-// a strict windowed one in this node's table.
+// a strict windowed one (in this node's table, else the leader's).
 func (a *API) reservablePolicy(c *gin.Context, i int, many bool, it cluster.ReserveItem) bool {
 	at := "policy"
 	if many {
 		at = fmt.Sprintf("keys[%d].policy", i)
 	}
-	p, ok := a.cfg.Node.Policy(it.Policy)
+	p, found, ok := a.findPolicy(c, it.Policy)
 	switch {
 	case !ok:
+	case !found:
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("%s: policy %q is not defined (GET /v1/policies lists them); nothing was reserved", at, it.Policy))
 	case p.IsConcurrency():
 		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%s: %q is a concurrency policy: it counts permits (POST %s), not units; nothing was reserved", at, it.Policy, PermitsPath))

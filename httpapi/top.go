@@ -18,6 +18,9 @@ import (
 type TopView interface {
 	ClusterTop(ctx context.Context, policy string, n int) cluster.ClusterTop
 	Members(ctx context.Context) ([]cluster.Member, error)
+	// LivePermitsByPolicy counts live permits per concurrency policy in
+	// this node's state.
+	LivePermitsByPolicy() map[string]int64
 }
 
 // members is GET /v1/cluster/members: every server's own status (role,
@@ -47,6 +50,9 @@ type TopPolicy struct {
 	Refused       uint64  `json:"refused"`
 	AllowedPerSec float64 `json:"allowedPerSec"`
 	RefusedPerSec float64 `json:"refusedPerSec"`
+	// WouldRefuse counts hits a shadow policy let through that enforcing
+	// would have refused (in neither Allowed nor Refused).
+	WouldRefuse uint64 `json:"wouldRefuse,omitempty"`
 	// Keys are the top clients by the asked outcome; each one's true
 	// count lies in [min, count]. Unlisted is the most any other client
 	// may have; Exact says every count is exact.
@@ -64,15 +70,19 @@ type TopBody struct {
 	Dropped  uint64            `json:"dropped"`
 	Nodes    []cluster.TopNode `json:"nodes"`
 	Policies []TopPolicy       `json:"policies"`
+	// Permits are the permits live per concurrency policy (0 for one with
+	// none) in the answering node's state, as of the last entry it
+	// applied; with ?policy=, that policy's only.
+	Permits map[string]int64 `json:"permits"`
 }
 
-// top is GET /v1/top?policy=&by=refused|allowed&n=: the clients hit most in
+// top is GET /v1/top?policy=&by=refused|allowed|would_refuse&n=: the clients hit most in
 // the last minute, merged from every node's summaries. Client ids are
 // personal data: the endpoint is behind the admin guard.
 func (a *API) top(c *gin.Context) {
 	by := c.DefaultQuery("by", "refused")
-	if by != "refused" && by != "allowed" {
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("by %q: want refused or allowed", by))
+	if by != "refused" && by != "allowed" && by != "would_refuse" {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("by %q: want refused, allowed or would_refuse", by))
 		return
 	}
 	n := 10
@@ -96,15 +106,25 @@ func (a *API) top(c *gin.Context) {
 	ct := a.cfg.Node.ClusterTop(ctx, pol, n)
 	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
+	body.Permits = a.cfg.Node.LivePermitsByPolicy()
+	if live, ok := body.Permits[pol]; pol != "" {
+		body.Permits = map[string]int64{}
+		if ok {
+			body.Permits[pol] = live
+		}
+	}
 	secs := float64(max(ct.WindowMs, 1000)) / 1000
 	for _, p := range ct.Policies {
 		l := p.Refused
-		if by == "allowed" {
+		switch by {
+		case "allowed":
 			l = p.Allowed
+		case "would_refuse":
+			l = p.WouldRefuse
 		}
 		body.Policies = append(body.Policies, TopPolicy{Policy: p.Policy, Allowed: p.Allowed.Total, Refused: p.Refused.Total,
 			AllowedPerSec: float64(p.Allowed.Total) / secs, RefusedPerSec: float64(p.Refused.Total) / secs,
-			Keys: l.Keys, Unlisted: l.Unlisted, Exact: l.Exact() && ct.Dropped == 0})
+			WouldRefuse: p.WouldRefuse.Total, Keys: l.Keys, Unlisted: l.Unlisted, Exact: l.Exact() && ct.Dropped == 0})
 	}
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, body)

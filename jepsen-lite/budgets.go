@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -54,11 +53,52 @@ type budgetConfig struct {
 	window  time.Duration // the reservation policy's window
 	seed    uint64
 	t0      time.Time
+	// gateWait bounds the wait for the version gate (0: budgetGateWait).
+	gateWait time.Duration
 }
 
-// startBudgets creates the two policies and starts the workers; skipped
-// (with the reason) when the cluster refuses them, e.g. 409
-// cluster_upgrading while it cannot confirm every voter runs format R4.
+// budgetGateWait is how long the workload waits for the version gate to
+// open: a cluster just formed refuses a concurrency policy with 409
+// cluster_upgrading until every node has read every member's format
+// (clock readings, once a second), normally a second or two.
+const budgetGateWait = 30 * time.Second
+
+// createBudgetPolicy puts p through the first node that takes it, asking
+// again while the cluster answers 409 cluster_upgrading, for up to wait:
+// the workload waits for the gate rather than skip. Any other refusal,
+// or a gate still closed after wait, is the error.
+func createBudgetPolicy(ctx context.Context, adm *admin, urls []string, p map[string]any, wait time.Duration) error {
+	if wait <= 0 {
+		wait = budgetGateWait
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var err error
+		upgrading := false
+		for _, u := range urls {
+			if err = adm.do(ctx, 10*time.Second, http.MethodPut, u+"/v1/policies/"+p["name"].(string), p, nil); err == nil {
+				return nil
+			}
+			var ae *apiError
+			upgrading = upgrading || errors.As(err, &ae) && ae.Code == "cluster_upgrading"
+		}
+		if !upgrading {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the version gate stayed closed for %s: %w", wait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// startBudgets creates the two policies and starts the workers, waiting
+// (bounded) for the version gate to open; skipped (with the reason) when
+// the cluster refuses them otherwise, or the gate stays closed.
 func (r *runner) startBudgets(ctx context.Context, sec *security) (*budgetWorkload, string) {
 	var urls []string
 	for _, s := range r.cl.specs {
@@ -73,13 +113,7 @@ func newBudgets(ctx context.Context, cfg budgetConfig) (*budgetWorkload, string)
 		{"name": budgetReservePolicy, "algorithm": "fixed_window", "limits": []map[string]any{{"limit": budgetReserveLimit, "window": cfg.window.String()}}},
 	}
 	for _, p := range pols {
-		var err error
-		for _, u := range cfg.urls {
-			if err = cfg.adm.do(ctx, 10*time.Second, http.MethodPut, u+"/v1/policies/"+p["name"].(string), p, nil); err == nil {
-				break
-			}
-		}
-		if err != nil {
+		if err := createBudgetPolicy(ctx, cfg.adm, cfg.urls, p, cfg.gateWait); err != nil {
 			return nil, fmt.Sprintf("create %s: %v", p["name"], err)
 		}
 	}
@@ -190,23 +224,47 @@ func (b *budgetWorkload) reserveWorker(ctx context.Context, rng *rand.Rand, key 
 	}
 }
 
+// checkBudgetsVacuous names a budgets workload that ran but never took a
+// permit or never made a reservation: its models then proved nothing, as
+// if it had been skipped (every call refused, e.g. 409 or 404).
+const checkBudgetsVacuous = "budgets-vacuous"
+
 // checkBudgets judges the budgets workload's history; slackMs is how far
 // the cluster's clock may run ahead of the runner's.
 func checkBudgets(permits []checker.PermitOp, reservations []checker.ReservationOp, slackMs int64) ([]checker.Violation, string) {
 	v := checker.CheckPermits(permits, budgetPermits, slackMs)
 	v = append(v, checker.CheckReservations(reservations, budgetReserveLimit)...)
-	count := func(ok func(int) bool, n int) int {
-		c := 0
-		for i := range n {
-			if ok(i) {
-				c++
-			}
-		}
-		return c
+	var pc, rc outcomeCount
+	for _, p := range permits {
+		pc.add(p.Outcome, p.Acquired)
 	}
-	acquired := count(func(i int) bool { return permits[i].Acquired }, len(permits))
-	reserved := count(func(i int) bool { return reservations[i].Reserved }, len(reservations))
-	var b strings.Builder
-	fmt.Fprintf(&b, "permits: %d acquires (%d taken); reservations: %d (%d made)", len(permits), acquired, len(reservations), reserved)
-	return v, b.String()
+	for _, r := range reservations {
+		rc.add(r.Outcome, r.Reserved)
+	}
+	if pc.made == 0 || rc.made == 0 {
+		v = append(v, checker.Violation{Check: checkBudgetsVacuous, Key: "budgets",
+			Detail: fmt.Sprintf("%d permits taken of %d acquires, %d reservations made of %d: the budgets workload proved nothing", pc.made, len(permits), rc.made, len(reservations))})
+	}
+	detail := fmt.Sprintf("permits: %d acquires (%s); reservations: %d (%s)", len(permits), pc.String("taken"), len(reservations), rc.String("made"))
+	return v, detail
+}
+
+// outcomeCount sorts a workload's calls by how they ended.
+type outcomeCount struct{ made, refused, failed, unknown int }
+
+func (c *outcomeCount) add(o checker.Outcome, made bool) {
+	switch {
+	case o == checker.OutcomeOK && made:
+		c.made++
+	case o == checker.OutcomeOK:
+		c.refused++
+	case o == checker.OutcomeUnknown:
+		c.unknown++
+	default:
+		c.failed++
+	}
+}
+
+func (c outcomeCount) String(made string) string {
+	return fmt.Sprintf("%d %s, %d refused, %d failed, %d unknown", c.made, made, c.refused, c.failed, c.unknown)
 }

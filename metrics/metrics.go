@@ -46,7 +46,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
 		reg: reg,
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rlnode_checks_total", Help: "Checks answered, by policy and result (allowed, refused, cost_exceeds_limit, not_counted, outcome_unknown).",
+			Name: "rlnode_checks_total", Help: "Checks answered, by policy and result (allowed, refused, cost_exceeds_limit, not_counted, outcome_unknown; would_refuse: a shadow policy let through a hit enforcing would refuse).",
 		}, []string{"policy", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rlnode_check_duration_seconds", Help: "Time to answer a check, including forwarding and consensus.",

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/goccy/go-yaml"
 
@@ -179,18 +178,23 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 				return p, err
 			}
 			p.Envoy = e
-		case "consistency", "align":
+		case "consistency", "align", "timezone", "mode":
 			s, ok := f.Value.(string)
 			if !ok {
 				return p, fmt.Errorf("%s: want a string", field)
 			}
-			if key == "consistency" {
+			switch key {
+			case "consistency":
 				p.Consistency = s
-			} else {
+			case "align":
 				p.Align = s
+			case "timezone":
+				p.Timezone = s
+			default:
+				p.Mode = s
 			}
 		default:
-			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits, consistency, align)", field)
+			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits, consistency, align, timezone, mode)", field)
 		}
 	}
 	return p.Canonical(), nil
@@ -219,11 +223,11 @@ func limitFromNode(at string, node any) (Limit, error) {
 			if !ok {
 				return l, fmt.Errorf("%s: want a Go duration string such as \"1s\" or \"24h\"", field)
 			}
-			d, perr := time.ParseDuration(s)
+			d, perr := ParseWindow(s)
 			if perr != nil {
-				return l, fmt.Errorf("%s %q is not a Go duration such as 1s, 1m30s or 24h", field, s)
+				return l, fmt.Errorf("%s %q is not a Go duration such as 1s, 1m30s or 24h, nor 1d, 1w, 1mo or 1y", field, s)
 			}
-			l.Window = Duration(d)
+			l.Window = d
 		default:
 			return l, fmt.Errorf("%s: unknown field (want limit, window, burst)", field)
 		}

@@ -6,6 +6,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,12 +46,22 @@ type Policy struct {
 	// or "epoch" (fixed windows at multiples of the window length since the
 	// Unix epoch, as envoyproxy/ratelimit and most Redis limiters count).
 	Align string `json:"align,omitempty"`
+	// Timezone is a calendar policy's IANA zone ("Europe/Berlin"); empty
+	// is UTC. Only align "calendar" has one.
+	Timezone string `json:"timezone,omitempty"`
+	// Mode is "" (enforce, the default) or "shadow": hits count as usual
+	// but a hit that would be refused is answered as allowed, marked
+	// would-refuse.
+	Mode string `json:"mode,omitempty"`
 }
 
-// Values of Policy.Consistency and Policy.Align other than the defaults.
+// Values of Policy.Consistency, Policy.Align and Policy.Mode other than
+// the defaults.
 const (
-	Leased     = "leased"
-	AlignEpoch = "epoch"
+	Leased        = "leased"
+	AlignEpoch    = "epoch"
+	AlignCalendar = "calendar"
+	Shadow        = "shadow"
 )
 
 // Concurrency is the algorithm of a permit policy: at most limits[0].limit
@@ -66,14 +77,28 @@ func (p Policy) IsLeased() bool { return p.Consistency == Leased }
 // EpochAligned reports whether the policy's windows are aligned to the epoch.
 func (p Policy) EpochAligned() bool { return p.Align == AlignEpoch }
 
+// CalendarAligned reports whether the policy's fixed windows are calendar
+// periods (days, ISO weeks, months, years in Timezone).
+func (p Policy) CalendarAligned() bool { return p.Align == AlignCalendar }
+
+// IsShadow reports whether the policy counts without ever refusing.
+func (p Policy) IsShadow() bool { return p.Mode == Shadow }
+
 // Canonical returns the policy with its options in their stored form:
-// the defaults' names ("strict", "anchored") become empty.
+// the defaults' names ("strict", "anchored", "enforce", the zone "UTC")
+// become empty.
 func (p Policy) Canonical() Policy {
 	if p.Consistency == "strict" {
 		p.Consistency = ""
 	}
 	if p.Align == "anchored" {
 		p.Align = ""
+	}
+	if p.Mode == "enforce" {
+		p.Mode = ""
+	}
+	if p.Timezone == "UTC" {
+		p.Timezone = ""
 	}
 	return p
 }
@@ -94,19 +119,31 @@ func (p Policy) Alg() window.Algorithm {
 
 // Decider is the algorithm the state machine decides the policy's hits
 // with: Alg, except that an epoch-aligned fixed window is
-// window.FixedWindowEpoch. Call it only on a valid policy.
+// window.FixedWindowEpoch and a calendar one window.FixedWindowCalendar.
+// Call it only on a valid policy.
 func (p Policy) Decider() window.Algorithm {
-	if a := p.Alg(); a != window.FixedWindow || !p.EpochAligned() {
+	a := p.Alg()
+	switch {
+	case a != window.FixedWindow:
 		return a
+	case p.EpochAligned():
+		return window.FixedWindowEpoch
+	case p.CalendarAligned():
+		return window.FixedWindowCalendar
 	}
-	return window.FixedWindowEpoch
+	return a
 }
 
-// WindowLimits converts the limits for the window package.
+// WindowLimits converts the limits for the window package (a calendar
+// policy's zone loaded, which validation checked).
 func (p Policy) WindowLimits() []window.Limit {
+	var loc *time.Location
+	if p.CalendarAligned() {
+		loc, _ = LoadZone(p.Timezone)
+	}
 	out := make([]window.Limit, len(p.Limits))
 	for i, l := range p.Limits {
-		out[i] = window.Limit{Limit: l.Limit, WindowMs: l.Window.Milliseconds(), Burst: l.Burst}
+		out[i] = window.Limit{Limit: l.Limit, WindowMs: l.Window.Milliseconds(), Burst: l.Burst, Loc: loc}
 	}
 	return out
 }
@@ -114,7 +151,7 @@ func (p Policy) WindowLimits() []window.Limit {
 // Equal reports whether two policies are the same.
 func (p Policy) Equal(q Policy) bool {
 	if p.Name != q.Name || p.Algorithm != q.Algorithm || len(p.Limits) != len(q.Limits) ||
-		p.Consistency != q.Consistency || p.Align != q.Align {
+		p.Consistency != q.Consistency || p.Align != q.Align || p.Timezone != q.Timezone || p.Mode != q.Mode {
 		return false
 	}
 	for i := range p.Limits {
@@ -147,6 +184,12 @@ func (p Policy) String() string {
 	}
 	if p.Align != "" {
 		b.WriteString(" align " + p.Align)
+	}
+	if p.Timezone != "" {
+		b.WriteString(" " + p.Timezone)
+	}
+	if p.Mode != "" {
+		b.WriteString(" " + p.Mode)
 	}
 	return b.String()
 }
@@ -189,15 +232,7 @@ func (p Policy) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("consistency %q is unknown: want strict or leased", p.Consistency))
 	}
-	switch p.Align {
-	case "":
-	case AlignEpoch:
-		if err == nil && alg != window.FixedWindow {
-			errs = append(errs, fmt.Errorf("align %q: only fixed_window windows can be aligned", p.Align))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("align %q is unknown: want anchored or epoch", p.Align))
-	}
+	errs = append(errs, p.optionErrs(alg, err)...)
 	if p.Envoy != nil {
 		if err := p.Envoy.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("envoy: %w", err))
@@ -207,6 +242,43 @@ func (p Policy) Validate() error {
 		return nil
 	}
 	return &Error{Policy: p.Name, Errs: errs}
+}
+
+// optionErrs checks align, timezone and mode.
+func (p Policy) optionErrs(alg window.Algorithm, algErr error) []error {
+	var errs []error
+	switch p.Align {
+	case "":
+	case AlignEpoch, AlignCalendar:
+		if algErr == nil && alg != window.FixedWindow {
+			errs = append(errs, fmt.Errorf("align %q: only fixed_window windows can be aligned", p.Align))
+		}
+		if p.Align == AlignCalendar && p.IsLeased() {
+			errs = append(errs, errors.New("align calendar: a leased policy cannot be calendar-aligned yet (use strict)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("align %q is unknown: want anchored, epoch or calendar", p.Align))
+	}
+	if p.Timezone != "" {
+		if !p.CalendarAligned() {
+			errs = append(errs, fmt.Errorf("timezone %q: only align calendar has a time zone", p.Timezone))
+		} else if _, err := LoadZone(p.Timezone); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch p.Mode {
+	case "":
+	case Shadow:
+		if p.IsLeased() {
+			errs = append(errs, errors.New("mode shadow: a leased policy cannot be in shadow mode yet (use strict)"))
+		}
+		if p.IsConcurrency() {
+			errs = append(errs, errors.New("mode shadow: a concurrency policy cannot be in shadow mode yet"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("mode %q is unknown: want enforce or shadow", p.Mode))
+	}
+	return errs
 }
 
 // concurrencyErrs checks a concurrency policy's one limit: a count, no
@@ -246,6 +318,12 @@ func (p Policy) limitErrs(alg window.Algorithm, algErr error) []error {
 		}
 		w := time.Duration(l.Window)
 		switch {
+		case p.CalendarAligned():
+			if !window.IsCalendarPeriod(w.Milliseconds()) || w%time.Millisecond != 0 {
+				errs = append(errs, fmt.Errorf("%s.window %s: a calendar window is 1d, 1w, 1mo or 1y", field, l.Window))
+			}
+		case w.Milliseconds() == window.MonthMs || w.Milliseconds() == window.YearMs:
+			errs = append(errs, fmt.Errorf("%s.window %s is a calendar period: set align: calendar (a rolling month or year is not defined)", field, l.Window))
 		case w <= 0:
 			errs = append(errs, fmt.Errorf("%s.window %s must be positive", field, w))
 		case w > MaxWindow:
@@ -288,8 +366,15 @@ type Duration time.Duration
 func (d Duration) Milliseconds() int64 { return time.Duration(d).Milliseconds() }
 
 // String formats like time.Duration without zero trailing units, the way
-// people write windows: "1m", "24h", "1h30m", "1.5s".
+// people write windows: "1m", "24h", "1h30m", "1.5s"; the calendar periods
+// a month and a year are "1mo" and "1y".
 func (d Duration) String() string {
+	switch d.Milliseconds() {
+	case window.MonthMs:
+		return "1mo"
+	case window.YearMs:
+		return "1y"
+	}
 	s := time.Duration(d).String()
 	if t, ok := strings.CutSuffix(s, "m0s"); ok {
 		s = t + "m"
@@ -303,14 +388,41 @@ func (d Duration) String() string {
 // MarshalText writes the Go duration string.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// UnmarshalText reads a Go duration string.
+// UnmarshalText reads a window as ParseWindow does.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
+	v, err := ParseWindow(string(b))
 	if err != nil {
-		return fmt.Errorf("window %q is not a Go duration such as 1s, 1m30s or 24h", b)
+		return fmt.Errorf("window %q is not a Go duration such as 1s, 1m30s or 24h, nor 1d, 1w, 1mo or 1y", b)
 	}
-	*d = Duration(v)
+	*d = v
 	return nil
+}
+
+// ParseWindow reads a window: a Go duration ("1s", "1m30s", "24h"), a
+// whole number of days or weeks ("1d", "7d", "1w"), or the calendar
+// periods "1mo" and "1y" (only align calendar accepts those).
+func ParseWindow(s string) (Duration, error) {
+	switch s {
+	case "1mo":
+		return Duration(window.MonthMs * int64(time.Millisecond)), nil
+	case "1y":
+		return Duration(window.YearMs * int64(time.Millisecond)), nil
+	}
+	units := []struct {
+		suffix, name string
+		unit         time.Duration
+	}{{"d", "days", 24 * time.Hour}, {"w", "weeks", 7 * 24 * time.Hour}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || v < 1 || v > int64(MaxWindow/u.unit)+1 {
+				return 0, fmt.Errorf("window %q: want a whole number of %s", s, u.name)
+			}
+			return Duration(time.Duration(v) * u.unit), nil
+		}
+	}
+	v, err := time.ParseDuration(s)
+	return Duration(v), err
 }
 
 // Fixed returns a fixed-window policy with one limit, as --limit and

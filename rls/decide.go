@@ -171,6 +171,9 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 				replaced[r] = true
 			}
 		}
+		// A policy in shadow mode (rlnode's own option) is shadow_mode
+		// whatever its Envoy match says.
+		p.shadow = p.shadow || p.pol.IsShadow()
 		p.solo = p.shadow || p.quota || s.cfg.GlobalShadowMode
 	}
 	for i := range plan {

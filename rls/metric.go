@@ -46,7 +46,7 @@ func (s *Server) count(p *planned, h cluster.HitResult, m window.Result, counted
 	if s.cfg.Observer == nil {
 		return
 	}
-	allowed := h.Outcome == window.Allowed
+	allowed := h.Outcome == window.Allowed && !h.WouldRefuse()
 	used := m.Limit - m.Remaining // what the window held before this hit
 	if allowed && counted {
 		used -= p.hit.Cost

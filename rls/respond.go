@@ -116,7 +116,7 @@ func (s *Server) describe(st *rlsv3.RateLimitResponse_DescriptorStatus, p *plann
 	if p.quota {
 		v.quota++
 	}
-	if h.Outcome == window.Allowed {
+	if h.Outcome == window.Allowed && !h.WouldRefuse() {
 		s.observe(p.domain, "ok")
 		v.closer(st)
 		return
@@ -160,6 +160,8 @@ func (s *Server) describeCheck(st *rlsv3.RateLimitResponse_DescriptorStatus, p *
 	switch {
 	case w > 0 && p.pol.EpochAligned():
 		reset = now - now%w + w
+	case p.pol.CalendarAligned() && pk.ResetAt > 0:
+		reset = pk.ResetAt // the current period's end, active or not
 	case pk.Active:
 		reset = pk.ResetAt
 	}

@@ -43,16 +43,28 @@ func (c *Config) defaults() {
 	}
 }
 
+// Outcome is what a recorded hit got; each has its own summaries.
+type Outcome uint8
+
+const (
+	Allowed Outcome = iota
+	Refused
+	// WouldRefuse: a shadow policy let through a hit enforcing would
+	// have refused.
+	WouldRefuse
+	outcomes
+)
+
 // hit is what the hot path hands over: two strings the caller already has
-// and a flag, copied into the channel's buffer without allocating.
+// and an outcome, copied into the channel's buffer without allocating.
 type hit struct {
 	policy, client string
-	refused        bool
+	outcome        Outcome
 }
 
 type bucket struct {
 	start    time.Time
-	policies map[string]*[2]*summary // [0] allowed, [1] refused
+	policies map[string]*[outcomes]*summary // by Outcome
 }
 
 // Recorder keeps the top keys per policy and outcome over a sliding
@@ -83,7 +95,7 @@ func newRecorder(cfg Config, now func() time.Time) *Recorder {
 	cfg.defaults()
 	r := &Recorder{cfg: cfg, ch: make(chan hit, cfg.Queue), now: now,
 		ring: make([]bucket, cfg.Buckets), stop: make(chan struct{}), done: make(chan struct{})}
-	r.ring[0] = bucket{start: now(), policies: map[string]*[2]*summary{}}
+	r.ring[0] = bucket{start: now(), policies: map[string]*[outcomes]*summary{}}
 	go r.run()
 	return r
 }
@@ -100,9 +112,12 @@ func (r *Recorder) Close() {
 
 // Record counts one decided hit. It never blocks: when the owner falls
 // behind, the hit is dropped and counted.
-func (r *Recorder) Record(policy, client string, refused bool) {
+func (r *Recorder) Record(policy, client string, o Outcome) {
+	if o >= outcomes {
+		return
+	}
 	select {
-	case r.ch <- hit{policy: policy, client: client, refused: refused}:
+	case r.ch <- hit{policy: policy, client: client, outcome: o}:
 	default:
 		r.dropped.Add(1)
 	}
@@ -148,21 +163,17 @@ func (r *Recorder) count(h hit) {
 			r.dropped.Add(1)
 			return
 		}
-		s = &[2]*summary{newSummary(r.cfg.K), newSummary(r.cfg.K)}
+		s = &[outcomes]*summary{newSummary(r.cfg.K), newSummary(r.cfg.K), newSummary(r.cfg.K)}
 		b.policies[h.policy] = s
 	}
-	i := 0
-	if h.refused {
-		i = 1
-	}
-	s[i].add(h.client)
+	s[h.outcome].add(h.client)
 }
 
 func (r *Recorder) rotate() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cur = (r.cur + 1) % len(r.ring)
-	r.ring[r.cur] = bucket{start: r.now(), policies: map[string]*[2]*summary{}}
+	r.ring[r.cur] = bucket{start: r.now(), policies: map[string]*[outcomes]*summary{}}
 }
 
 // PolicyTop is the top keys of one policy, by outcome.
@@ -170,6 +181,9 @@ type PolicyTop struct {
 	Policy  string `json:"policy"`
 	Allowed List   `json:"allowed"`
 	Refused List   `json:"refused"`
+	// WouldRefuse: hits a shadow policy let through that enforcing would
+	// have refused (absent from Allowed and Refused).
+	WouldRefuse List `json:"wouldRefuse"`
 }
 
 // Report is one node's (or, merged, the cluster's) top keys.
@@ -188,7 +202,7 @@ func (r *Recorder) Top(policy string, n int) Report {
 	defer r.mu.Unlock()
 	now := r.now()
 	oldest := now
-	per := map[string][2][]List{}
+	per := map[string][outcomes][]List{}
 	for _, b := range r.ring {
 		if b.policies == nil || now.Sub(b.start) >= time.Duration(len(r.ring))*r.cfg.Bucket {
 			continue
@@ -201,14 +215,15 @@ func (r *Recorder) Top(policy string, n int) Report {
 				continue
 			}
 			l := per[name]
-			l[0] = append(l[0], s[0].list())
-			l[1] = append(l[1], s[1].list())
+			for o := range l {
+				l[o] = append(l[o], s[o].list())
+			}
 			per[name] = l
 		}
 	}
 	rep := Report{WindowMs: now.Sub(oldest).Milliseconds(), K: r.cfg.K, Dropped: r.dropped.Load(), Policies: []PolicyTop{}}
 	for name, l := range per {
-		rep.Policies = append(rep.Policies, PolicyTop{Policy: name, Allowed: Merge(n, l[0]...), Refused: Merge(n, l[1]...)})
+		rep.Policies = append(rep.Policies, policyTop(name, n, l))
 	}
 	sortPolicies(rep.Policies)
 	return rep
@@ -219,23 +234,28 @@ func (r *Recorder) Top(policy string, n int) Report {
 // list.
 func MergeReports(n int, reps ...Report) Report {
 	out := Report{Policies: []PolicyTop{}}
-	per := map[string][2][]List{}
+	per := map[string][outcomes][]List{}
 	for _, r := range reps {
 		out.WindowMs = max(out.WindowMs, r.WindowMs)
 		out.K = max(out.K, r.K)
 		out.Dropped += r.Dropped
 		for _, p := range r.Policies {
 			l := per[p.Policy]
-			l[0] = append(l[0], p.Allowed)
-			l[1] = append(l[1], p.Refused)
+			l[Allowed] = append(l[Allowed], p.Allowed)
+			l[Refused] = append(l[Refused], p.Refused)
+			l[WouldRefuse] = append(l[WouldRefuse], p.WouldRefuse)
 			per[p.Policy] = l
 		}
 	}
 	for name, l := range per {
-		out.Policies = append(out.Policies, PolicyTop{Policy: name, Allowed: Merge(n, l[0]...), Refused: Merge(n, l[1]...)})
+		out.Policies = append(out.Policies, policyTop(name, n, l))
 	}
 	sortPolicies(out.Policies)
 	return out
+}
+
+func policyTop(name string, n int, l [outcomes][]List) PolicyTop {
+	return PolicyTop{Policy: name, Allowed: Merge(n, l[Allowed]...), Refused: Merge(n, l[Refused]...), WouldRefuse: Merge(n, l[WouldRefuse]...)}
 }
 
 func sortPolicies(ps []PolicyTop) {

@@ -108,10 +108,10 @@ func TestRecorderWindowSlides(t *testing.T) {
 	r := newRecorder(Config{K: 4, Bucket: time.Hour, Buckets: 3}, clock)
 	t.Cleanup(r.Close)
 	for i := 0; i < 5; i++ {
-		r.Record("login", "mallory", true)
+		r.Record("login", "mallory", Refused)
 	}
-	r.Record("login", "alice", false)
-	r.Record("api", "bob", false)
+	r.Record("login", "alice", Allowed)
+	r.Record("api", "bob", Allowed)
 	deadline := time.Now().Add(10 * time.Second)
 	for r.Top("", 0).Policies == nil || total(r.Top("", 0)) < 7 {
 		if time.Now().After(deadline) {
@@ -157,7 +157,11 @@ func BenchmarkRecord(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			r.Record("default", keys[i&1023], i&7 == 0)
+			o := Allowed
+			if i&7 == 0 {
+				o = Refused
+			}
+			r.Record("default", keys[i&1023], o)
 			i++
 		}
 	})
@@ -173,5 +177,30 @@ func BenchmarkSummaryAdd(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s.add(stream[i&(1<<16-1)])
+	}
+}
+
+// Would-refuse hits (shadow policies) have their own lists, apart from
+// allowed and refused, and survive merging nodes' reports.
+func TestRecorderWouldRefuse(t *testing.T) {
+	r := newRecorder(Config{K: 4, Bucket: time.Hour}, func() time.Time { return time.Unix(1_000, 0) })
+	t.Cleanup(r.Close)
+	r.Record("sh", "eve", WouldRefuse)
+	r.Record("sh", "eve", WouldRefuse)
+	r.Record("sh", "bob", Allowed)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rep := r.Top("sh", 0)
+		if len(rep.Policies) == 1 && rep.Policies[0].WouldRefuse.Total+rep.Policies[0].Allowed.Total == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hits not drained: %+v", rep)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	m := MergeReports(10, r.Top("sh", 0), r.Top("sh", 0))
+	if p := m.Policies[0]; p.WouldRefuse.Total != 4 || p.WouldRefuse.Keys[0].Key != "eve" || p.Refused.Total != 0 || p.Allowed.Total != 2 {
+		t.Fatalf("merged: %+v", p)
 	}
 }

@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Algorithm names how a policy turns hits into decisions.
@@ -24,6 +25,11 @@ const (
 	// at once per key (the state machine's permits). Apply and ExpiresAt
 	// allow nothing for it; a hit never decides a concurrency policy.
 	Concurrency Algorithm = 5
+	// FixedWindowCalendar is the fixed window aligned to the calendar:
+	// local days, ISO weeks, months or years in the limit's zone
+	// (fixed_calendar.go). Policies spell it fixed_window with align:
+	// calendar, so ParseAlgorithm does not know this name.
+	FixedWindowCalendar Algorithm = 6
 )
 
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
@@ -42,6 +48,8 @@ func (a Algorithm) String() string {
 		return "fixed_window(epoch)"
 	case Concurrency:
 		return "concurrency"
+	case FixedWindowCalendar:
+		return "fixed_window(calendar)"
 	default:
 		return fmt.Sprintf("algorithm(%d)", uint8(a))
 	}
@@ -71,14 +79,19 @@ const MaxTime int64 = 1 << 61
 
 // Limit is one limit of a policy: Limit hits (token bucket: tokens) per
 // WindowMs milliseconds. Burst is the token bucket's capacity (0 or less
-// means Limit); the other algorithms ignore it.
-type Limit struct{ Limit, WindowMs, Burst int64 }
+// means Limit); the other algorithms ignore it. Loc is a calendar limit's
+// zone (FixedWindowCalendar; nil is UTC); the other algorithms ignore it.
+type Limit struct {
+	Limit, WindowMs, Burst int64
+	Loc                    *time.Location
+}
 
 // State is one limit's stored state for one key; the zero value is a
 // never-seen key. Its meaning per algorithm:
 //
 //	fixed_window:   A = window start (anchored at the key's first hit), B = count, C = 0
 //	fixed_window (epoch): A = the aligned window start, B = count, C = 0
+//	fixed_window (calendar): A = the period's start, B = count, C = the period's end
 //	sliding_window: A = current aligned window start, B = its count, C = the previous window's count
 //	token_bucket:   A = theoretical arrival time (TAT) in whole ms, B = its fraction in units of
 //	                1/C ms (0 <= B < C), C = the Limit the fraction was written with
@@ -126,6 +139,8 @@ func Apply(alg Algorithm, l Limit, s State, now, cost int64) (Result, State) {
 		return applyBucket(l, s, now, cost)
 	case FixedWindowEpoch:
 		return applyFixedEpoch(l, s, now, cost)
+	case FixedWindowCalendar:
+		return applyFixedCalendar(l, s, now, cost)
 	}
 	return never(l, now), s
 }
@@ -162,6 +177,8 @@ func ExpiresAt(alg Algorithm, l Limit, s State) int64 {
 		return expiresBucket(l, s)
 	case FixedWindowEpoch:
 		return expiresFixedEpoch(l, s)
+	case FixedWindowCalendar:
+		return expiresFixedCalendar(l, s)
 	}
 	return -maxInt64 - 1
 }
@@ -210,7 +227,7 @@ func Force(alg Algorithm, l Limit, s State, now, cost int64) (ns State, ok bool)
 		return s, false
 	}
 	switch alg {
-	case FixedWindow, SlidingWindow, FixedWindowEpoch:
+	case FixedWindow, SlidingWindow, FixedWindowEpoch, FixedWindowCalendar:
 		// The count is kept as is: a higher limit only lets it grow.
 		l.Limit = max(l.Limit, forceLimit)
 	case TokenBucket:

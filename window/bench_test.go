@@ -3,6 +3,7 @@ package window_test
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/window"
 )
@@ -78,6 +79,46 @@ func BenchmarkApply(b *testing.B) {
 			for b.Loop() {
 				x := &ins[i&(n-1)]
 				res, _ = window.Apply(alg, x.l, x.s, x.now, x.cost)
+				i++
+			}
+			applySink = res
+		})
+	}
+}
+
+// BenchmarkApplyCalendar measures one calendar-period decision (the
+// period boundaries of the state and of now computed from the zone's
+// rules on every hit), beside the epoch-aligned window it generalizes.
+func BenchmarkApplyCalendar(b *testing.B) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		alg  window.Algorithm
+		l    window.Limit
+	}{
+		{"epoch-1d", window.FixedWindowEpoch, window.Limit{Limit: 1000, WindowMs: window.DayMs}},
+		{"calendar-1d-UTC", window.FixedWindowCalendar, window.Limit{Limit: 1000, WindowMs: window.DayMs}},
+		{"calendar-1mo-Berlin", window.FixedWindowCalendar, window.Limit{Limit: 1000, WindowMs: window.MonthMs, Loc: berlin}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			const n = 1024
+			r := rand.New(rand.NewPCG(7, 8))
+			nows := make([]int64, n) // increasing, as the FSM's clock: 1024 hits over 90 days
+			for i := range nows {
+				nows[i] = 1_700_000_000_000 + int64(i)*90*window.DayMs/n + r.Int64N(60_000)
+			}
+			b.ReportAllocs()
+			var res window.Result
+			var s window.State
+			i := 0
+			for b.Loop() {
+				if i&(n-1) == 0 {
+					s = window.State{} // the clock starts over with a new key
+				}
+				res, s = window.Apply(c.alg, c.l, s, nows[i&(n-1)], 1)
 				i++
 			}
 			applySink = res

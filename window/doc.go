@@ -53,6 +53,28 @@
 // a > cur only for a state written on a clock ahead of now; its window is
 // kept until it ends, as an anchored start after now is.
 //
+// # fixed_window aligned to the calendar (FixedWindowCalendar)
+//
+// A policy's fixed_window with align: calendar. WindowMs names the period
+// (DayMs, WeekMs, MonthMs, YearMs: a month and a year as their Gregorian
+// averages, lengths only calendar limits may have), Limit.Loc the zone.
+// State{A: the start of the period B counts, B: count, C: its end}. A period
+// begins at the first instant whose local date is its first day (local
+// midnight; where DST skips midnight, the jump past it; where it repeats
+// midnight, the first one); weeks begin on Monday (ISO):
+//
+//	[cur, curEnd) = the period holding now
+//	[a, aEnd) = [A, C) as stored (C <= A: the period holding A)
+//	start, end, used = (a, aEnd, B) if now < aEnd, else (cur, curEnd, 0)
+//	allowed = used + cost <= L; cost > L is CostExceedsLimit
+//	Remaining = max(0, L - count); ResetAt = end; WindowStart = start
+//	RetryAfterMs = end - now (refused; >= 1)
+//	ExpiresAt = aEnd
+//
+// Boundaries come from Go's time package (integer arithmetic on the zone's
+// rules), so replicas with the same zone data agree to the ms. The stored
+// end lets a period under way end where it was cut after a zone change.
+//
 // # sliding_window
 //
 // State{A: current aligned window start, B: its count, C: the previous

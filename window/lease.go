@@ -26,6 +26,12 @@ func Room(alg Algorithm, l Limit, s State, now int64) int64 {
 	case FixedWindowEpoch:
 		_, used := epochWindow(l.WindowMs, s, now)
 		return max(l.Limit-used, 0)
+	case FixedWindowCalendar:
+		if !IsCalendarPeriod(l.WindowMs) {
+			return 0
+		}
+		_, _, used := calendarWindow(l, s, now)
+		return max(l.Limit-used, 0)
 	case SlidingWindow:
 		v := viewSliding(l.WindowMs, s, now)
 		return v.room(l.Limit, v.cur)
@@ -61,6 +67,12 @@ func WindowEnd(alg Algorithm, l Limit, s State, now int64) int64 {
 	case FixedWindowEpoch:
 		start, _ := epochWindow(w, s, now)
 		return start + w
+	case FixedWindowCalendar:
+		if !IsCalendarPeriod(l.WindowMs) {
+			return now
+		}
+		_, end, _ := calendarWindow(l, s, now)
+		return end
 	case SlidingWindow:
 		return alignDown(now, w) + w
 	}
@@ -96,7 +108,9 @@ func Reserve(alg Algorithm, l Limit, s State, now, held int64) State {
 // count, only while the stored window is the one that started at start
 // (the grant's); aligned fixed window: off the count, only while the
 // stored aligned window is start and now is still in it; sliding window:
-// off the current count, only while the stored aligned window is start; token bucket: tokens back into the
+// off the current count, only while the stored aligned window is start;
+// calendar window: off the count, only while the stored period began at
+// start and has not ended; token bucket: tokens back into the
 // bucket, never above full at now. Anything else returns s unchanged: the
 // units stay spent.
 func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
@@ -117,6 +131,15 @@ func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
 			return s
 		}
 		return State{A: a, B: max(count-units, 0)}
+	case FixedWindowCalendar:
+		if !IsCalendarPeriod(l.WindowMs) {
+			return s
+		}
+		a, end, count := calendarWindow(l, s, now)
+		if a != start || clampTime(s.A) != a {
+			return s
+		}
+		return State{A: a, B: max(count-units, 0), C: end}
 	case SlidingWindow:
 		if alignDown(s.A, l.WindowMs) != start || alignDown(now, l.WindowMs) != start {
 			return s
@@ -147,6 +170,10 @@ func Refund(alg Algorithm, l Limit, s State, now, start, units int64) State {
 func RefundCurrent(alg Algorithm, l Limit, s State, now, units int64) State {
 	if l.WindowMs < 1 {
 		return s
+	}
+	if alg == FixedWindowCalendar {
+		start, _, _ := calendarWindow(l, s, clampTime(now))
+		return Refund(alg, l, s, now, start, units)
 	}
 	return Refund(alg, l, s, now, WindowEnd(alg, l, s, now)-min(l.WindowMs, MaxTime), units)
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/httpapi"
@@ -23,6 +22,7 @@ const policyUsage = `usage:
   rlnode policy list
   rlnode policy get NAME
   rlnode policy set NAME --algorithm A --limit N --window D [--burst B] [--limit N --window D ...] [--consistency leased]
+      [--align epoch|calendar [--timezone ZONE]] [--mode shadow]
   rlnode policy set NAME --algorithm concurrency --limit N   (N permits live at once per client)
   rlnode policy delete NAME
   rlnode policy apply -f FILE [--prune] [--dry-run]   (--prune: also delete what FILE lacks)
@@ -117,8 +117,18 @@ func limitsText(p policy.Policy) string {
 			parts[i] += fmt.Sprintf(" burst %d", l.Burst)
 		}
 	}
-	if p.EpochAligned() {
+	switch {
+	case p.EpochAligned():
 		parts[len(parts)-1] += " aligned"
+	case p.CalendarAligned():
+		zone := p.Timezone
+		if zone == "" {
+			zone = "UTC"
+		}
+		parts[len(parts)-1] += " calendar " + zone
+	}
+	if p.IsShadow() {
+		parts[len(parts)-1] += " shadow"
 	}
 	return strings.Join(parts, ", ")
 }
@@ -165,12 +175,15 @@ func (r *repeated) Set(v string) error {
 
 func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, a := newAdminFlags("policy set", "NAME", stdout)
-	var alg, consistency string
+	var alg, consistency, align, timezone, mode string
 	var limits, windows, bursts repeated
 	fs.StringVar(&alg, "algorithm", "fixed_window", "fixed_window, sliding_window, token_bucket or concurrency (--limit N permits live at once, no --window)")
 	fs.StringVar(&consistency, "consistency", "strict", "strict (every hit through the log) or leased (nodes decide hot keys from leases; docs/leased-policies.md)")
+	fs.StringVar(&align, "align", "anchored", "anchored (windows start at each key's first hit), epoch, or calendar (fixed_window: days, ISO weeks, months, years)")
+	fs.StringVar(&timezone, "timezone", "", "IANA zone of --align calendar periods (default UTC), e.g. Europe/Berlin")
+	fs.StringVar(&mode, "mode", "enforce", "enforce, or shadow (count as usual, never refuse; answers say would-refuse)")
 	fs.Var(&limits, "limit", "hits allowed per window; repeat (or N,M) for several limits, paired in order with --window")
-	fs.Var(&windows, "window", "window of the limit at the same position (a Go duration: 1s, 1m, 24h)")
+	fs.Var(&windows, "window", "window of the limit at the same position (a Go duration: 1s, 1m, 24h; or 1d, 1w; with --align calendar 1d, 1w, 1mo, 1y)")
 	fs.Var(&bursts, "burst", "token_bucket capacity of the limit at the same position (default: its limit)")
 	pos, err := parseAdmin(fs, args)
 	if err != nil {
@@ -179,15 +192,9 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageErr("rlnode policy set NAME --algorithm A --limit N --window D [--burst B]")
 	}
-	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts)
+	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts, policy.Policy{Consistency: consistency, Align: align, Timezone: timezone, Mode: mode})
 	if err != nil {
 		return usageErr("%v", err)
-	}
-	if consistency != "strict" {
-		p.Consistency = consistency
-		if err := p.Validate(); err != nil {
-			return usageErr("%v", err)
-		}
 	}
 	var res struct {
 		Result string `json:"result"`
@@ -202,8 +209,10 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy.Policy, error) {
-	p := policy.Policy{Name: name, Algorithm: alg}
+// policyFromFlags builds and validates a policy from policy set's flags;
+// opts carries the options (consistency, align, timezone, mode).
+func policyFromFlags(name, alg string, limits, windows, bursts []string, opts policy.Policy) (policy.Policy, error) {
+	p := policy.Policy{Name: name, Algorithm: alg, Consistency: opts.Consistency, Align: opts.Align, Timezone: opts.Timezone, Mode: opts.Mode}.Canonical()
 	if alg == policy.Concurrency && len(windows) == 0 && len(limits) == 1 {
 		// permits live at once: no window (docs/budgets.md)
 		n, err := strconv.ParseInt(limits[0], 10, 64)
@@ -224,11 +233,11 @@ func policyFromFlags(name, alg string, limits, windows, bursts []string) (policy
 		if err != nil {
 			return p, fmt.Errorf("--limit %q: want a whole number", limits[i])
 		}
-		w, err := time.ParseDuration(windows[i])
+		w, err := policy.ParseWindow(windows[i])
 		if err != nil {
-			return p, fmt.Errorf("--window %q: want a Go duration such as 1s, 1m or 24h", windows[i])
+			return p, fmt.Errorf("--window %q: want a Go duration such as 1s, 1m or 24h, or 1d, 1w, 1mo, 1y", windows[i])
 		}
-		l := policy.Limit{Limit: n, Window: policy.Duration(w)}
+		l := policy.Limit{Limit: n, Window: w}
 		if len(bursts) > 0 {
 			if l.Burst, err = strconv.ParseInt(bursts[i], 10, 64); err != nil || l.Burst < 1 {
 				return p, fmt.Errorf("--burst %q: want a whole number >= 1", bursts[i])

@@ -355,6 +355,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	obs.WatchNode(node)
 	obs.WatchDisk(node)
+	obs.WatchPermits(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)

@@ -35,7 +35,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var once bool
 	var every time.Duration
 	fs.StringVar(&pol, "policy", "", "show one policy (default: all)")
-	fs.StringVar(&by, "by", "refused", "rank clients by refused or allowed hits")
+	fs.StringVar(&by, "by", "refused", "rank clients by refused, allowed or would_refuse hits (would_refuse: shadow policies)")
 	fs.IntVar(&n, "n", 5, "clients shown per policy (1 to 100)")
 	fs.BoolVar(&once, "once", false, "print one table and exit")
 	fs.DurationVar(&every, "interval", time.Second, "time between refreshes")
@@ -46,8 +46,8 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(pos) > 0 {
 		return usageErr("rlnode top takes no arguments")
 	}
-	if by != "refused" && by != "allowed" {
-		return usageErr("--by %q: want refused or allowed", by)
+	if by != "refused" && by != "allowed" && by != "would_refuse" {
+		return usageErr("--by %q: want refused, allowed or would_refuse", by)
 	}
 	if n < 1 || n > 100 {
 		return usageErr("-n %d: want 1 to 100", n)

@@ -31,7 +31,8 @@ type PermitOp struct {
 
 // CheckPermits checks that no key ever had more than limit permits
 // certainly live at once. A permit is certainly live from the acquire's
-// answer until the release was sent, or until its TTL less slackMs (the
+// answer until the release was sent (unless the release certainly had no
+// effect), or until its TTL less slackMs (the
 // cluster's clock may run ahead of the client's by up to slackMs after a
 // failover to a leader whose clock is ahead, ending permits that much
 // early in real time). Unknown acquires may be live until their TTL: they
@@ -49,7 +50,7 @@ func CheckPermits(ops []PermitOp, limit int, slackMs int64) []Violation {
 			continue
 		}
 		end := op.Invoke + (op.TTLMs-slackMs)*1_000_000
-		if op.ReleaseInvoke > 0 {
+		if op.ReleaseInvoke > 0 && releaseMayHaveApplied(op.ReleaseOutcome) {
 			end = min(end, op.ReleaseInvoke)
 		}
 		if end <= op.Return {
@@ -87,6 +88,14 @@ func CheckPermits(ops []PermitOp, limit int, slackMs int64) []Violation {
 		}
 	}
 	return out
+}
+
+// releaseMayHaveApplied: a release answered ok, unknown, or 404 (the
+// permit was gone already), or not recorded, may have ended the permit
+// when it was sent; one that certainly had no effect (fail: 503 not
+// counted, a refusal) leaves it live until its TTL.
+func releaseMayHaveApplied(o Outcome) bool {
+	return o == "" || o == OutcomeOK || o == OutcomeUnknown || o == SettleNotFound
 }
 
 // ReservationOp is one reservation as a client saw it: the reserve and the

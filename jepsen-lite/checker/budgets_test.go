@@ -1,6 +1,9 @@
 package checker
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 const nsMs = int64(1_000_000) // one ms in ns
 
@@ -27,6 +30,27 @@ func TestCheckPermitsFindsOverlapAboveTheLimit(t *testing.T) {
 	bad := append(ok, PermitOp{ID: 8, Key: "p", Invoke: 50 * nsMs, Return: 60 * nsMs, Outcome: OutcomeOK, Acquired: true, TTLMs: 10_000, ReleaseInvoke: 70 * nsMs})
 	if v := CheckPermits(bad, 2, 100); len(v) != 1 || v[0].Check != CheckPermitsOverLimit || len(v[0].OpIDs) != 3 {
 		t.Fatalf("three live of 2: %+v", v)
+	}
+}
+
+// TestCheckPermitsAFailedReleaseLeavesThePermitLive: a release that
+// certainly had no effect (503 not counted) does not end the permit; it
+// stays live until its TTL, so a third permit answered meanwhile is over
+// a limit of 2. A release whose outcome is unknown may have applied.
+func TestCheckPermitsAFailedReleaseLeavesThePermitLive(t *testing.T) {
+	ops := []PermitOp{
+		{ID: 1, Key: "p", Invoke: 0, Return: 10 * nsMs, Outcome: OutcomeOK, Acquired: true, TTLMs: 10_000, ReleaseInvoke: 100 * nsMs, ReleaseOutcome: "fail"},
+		{ID: 2, Key: "p", Invoke: 0, Return: 20 * nsMs, Outcome: OutcomeOK, Acquired: true, TTLMs: 10_000},
+		{ID: 3, Key: "p", Invoke: 150 * nsMs, Return: 160 * nsMs, Outcome: OutcomeOK, Acquired: true, TTLMs: 10_000},
+	}
+	if v := CheckPermits(ops, 2, 100); len(v) != 1 || !slices.Equal(v[0].OpIDs, []int{1, 2, 3}) {
+		t.Fatalf("a failed release ended the permit: %+v", v)
+	}
+	for _, o := range []Outcome{OutcomeOK, OutcomeUnknown, SettleNotFound} {
+		ops[0].ReleaseOutcome = o
+		if v := CheckPermits(ops, 2, 100); len(v) != 0 {
+			t.Fatalf("release %s may have applied: %+v", o, v)
+		}
 	}
 }
 
