@@ -68,21 +68,15 @@ func ttlString(ttl time.Duration) string {
 // for longer). An error matching ErrOutcomeUnknown means a permit may have
 // been taken that the caller does not know: it ends at its TTL.
 func (c *Client) Acquire(ctx context.Context, policy, key string, ttl time.Duration) (Permit, error) {
-	body, err := json.Marshal(struct {
+	body := struct {
 		Policy string `json:"policy"`
 		Client string `json:"client"`
 		TTL    string `json:"ttl,omitempty"`
-	}{policy, key, ttlString(ttl)})
-	if err != nil {
-		return Permit{}, &Error{kind: ErrInvalid, cause: err}
-	}
-	a, err := c.call(ctx, http.MethodPost, PermitsPath, body, http.StatusCreated, http.StatusTooManyRequests)
+	}{policy, key, ttlString(ttl)}
+	var w wirePermit
+	a, err := c.callJSON(ctx, http.MethodPost, PermitsPath, body, &w, "permit", http.StatusCreated, http.StatusTooManyRequests)
 	if err != nil {
 		return Permit{}, err
-	}
-	var w wirePermit
-	if err := json.Unmarshal(a.body, &w); err != nil {
-		return Permit{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode permit: %w", err)}
 	}
 	p := Permit{ID: w.Permit, Policy: policy, Key: key, Live: w.Live, Limit: w.Limit, Acquired: a.status == http.StatusCreated}
 	if p.Acquired {
@@ -102,19 +96,12 @@ func (c *Client) Release(ctx context.Context, id string) error {
 
 // Renew extends the permit id to ttl from now (never shortens it).
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (Permit, error) {
-	body, err := json.Marshal(struct {
+	body := struct {
 		TTL string `json:"ttl,omitempty"`
-	}{ttlString(ttl)})
-	if err != nil {
-		return Permit{}, &Error{kind: ErrInvalid, cause: err}
-	}
-	a, err := c.call(ctx, http.MethodPost, PermitsPath+"/"+url.PathEscape(id)+"/renew", body, http.StatusOK)
-	if err != nil {
-		return Permit{}, err
-	}
+	}{ttlString(ttl)}
 	var w wirePermit
-	if err := json.Unmarshal(a.body, &w); err != nil {
-		return Permit{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode permit: %w", err)}
+	if _, err := c.callJSON(ctx, http.MethodPost, PermitsPath+"/"+url.PathEscape(id)+"/renew", body, &w, "permit", http.StatusOK); err != nil {
+		return Permit{}, err
 	}
 	return Permit{ID: w.Permit, Policy: w.Policy, Key: w.Client, Acquired: true, ExpiresAt: time.UnixMilli(w.ExpiresAtMs),
 		Live: w.Live, Limit: w.Limit}, nil
@@ -166,25 +153,19 @@ type Settlement struct {
 // call's estimated tokens on a per-minute and a per-day policy, say), for
 // ttl (0: 30s). Settle it with the real cost when the work is done.
 func (c *Client) Reserve(ctx context.Context, ttl time.Duration, keys ...ReserveKey) (Reservation, error) {
-	body, err := json.Marshal(struct {
+	body := struct {
 		Keys []ReserveKey `json:"keys"`
 		TTL  string       `json:"ttl,omitempty"`
-	}{keys, ttlString(ttl)})
-	if err != nil {
-		return Reservation{}, &Error{kind: ErrInvalid, cause: err}
-	}
-	a, err := c.call(ctx, http.MethodPost, ReservationsPath, body, http.StatusCreated, http.StatusTooManyRequests)
-	if err != nil {
-		return Reservation{}, err
-	}
+	}{keys, ttlString(ttl)}
 	var w struct {
 		Reservation  string        `json:"reservation"`
 		ExpiresAtMs  int64         `json:"expiresAtMs"`
 		Keys         []ReservedKey `json:"keys"`
 		RetryAfterMs int64         `json:"retryAfterMs"`
 	}
-	if err := json.Unmarshal(a.body, &w); err != nil {
-		return Reservation{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode reservation: %w", err)}
+	a, err := c.callJSON(ctx, http.MethodPost, ReservationsPath, body, &w, "reservation", http.StatusCreated, http.StatusTooManyRequests)
+	if err != nil {
+		return Reservation{}, err
 	}
 	r := Reservation{ID: w.Reservation, Reserved: a.status == http.StatusCreated, Keys: w.Keys, RetryAfter: ms(w.RetryAfterMs)}
 	if r.Reserved {
@@ -197,19 +178,30 @@ func (c *Client) Reserve(ctx context.Context, ttl time.Duration, keys ...Reserve
 // given back to the window it was charged in, or the extra is charged
 // (never refused: Overdraft reports what no limit had room for).
 func (c *Client) Settle(ctx context.Context, id string, units int64) (Settlement, error) {
-	body, err := json.Marshal(struct {
+	body := struct {
 		Units int64 `json:"units"`
-	}{units})
-	if err != nil {
-		return Settlement{}, &Error{kind: ErrInvalid, cause: err}
-	}
-	a, err := c.call(ctx, http.MethodPost, ReservationsPath+"/"+url.PathEscape(id)+"/settle", body, http.StatusOK)
-	if err != nil {
+	}{units}
+	var s Settlement
+	if _, err := c.callJSON(ctx, http.MethodPost, ReservationsPath+"/"+url.PathEscape(id)+"/settle", body, &s, "settlement", http.StatusOK); err != nil {
 		return Settlement{}, err
 	}
-	var s Settlement
-	if err := json.Unmarshal(a.body, &s); err != nil {
-		return Settlement{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode settlement: %w", err)}
-	}
 	return s, nil
+}
+
+// callJSON is call with in sent as JSON and the answer's body decoded into
+// out; an answer that does not decode is ErrOutcomeUnknown (the node may
+// have acted on the request), naming what was expected.
+func (c *Client) callJSON(ctx context.Context, method, path string, in, out any, what string, ok ...int) (answer, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return answer{}, &Error{kind: ErrInvalid, cause: err}
+	}
+	a, err := c.call(ctx, method, path, body, ok...)
+	if err != nil {
+		return a, err
+	}
+	if err := json.Unmarshal(a.body, out); err != nil {
+		return a, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode %s: %w", what, err)}
+	}
+	return a, nil
 }

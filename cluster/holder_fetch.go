@@ -90,15 +90,8 @@ func (h *holder) abandon(items []fsm.GrantItem) {
 func (h *holder) fetch(leaseFor time.Duration, items []fsm.GrantItem) {
 	defer h.wg.Done()
 	defer func() { <-h.sem }()
-	ctx, cancel := context.WithTimeout(context.Background(), h.applyTimeout)
+	ctx, cancel := timeoutOrStop(h.stop, h.applyTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-h.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	sent := h.clk.Now()
 	gs, err := h.lender.Grants(ctx, h.id, leaseFor, items)
 	h.mu.Lock()

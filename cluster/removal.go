@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -216,15 +215,8 @@ func (n *Node) tellRemoved(id, httpAddr string, index uint64) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := timeoutOrStop(n.stop, 2*time.Second)
 		defer cancel()
-		go func() {
-			select {
-			case <-n.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		err := n.fwd.peers.postJSON(ctx, BaseURL(httpAddr)+RemovedPath, removedNotice{ID: id, Leader: n.cfg.ID, Index: index}, nil)
 		if err != nil {
 			n.log.Info("could not tell the removed server it was removed; it will learn it from its configuration", "id", id, "error", err)

@@ -433,7 +433,7 @@ func (f *FSM) OutstandingGrants() []GrantView {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []GrantView
-	for _, key := range f.sortedGrantKeys() {
+	for _, key := range sortedKeys(f.grants) {
 		for _, g := range f.grants[key] {
 			if g.exp <= f.lastNow {
 				continue
@@ -443,15 +443,6 @@ func (f *FSM) OutstandingGrants() []GrantView {
 		}
 	}
 	return out
-}
-
-func (f *FSM) sortedGrantKeys() []string {
-	keys := make([]string, 0, len(f.grants))
-	for k := range f.grants {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // heldAt is what holders still hold of a token-bucket key at now (0 for

@@ -18,7 +18,7 @@ func (f *FSM) appendGrants(b []byte) []byte {
 		n += len(gs)
 	}
 	b = binary.AppendUvarint(b, uint64(n))
-	for _, key := range f.sortedGrantKeys() {
+	for _, key := range sortedKeys(f.grants) {
 		for _, g := range f.grants[key] {
 			b = appendString(b, key)
 			b = appendString(b, g.holder)

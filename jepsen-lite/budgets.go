@@ -182,6 +182,15 @@ func outcome(err error) checker.Outcome {
 	return checker.OutcomeUnknown
 }
 
+// settleOutcome is outcome for a release or a settle, which can also
+// find nothing to end (released, settled or expired before).
+func settleOutcome(err error) checker.Outcome {
+	if errors.Is(err, client.ErrNotFound) {
+		return checker.SettleNotFound
+	}
+	return outcome(err)
+}
+
 func (b *budgetWorkload) permitWorker(ctx context.Context, rng *rand.Rand, key string) {
 	for b.pause(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond) {
 		op := checker.PermitOp{ID: b.id(), Key: key, TTLMs: budgetPermitTTL.Milliseconds(), Invoke: b.since()}
@@ -190,11 +199,7 @@ func (b *budgetWorkload) permitWorker(ctx context.Context, rng *rand.Rand, key s
 		if op.Acquired && rng.IntN(50) > 0 { // one in 50 is left to its TTL
 			b.pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond)
 			op.ReleaseInvoke = b.since()
-			err := b.c.Release(context.WithoutCancel(ctx), p.ID)
-			op.ReleaseOutcome = outcome(err)
-			if errors.Is(err, client.ErrNotFound) {
-				op.ReleaseOutcome = checker.SettleNotFound
-			}
+			op.ReleaseOutcome = settleOutcome(b.c.Release(context.WithoutCancel(ctx), p.ID))
 		}
 		b.mu.Lock()
 		b.permits = append(b.permits, op)
@@ -212,10 +217,7 @@ func (b *budgetWorkload) reserveWorker(ctx context.Context, rng *rand.Rand, key 
 			if rng.IntN(5) > 0 { // one in 5 stays charged in full
 				op.Actual = rng.Int64N(op.Units + 1)
 				_, err := b.c.Settle(context.WithoutCancel(ctx), r.ID, op.Actual)
-				op.SettleOutcome = outcome(err)
-				if errors.Is(err, client.ErrNotFound) {
-					op.SettleOutcome = checker.SettleNotFound
-				}
+				op.SettleOutcome = settleOutcome(err)
 			}
 		}
 		b.mu.Lock()

@@ -174,21 +174,7 @@ func applyFixedCalendar(l Limit, s State, now, cost int64) (Result, State) {
 		return never(l, now), s
 	}
 	start, end, used := calendarWindow(l, s, now)
-	r := Result{Limit: l.Limit, WindowMs: l.WindowMs, ResetAt: end, WindowStart: start}
-	switch {
-	case cost > l.Limit:
-		r.Outcome, r.RetryAfterMs = CostExceedsLimit, -1
-		r.Remaining = max(0, l.Limit-used)
-		return r, s
-	case used <= l.Limit-cost:
-		r.Outcome = Allowed
-		r.Remaining = l.Limit - used - cost
-		return r, State{A: start, B: used + cost, C: end}
-	default:
-		r.Outcome, r.RetryAfterMs = Refused, end-now
-		r.Remaining = max(0, l.Limit-used)
-		return r, s
-	}
+	return decideInPeriod(l, s, start, end, used, now, cost, end)
 }
 
 func expiresFixedCalendar(l Limit, s State) int64 {

@@ -36,7 +36,15 @@ func epochWindow(w int64, s State, now int64) (start, used int64) {
 
 func applyFixedEpoch(l Limit, s State, now, cost int64) (Result, State) {
 	start, used := epochWindow(l.WindowMs, s, now)
-	r := Result{Limit: l.Limit, WindowMs: l.WindowMs, ResetAt: start + l.WindowMs, WindowStart: start}
+	return decideInPeriod(l, s, start, start+l.WindowMs, used, now, cost, 0)
+}
+
+// decideInPeriod is the aligned fixed windows' decision (epoch and
+// calendar) for a hit at now in the period [start, end) that already
+// holds used: a counted hit leaves State{start, used + cost, c}, a refused
+// one (or a cost over the limit) leaves s as it was.
+func decideInPeriod(l Limit, s State, start, end, used, now, cost, c int64) (Result, State) {
+	r := Result{Limit: l.Limit, WindowMs: l.WindowMs, ResetAt: end, WindowStart: start}
 	switch {
 	case cost > l.Limit:
 		r.Outcome, r.RetryAfterMs = CostExceedsLimit, -1
@@ -45,9 +53,9 @@ func applyFixedEpoch(l Limit, s State, now, cost int64) (Result, State) {
 	case used <= l.Limit-cost:
 		r.Outcome = Allowed
 		r.Remaining = l.Limit - used - cost
-		return r, State{A: start, B: used + cost}
+		return r, State{A: start, B: used + cost, C: c}
 	default:
-		r.Outcome, r.RetryAfterMs = Refused, r.ResetAt-now
+		r.Outcome, r.RetryAfterMs = Refused, end-now
 		r.Remaining = max(0, l.Limit-used)
 		return r, s
 	}

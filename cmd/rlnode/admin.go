@@ -63,13 +63,7 @@ const envAddr = cli.EnvAddr
 
 // addrs are the nodes --addr names, in order.
 func (a *adminFlags) addrs() []string {
-	var out []string
-	for _, s := range strings.Split(a.addr, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
+	return splitList(a.addr)
 }
 
 // prepare reads the token file and TLS files once, before any request.

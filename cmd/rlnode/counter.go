@@ -19,15 +19,10 @@ const counterUsage = `usage:
 // runCounter is `rlnode counter set|inc`: seed or charge a key's count
 // through the log (POST /v1/windows/POLICY/CLIENT).
 func runCounter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "set" && args[0] != "inc") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(stdout, counterUsage)
-			return nil
-		}
-		fmt.Fprintln(stderr, counterUsage)
-		return usageErr("want set or inc")
+	kind, err := pickVerb(args, counterUsage, stdout, stderr, "set", "inc")
+	if kind == "" {
+		return err
 	}
-	kind := args[0]
 	fs, a := newAdminFlags("counter "+kind, "POLICY CLIENT N", stderr)
 	pos, err := parseAdmin(fs, args[1:])
 	if err != nil {

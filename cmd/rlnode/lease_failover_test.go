@@ -22,14 +22,7 @@ func TestLeaseRightAfterRestartIsNever404(t *testing.T) {
 		t.Skip("process test")
 	}
 	nodes := proctest.StartCluster(t, rlnodeBin, 3)
-	leader := leaderOf(t, nodes)
-	var follower *proctest.Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	leader, follower := followerOf(t, nodes)
 	body := map[string]any{"policy": "late-api", "client": "k", "holder": "restart-test", "want": 1}
 	for round := 1; round <= 3; round++ {
 		// A policy the restarted node only has in its log (never in a

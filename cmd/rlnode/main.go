@@ -15,6 +15,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -141,6 +143,34 @@ func usage(w io.Writer) {
 // usageErr reports a flag or argument problem: exit status 2.
 func usageErr(format string, args ...any) error {
 	return cli.Errorf(format, args...)
+}
+
+// pickVerb reads the verb of a command with verbs (`rlnode permit
+// acquire|release|renew`): args[0] when it is one of them; else "" and
+// usage printed, to stdout with a nil error for -h, --help or help, to
+// stderr with a usage error naming the verbs otherwise.
+func pickVerb(args []string, usage string, stdout, stderr io.Writer, verbs ...string) (string, error) {
+	if len(args) > 0 && slices.Contains(verbs, args[0]) {
+		return args[0], nil
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stdout, usage)
+		return "", nil
+	}
+	fmt.Fprintln(stderr, usage)
+	last := len(verbs) - 1
+	return "", usageErr("want %s or %s", strings.Join(verbs[:last], ", "), verbs[last])
+}
+
+// splitList is a comma-separated flag's items, trimmed, empty ones dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // setUsage makes --help name the command's positional arguments ("" for

@@ -21,15 +21,10 @@ limit of permits is an error saying when the earliest ends.)`
 
 // runPermit is `rlnode permit acquire|release|renew` over /v1/permits.
 func runPermit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "acquire" && args[0] != "release" && args[0] != "renew") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(stdout, permitUsage)
-			return nil
-		}
-		fmt.Fprintln(stderr, permitUsage)
-		return usageErr("want acquire, release or renew")
+	verb, err := pickVerb(args, permitUsage, stdout, stderr, "acquire", "release", "renew")
+	if verb == "" {
+		return err
 	}
-	verb := args[0]
 	want := map[string]string{"acquire": "POLICY CLIENT", "release": "ID", "renew": "ID"}[verb]
 	fs, a := newAdminFlags("permit "+verb, want, stderr)
 	var ttl time.Duration

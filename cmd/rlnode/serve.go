@@ -255,13 +255,7 @@ func (c *serveConfig) validateAddrs() []error {
 }
 
 func (c *serveConfig) joinAddrs() []string {
-	var out []string
-	for _, a := range strings.Split(c.join, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
+	return splitList(c.join)
 }
 
 // parseServe reads and checks serve's flags.

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
@@ -63,14 +62,4 @@ func runTLSInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "wrote", f)
 	}
 	return err
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -1,7 +1,9 @@
 package checker
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -59,12 +61,12 @@ func CheckPermits(ops []PermitOp, limit int, slackMs int64) []Violation {
 		byKey[op.Key] = append(byKey[op.Key], edge{op.Return, 1, op.ID}, edge{end, -1, op.ID})
 	}
 	var out []Violation
-	for _, key := range sortedMapKeys(byKey) {
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		es := byKey[key]
 		// Ends before starts at the same instant: touching is not overlap.
 		slices.SortFunc(es, func(a, b edge) int {
 			if a.at != b.at {
-				return cmpI64(a.at, b.at)
+				return cmp.Compare(a.at, b.at)
 			}
 			return a.delta - b.delta
 		})
@@ -149,35 +151,6 @@ func CheckReservations(ops []ReservationOp, limit int64) []Violation {
 				Detail: fmt.Sprintf("the window ending at %d ms was charged at least %d units after settles, limit %d", w.reset, s, limit)})
 		}
 	}
-	slices.SortFunc(out, func(a, b Violation) int { return cmpStr(a.Key+a.Detail, b.Key+b.Detail) })
+	slices.SortFunc(out, func(a, b Violation) int { return cmp.Compare(a.Key+a.Detail, b.Key+b.Detail) })
 	return out
-}
-
-func sortedMapKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-func cmpI64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -362,28 +362,28 @@ func Do(method, url, token string, body any) (Response, error) {
 
 // DoWith is Do with a given HTTP client (e.g. one presenting a certificate).
 func DoWith(c *http.Client, method, url, token string, body any) (Response, error) {
-	var raw []byte
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return Response{}, err
-		}
-		raw = b
+	raw, err := jsonBody(body)
+	if err != nil {
+		return Response{}, err
 	}
 	return DoRawWith(c, method, url, token, raw)
 }
 
 // DoHeader is Do with extra request headers (e.g. If-Match).
 func DoHeader(method, url, token string, hdr http.Header, body any) (Response, error) {
-	var raw []byte
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return Response{}, err
-		}
-		raw = b
+	raw, err := jsonBody(body)
+	if err != nil {
+		return Response{}, err
 	}
 	return doRequest(client, method, url, token, hdr, raw)
+}
+
+// jsonBody is body as JSON, or nil (no body) for a nil body.
+func jsonBody(body any) ([]byte, error) {
+	if body == nil {
+		return nil, nil
+	}
+	return json.Marshal(body)
 }
 
 // DoRaw performs a request with an optional bearer token and a body sent as
