@@ -17,14 +17,25 @@ const polToken = "p0licy"
 var polEnv = []string{"RLNODE_CLUSTER_TOKEN=" + polToken}
 
 // policyCLI runs `rlnode policy ARGS --addr URL` with the token and fails
-// the test unless it exits 0.
+// the test unless it exits 0. A read (list, get) that met a leader
+// election is asked again, as its user would on the 503: a read is
+// linearizable through the leader, and a loaded machine sees elections.
+// Writes are never rerun: a 503 may leave their outcome unknown.
 func policyCLI(t *testing.T, n *proctest.Node, args ...string) string {
 	t.Helper()
-	out, stderr, code := proctest.Run(t, rlnodeBin, polEnv, append(append([]string{"policy"}, args...), "--addr", n.URL())...)
-	if code != 0 {
-		t.Fatalf("rlnode policy %v: exit %d\n%s%s", args, code, out, stderr)
+	read := len(args) > 0 && (args[0] == "list" || args[0] == "get")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, stderr, code := proctest.Run(t, rlnodeBin, polEnv, append(append([]string{"policy"}, args...), "--addr", n.URL())...)
+		if code == 0 {
+			return out
+		}
+		if !read || !strings.Contains(stderr, "HTTP 503") || time.Now().After(deadline) {
+			t.Fatalf("rlnode policy %v: exit %d\n%s%s", args, code, out, stderr)
+		}
+		t.Logf("rlnode policy %v met a leader change, asking again: %s", args, strings.TrimSpace(stderr))
+		time.Sleep(200 * time.Millisecond)
 	}
-	return out
 }
 
 func followerOf(t *testing.T, nodes []*proctest.Node) (leader, follower *proctest.Node) {
@@ -48,12 +59,43 @@ func mustStatus(t *testing.T, r proctest.Response, status int, what string) proc
 }
 
 func lastLogIndex(t *testing.T, n *proctest.Node) int64 {
+	index, _ := logPosition(t, n)
+	return index
+}
+
+// logPosition is n's last log index and its term.
+func logPosition(t *testing.T, n *proctest.Node) (index, term int64) {
 	t.Helper()
 	st, err := proctest.Status(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int64(st["lastLogIndex"].(float64))
+	return int64(st["lastLogIndex"].(float64)), int64(st["term"].(float64))
+}
+
+// entriesWrittenBy returns how many entries the leader's log grew by
+// while op ran. An election meanwhile writes entries that are not op's
+// (the new leader's no-op and its read barrier), so when the term moved
+// the count says nothing: undo puts back what op changed (nil when op can
+// simply run again) and op runs again, in up to five tries.
+func entriesWrittenBy(t *testing.T, nodes []*proctest.Node, undo, op func()) int64 {
+	t.Helper()
+	for try := 1; ; try++ {
+		leader := leaderOf(t, nodes)
+		before, term := logPosition(t, leader)
+		op()
+		after, termAfter := logPosition(t, leader)
+		if termAfter == term {
+			return after - before
+		}
+		if try == 5 {
+			t.Fatalf("the term moved during each of %d tries (last %d to %d): no quiet moment to count log entries in", try, term, termAfter)
+		}
+		t.Logf("an election (term %d to %d) wrote entries while counting; counting again", term, termAfter)
+		if undo != nil {
+			undo()
+		}
+	}
 }
 
 const clusterPolicies = `
@@ -247,32 +289,9 @@ func TestPoliciesThroughThreeProcesses(t *testing.T) {
 	})
 
 	t.Run("bad policies get 400 naming the field and write nothing", func(t *testing.T) {
-		before := lastLogIndex(t, leader)
-		for _, tc := range []struct{ body, field string }{
-			{`{"algorithm":"fixed_window","limits":[{"limit":0,"window":"1s"}]}`, "limits[0].limit"},
-			{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"0s"}]}`, "limits[0].window"},
-			{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"9000h"}]}`, "limits[0].window"},
-			{`{"algorithm":"token_bucket","limits":[{"limit":1,"window":"1s","burst":0}]}`, "limits[0].burst"},
-			{`{"algorithm":"token_bucket","limits":[{"limit":1,"window":"1s","burst":-2}]}`, "limits[0].burst"},
-			{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"},{"limit":2,"window":"1000ms"}]}`, "limits[1].window"},
-			{`{"algorithm":"fixed_window","limits":[` + strings.Repeat(`{"limit":1,"window":"1s"},`, 8) + `{"limit":1,"window":"2s"}]}`, "limits"},
-			{`{"algorithm":"leaky_bucket","limits":[{"limit":1,"window":"1s"}]}`, "algorithm"},
-			{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s","colour":"red"}]}`, "limits[0].colour"},
-			{`{"algorithm":"fixed_window","limits":[]}`, "limits"},
-			{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"soon"}]}`, "limits[0].window"},
-			{`{"algorithm":`, "JSON"},
-		} {
-			r := mustDo(t, "PUT", f.URL()+"/v1/policies/bad", polToken, tc.body)
-			detail, _ := r.JSON["detail"].(string)
-			if r.Status != 400 || !strings.Contains(detail, tc.field) {
-				t.Errorf("PUT %s: %d %s; want 400 naming %s", tc.body, r.Status, r.Raw, tc.field)
-			}
-		}
-		mustStatus(t, mustDo(t, "PUT", f.URL()+"/v1/policies/bad%2Fname", polToken, `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`), 400, "bad name")
-		mustStatus(t, mustDo(t, "PUT", f.URL()+"/v1/policies/ok", "", `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`), 401, "PUT without token")
-		mustStatus(t, mustDo(t, "DELETE", f.URL()+"/v1/policies/nope", polToken, ""), 404, "delete of an unknown policy")
-		if after := lastLogIndex(t, leader); after != before+1 { // only the DELETE of an unknown policy reached the log
-			t.Fatalf("bad input wrote %d log entries, want 1 (the delete)", after-before)
+		// Only the DELETE of an unknown policy reaches the log.
+		if n := entriesWrittenBy(t, nodes, nil, func() { badPolicyInput(t, f) }); n != 1 {
+			t.Fatalf("bad input wrote %d log entries, want 1 (the delete)", n)
 		}
 	})
 
@@ -360,4 +379,33 @@ func mustDo(t *testing.T, method, url, token, body string) proctest.Response {
 func mustRaw(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// badPolicyInput sends policy writes that must be refused with a 400 (or
+// 401, 404) naming what is wrong, through f.
+func badPolicyInput(t *testing.T, f *proctest.Node) {
+	t.Helper()
+	for _, tc := range []struct{ body, field string }{
+		{`{"algorithm":"fixed_window","limits":[{"limit":0,"window":"1s"}]}`, "limits[0].limit"},
+		{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"0s"}]}`, "limits[0].window"},
+		{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"9000h"}]}`, "limits[0].window"},
+		{`{"algorithm":"token_bucket","limits":[{"limit":1,"window":"1s","burst":0}]}`, "limits[0].burst"},
+		{`{"algorithm":"token_bucket","limits":[{"limit":1,"window":"1s","burst":-2}]}`, "limits[0].burst"},
+		{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"},{"limit":2,"window":"1000ms"}]}`, "limits[1].window"},
+		{`{"algorithm":"fixed_window","limits":[` + strings.Repeat(`{"limit":1,"window":"1s"},`, 8) + `{"limit":1,"window":"2s"}]}`, "limits"},
+		{`{"algorithm":"leaky_bucket","limits":[{"limit":1,"window":"1s"}]}`, "algorithm"},
+		{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s","colour":"red"}]}`, "limits[0].colour"},
+		{`{"algorithm":"fixed_window","limits":[]}`, "limits"},
+		{`{"algorithm":"fixed_window","limits":[{"limit":1,"window":"soon"}]}`, "limits[0].window"},
+		{`{"algorithm":`, "JSON"},
+	} {
+		r := mustDo(t, "PUT", f.URL()+"/v1/policies/bad", polToken, tc.body)
+		detail, _ := r.JSON["detail"].(string)
+		if r.Status != 400 || !strings.Contains(detail, tc.field) {
+			t.Errorf("PUT %s: %d %s; want 400 naming %s", tc.body, r.Status, r.Raw, tc.field)
+		}
+	}
+	mustStatus(t, mustDo(t, "PUT", f.URL()+"/v1/policies/bad%2Fname", polToken, `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`), 400, "bad name")
+	mustStatus(t, mustDo(t, "PUT", f.URL()+"/v1/policies/ok", "", `{"algorithm":"fixed_window","limits":[{"limit":1,"window":"1s"}]}`), 401, "PUT without token")
+	mustStatus(t, mustDo(t, "DELETE", f.URL()+"/v1/policies/nope", polToken, ""), 404, "delete of an unknown policy")
 }

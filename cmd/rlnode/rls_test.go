@@ -84,6 +84,9 @@ func rlsNodes(t *testing.T, extra ...string) ([]*proctest.Node, map[string]strin
 		nodes = append(nodes, proctest.StartNode(t, rlnodeBin, id, args...))
 		proctest.WaitReady(t, nodes[i-1], 15*time.Second)
 	}
+	// Settled, as proctest.StartCluster leaves it: the joined nodes'
+	// promotions are log entries a test counting entries must not meet.
+	proctest.WaitVoters(t, nodes[0], 3, 30*time.Second)
 	return nodes, grpcAddr
 }
 
