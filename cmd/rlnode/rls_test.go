@@ -62,6 +62,13 @@ func rlsConnect(t *testing.T) rlsRig {
 			if code != 0 || !strings.Contains(out, "no changes") {
 				return fmt.Errorf("second import-envoy via %s: exit %d\n%s%s", n.ID, code, out, errOut)
 			}
+			// The rate limit service matches descriptors against the
+			// node's own table, and the import's dry run reads the
+			// leader's: wait until this node has applied the import too.
+			r, err := proctest.Get(n.URL() + "/v1/policies/envoy:edge.tenant.plan_free?stale=true")
+			if err != nil || r.Status != 200 {
+				return fmt.Errorf("%s has not applied the import: %v %d %s", n.ID, err, r.Status, r.Raw)
+			}
 			return nil
 		})
 	}
