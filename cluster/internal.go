@@ -102,6 +102,7 @@ func (n *Node) internalMux() http.Handler {
 		writeJSON(w, n.LocalMemberStatus())
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
+	mux.HandleFunc("GET "+ConfigurationPath, n.serveConfiguration)
 	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)

@@ -211,7 +211,7 @@ var (
 		}}
 	opReadPolicies = leaderOp[none, policiesResult]{name: "read-policies", wait: true,
 		run: (*Node).readPolicies}
-	opJoin = leaderOp[JoinRequest, none]{name: "join", wait: true,
+	opJoin = leaderOp[JoinRequest, JoinResult]{name: "join", wait: true,
 		check: func(j JoinRequest) error {
 			if err := j.Validate(); err != nil {
 				return fmt.Errorf("join %s: %w", j.ID, err)
@@ -290,11 +290,12 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, err)
 		return
 	}
-	if err := n.Join(r.Context(), j); err != nil {
+	res, err := n.JoinAt(r.Context(), j)
+	if err != nil {
 		writeError(w, n.cfg.ID, err)
 		return
 	}
-	writeJSON(w, map[string]string{"joined": j.ID})
+	writeJSON(w, joinAnswer{Joined: j.ID, Index: res.Index})
 }
 
 // errMalformed marks a request a node refused as malformed.

@@ -73,6 +73,8 @@ type Node struct {
 
 	// removal is what this node knows of its own membership (removal.go).
 	removal removal
+	// auth decides which nodes may talk to this one (peerauth.go).
+	auth *peerAuth
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
@@ -104,6 +106,7 @@ func Open(cfg Config) (*Node, error) {
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
+	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
@@ -119,8 +122,10 @@ func Open(cfg Config) (*Node, error) {
 	n.holder = newHolder(n)
 	n.top = topkeys.New(topkeys.Config{})
 	if n.hadState {
-		// It was in a cluster: a configuration without it is a removal.
+		// It was in a cluster: a configuration without it is a removal,
+		// unless it predates the node's join.
 		n.wasInCluster()
+		n.loadJoinIndex()
 	}
 	n.wg.Add(4)
 	go n.watchMembership()
@@ -354,6 +359,9 @@ func (n *Node) Ready(wait time.Duration) error {
 	}
 	id, addr := n.Leader()
 	if id == "" {
+		if why := n.refusing(); why != "" {
+			return fmt.Errorf("%w: %s", ErrNoLeader, why)
+		}
 		return ErrNoLeader
 	}
 	if addr == "" {
@@ -417,6 +425,9 @@ type Status struct {
 	// seen yet) or "removed"; Removed says why and what to do.
 	Membership string `json:"membership"`
 	Removed    string `json:"removed,omitempty"`
+	// RefusedPeer names a node this node refused as a non-member in the
+	// last minute, and what to do if that node is its leader.
+	RefusedPeer string `json:"refusedPeer,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -448,7 +459,22 @@ func (n *Node) Status() Status {
 	if w := n.waiting.Load(); w != nil && !n.hasRaftState() {
 		s.Waiting = *w
 	}
+	s.RefusedPeer = n.refusing()
 	return s
+}
+
+// refusing words the last refusal of a node as a non-member (within a
+// minute), or "".
+func (n *Node) refusing() string {
+	r, ok := n.auth.lastRefusal()
+	if !ok {
+		return ""
+	}
+	if r.Leading {
+		return fmt.Sprintf("refused node %s at %s: not in this leader's configuration", r.Node, r.At.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("refusing node %s (last at %s): it is not in this node's configuration (log at index %d) and no member this node can reach names it; if it is this cluster's leader, this node cannot catch up: restart it with --join, which asks the leader and rejoins empty if the cluster no longer counts it a member",
+		r.Node, r.At.UTC().Format(time.RFC3339), r.LastIndex)
 }
 
 // setWaiting records what the node, in no cluster yet, is waiting for.
@@ -468,6 +494,9 @@ type Gauges struct {
 	ClusterFormat uint32
 	// Membership: see Status.
 	Membership string
+	// RefusedPeer: this node refused a node as a non-member in the last
+	// minute (Status.RefusedPeer).
+	RefusedPeer bool
 }
 
 // Gauges returns the node's gauges without computing a digest.
@@ -476,7 +505,7 @@ func (n *Node) Gauges() Gauges {
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
 		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership(),
-		ClusterFormat: uint32(n.clusterFormat())}
+		ClusterFormat: uint32(n.clusterFormat()), RefusedPeer: n.refusedRecently()}
 }
 
 // clusterFormat is the cluster's format as this node's gate sees it: the
@@ -561,4 +590,11 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 		}
 	}
 	return nil
+}
+
+// refusedRecently says whether this node refused a node as a non-member
+// within the last minute.
+func (n *Node) refusedRecently() bool {
+	_, ok := n.auth.lastRefusal()
+	return ok
 }

@@ -4,10 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // A removed node must know it: it can decide nothing (it is in no
@@ -52,6 +57,16 @@ type removal struct {
 	// leaving: this node asked for its own removal (Leave), so being
 	// removed is news to no one.
 	leaving bool
+	// joinIndex is the leader's last log index once it had accepted this
+	// node's latest join (JoinResult, kept in storage.JoinFile): until
+	// this node's log reaches it, its configuration predates the join (a
+	// snapshot older than the join names its old self, or not even its
+	// leader), so it neither makes this node a member nor removes it.
+	joinIndex uint64
+	// awaitingJoin: this node asked to join and has no answer yet; the
+	// leader may already be sending it configurations older than the
+	// join (the snapshot it installs), which say nothing of it yet.
+	awaitingJoin bool
 }
 
 // Removed says whether this node was removed from the cluster, and why.
@@ -116,9 +131,20 @@ func (n *Node) markRemoved(reason string, index uint64) {
 }
 
 // observeConfiguration updates the removal state from the latest
-// configuration this node has, its log reaching lastIndex.
-func (n *Node) observeConfiguration(servers []raft.Server, lastIndex uint64) {
-	index := lastIndex
+// configuration this node has, its log reaching index (raft v1.7 reports
+// no configuration index, hence the log's).
+func (n *Node) observeConfiguration(servers []raft.Server, index uint64) {
+	n.removal.mu.Lock()
+	if index < n.removal.joinIndex || n.removal.awaitingJoin {
+		// The log has not reached this node's join: the configuration
+		// predates it and says nothing of this incarnation (the
+		// snapshot it installed may name its old self, or not even its
+		// leader). The node is catching up.
+		n.removal.inConfig = false
+		n.removal.mu.Unlock()
+		return
+	}
+	n.removal.mu.Unlock()
 	in, voter := false, false
 	for _, s := range servers {
 		if s.ID == raft.ServerID(n.cfg.ID) {
@@ -149,9 +175,13 @@ func (n *Node) watchMembership() {
 	t := time.NewTicker(membershipCheckInterval)
 	defer t.Stop()
 	for {
+		// The log's last index first: raft updates the configuration
+		// before the last index, so the configuration read next is at
+		// least as new as the log up to it.
+		last := n.raft.LastIndex()
 		cf := n.raft.GetConfiguration()
 		if err := cf.Error(); err == nil && n.raft.State() != raft.Shutdown {
-			n.observeConfiguration(cf.Configuration().Servers, n.raft.LastIndex())
+			n.observeConfiguration(cf.Configuration().Servers, last)
 		} else if n.raft.State() == raft.Shutdown && !n.isRemoved() {
 			select {
 			case <-n.stop:
@@ -222,4 +252,52 @@ func (n *Node) tellRemoved(id, httpAddr string, index uint64) {
 			n.log.Info("could not tell the removed server it was removed; it will learn it from its configuration", "id", id, "error", err)
 		}
 	}()
+}
+
+// joinRecord is storage.JoinFile's content.
+type joinRecord struct {
+	Index uint64 `json:"index"`
+}
+
+// joinedAt records that the cluster accepted this node's join at
+// configuration index (0: a release that does not say; nothing known),
+// in memory and in the data dir, so a restart still knows which
+// configurations predate it.
+func (n *Node) joinedAt(index uint64) {
+	n.removal.mu.Lock()
+	n.removal.awaitingJoin = false
+	if index <= n.removal.joinIndex {
+		n.removal.mu.Unlock()
+		return
+	}
+	n.removal.joinIndex = index
+	n.removal.awaitingJoin = false
+	n.removal.mu.Unlock()
+	b, _ := json.Marshal(joinRecord{Index: index})
+	path := filepath.Join(n.cfg.DataDir, storage.JoinFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil || os.Rename(tmp, path) != nil {
+		n.log.Warn("could not record the join index; after a restart this node may read an older configuration as a removal", "index", index, "error", err)
+	}
+}
+
+// askingToJoin marks this node as waiting for the answer to its join.
+func (n *Node) askingToJoin() {
+	n.removal.mu.Lock()
+	n.removal.awaitingJoin = true
+	n.removal.mu.Unlock()
+}
+
+// loadJoinIndex reads storage.JoinFile (absent: nothing known).
+func (n *Node) loadJoinIndex() {
+	b, err := boundedfile.Read(filepath.Join(n.cfg.DataDir, storage.JoinFile), storage.MaxMetaFileBytes)
+	if err != nil {
+		return
+	}
+	var rec joinRecord
+	if json.Unmarshal(b, &rec) == nil {
+		n.removal.mu.Lock()
+		n.removal.joinIndex = rec.Index
+		n.removal.mu.Unlock()
+	}
 }

@@ -58,3 +58,50 @@ func TestMembershipFromConfigurations(t *testing.T) {
 		t.Fatalf("notified node with an older configuration naming it: %q, want removed", got)
 	}
 }
+
+// Issue 41: "removed" is never read from a configuration older than the
+// node's own join. n1 joins empty; before the join's answer arrives it
+// installs the leader's snapshot, whose configuration names n1's old
+// incarnation as a voter, then entries older than the join, one of which
+// removed that old incarnation. None of that is this node's removal;
+// neither is anything before the join's index, after a restart too. A
+// configuration after the join that drops it is.
+func TestRemovalIgnoresConfigurationsOlderThanTheJoin(t *testing.T) {
+	voters := func(ids ...string) []raft.Server {
+		var out []raft.Server
+		for _, id := range ids {
+			out = append(out, raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter})
+		}
+		return out
+	}
+	dataDir := t.TempDir()
+	n := &Node{cfg: Config{ID: "n1", DataDir: dataDir}, log: hclog.NewNullLogger()}
+	expect := func(what, want string) {
+		t.Helper()
+		if got := n.membership(); got != want {
+			t.Fatalf("%s: membership %q, want %q", what, got, want)
+		}
+	}
+	n.askingToJoin()
+	n.observeConfiguration(voters("n1", "n2", "n3", "n4"), 45)
+	expect("the installed snapshot names its old self", MemberJoining)
+	n.observeConfiguration(voters("n2", "n3", "n4"), 50)
+	expect("an entry before the join removed its old self", MemberJoining)
+	n.joinedAt(60)
+	n.observeConfiguration(voters("n2", "n3", "n4", "n5"), 55)
+	expect("still before the join's index", MemberJoining)
+
+	// Restarted before its log reached the join: the record holds.
+	n = &Node{cfg: Config{ID: "n1", DataDir: dataDir}, log: hclog.NewNullLogger()}
+	n.wasInCluster()
+	n.loadJoinIndex()
+	n.observeConfiguration(voters("n1", "n2", "n3", "n4"), 45)
+	n.observeConfiguration(voters("n2", "n3", "n4"), 50)
+	expect("after a restart, before the join", MemberJoining)
+
+	n.observeConfiguration(append(voters("n2", "n3", "n4", "n5"), raft.Server{ID: "n1", Suffrage: raft.Nonvoter}), 61)
+	expect("the join's configuration", MemberActive)
+	n.observeConfiguration(voters("n1", "n2", "n3", "n4", "n5"), 65)
+	n.observeConfiguration(voters("n2", "n3", "n4", "n5"), 70)
+	expect("dropped after the join", MemberRemoved)
+}
