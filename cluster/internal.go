@@ -103,7 +103,7 @@ func (n *Node) internalMux() http.Handler {
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
 	mux.HandleFunc("GET "+ConfigurationPath, n.serveConfiguration)
-	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)
+	mux.HandleFunc("POST "+RemovedPath, n.removal.serveNotice)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
 	n.mountPermitOps(mux)

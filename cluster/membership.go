@@ -265,9 +265,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// until the shutdown timeout, against a leader it cannot know.
 		return nil
 	}
-	n.removal.mu.Lock()
-	n.removal.leaving = true
-	n.removal.mu.Unlock()
+	n.removal.leave()
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {

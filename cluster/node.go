@@ -72,7 +72,7 @@ type Node struct {
 	readyTerm atomic.Uint64
 
 	// removal is what this node knows of its own membership (removal.go).
-	removal removal
+	removal *removal
 	// auth decides which nodes may talk to this one (peerauth.go).
 	auth *peerAuth
 
@@ -105,6 +105,7 @@ func Open(cfg Config) (*Node, error) {
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
+	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
@@ -124,11 +125,14 @@ func Open(cfg Config) (*Node, error) {
 	if n.hadState {
 		// It was in a cluster: a configuration without it is a removal,
 		// unless it predates the node's join.
-		n.wasInCluster()
-		n.loadJoinIndex()
+		n.removal.wasInCluster()
+		n.removal.loadJoinIndex()
 	}
 	n.wg.Add(4)
-	go n.watchMembership()
+	go func() {
+		defer n.wg.Done()
+		n.removal.watch(raftMembership{n.raft}, n.stop, membershipCheckInterval)
+	}()
 	go n.watchLeadership()
 	go n.runClockCheck()
 	go n.runLagWatch()
@@ -452,7 +456,7 @@ func (n *Node) Status() Status {
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
-	s.Membership = n.membership()
+	s.Membership = n.removal.membership()
 	if reason, removed := n.Removed(); removed {
 		s.Removed = reason + "; stop this node, or add it back with rlnode join"
 	}
@@ -504,7 +508,7 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership(),
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.removal.membership(),
 		ClusterFormat: uint32(n.clusterFormat()), RefusedPeer: n.refusedRecently()}
 }
 

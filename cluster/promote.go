@@ -227,13 +227,13 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		// replacing it would leave the new cluster with one voter.
 		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.claimedVoter())
 		if first && !n.hasRaftState() {
-			n.askingToJoin()
+			n.removal.askingToJoin()
 		}
 		res, err := joinCluster(ctx, addrs, self, n.cfg.ClusterToken, n.cfg.TLS, log)
 		if err != nil {
 			return err
 		}
-		n.joinedAt(res.Index)
+		n.removal.joinedAt(res.Index)
 		deadline := time.After(5 * time.Second)
 		for waiting := true; waiting; {
 			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) && !n.isRemoved() {
