@@ -111,6 +111,9 @@ func (q *stream) run() error {
 		case err := <-q.end:
 			return err
 		case <-reported:
+			if _, removed := q.cfg.Leaser.Removed(); removed {
+				return errRemoved
+			}
 			idle.Reset(q.cfg.StreamIdle)
 		case <-idle.C:
 			q.cfg.Logger.Debug("closing a stream that sent no usage report", "holder", q.holder, "idle", q.cfg.StreamIdle)
@@ -292,7 +295,7 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		q.observe(b.policy, "failed", 0)
 		b.renewAt = time.Now().Add(q.cfg.Lease)
 		select {
-		case q.end <- status.Error(codes.Unavailable, "this node was removed from the cluster; nothing was granted; reconnect to another node"):
+		case q.end <- errRemoved:
 		default:
 		}
 		return nil
