@@ -73,6 +73,13 @@ func TestClientCertRefusedOnNodePorts(t *testing.T) {
 	if !strings.Contains(n1.Output(), "not a node certificate") {
 		t.Errorf("the node did not log the refusal")
 	}
+	// The non-member node certificate is said: status and the metric.
+	if st, err := proctest.Status(n1); err != nil || !strings.Contains(fmt.Sprint(st["refusedPeer"]), "refused node n2") {
+		t.Errorf("status after refusing n2: refusedPeer %v (%v)", st["refusedPeer"], err)
+	}
+	if m, err := n1.Do("GET", "/metrics", "", nil); err != nil || !strings.Contains(string(m.Raw), "rlnode_peer_refused 1") {
+		t.Errorf("/metrics lacks rlnode_peer_refused 1 after refusing n2: %v", err)
+	}
 	// Control: the member's node certificate gets past the guard, and
 	// raft obeys the TimeoutNow (a new election, a higher term).
 	if err := newAttacker(t, tlsStream{cfg: certTLS(t, dir, "n1")}).timeoutNow(n1); err != nil {
