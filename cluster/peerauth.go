@@ -34,6 +34,8 @@ const (
 	vouchRefused  = 2 * time.Second
 	vouchTimeout  = 2 * time.Second
 	refusalMemory = time.Minute
+	// maxVouchAnswers bounds the answers kept.
+	maxVouchAnswers = 1024
 )
 
 // membershipView is what peerAuth reads of this node: the latest
@@ -144,6 +146,9 @@ func (a *peerAuth) vouched(name string, servers []raft.Server) bool {
 		a.log.Info("admitting a node this node's configuration does not name yet: a member names it", "node", name, "vouched_by", by)
 	}
 	a.mu.Lock()
+	if len(a.answers) >= maxVouchAnswers {
+		clear(a.answers) // names come from node certificates: few; a cache, not state
+	}
 	a.answers[name] = vouch{ok: ok, until: a.now().Add(ttl)}
 	a.mu.Unlock()
 	return ok

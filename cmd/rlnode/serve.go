@@ -566,9 +566,11 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 // the state is kept, as before.
 func (c *serveConfig) rejoinIfNotMember(cfg cluster.Config, logger hclog.Logger) error {
 	addrs := c.joinAddrs()
-	if len(addrs) == 0 || c.bootstrapExpect > 0 {
+	if len(addrs) == 0 {
 		return nil
 	}
+	// With --bootstrap-expect too: once emptied, the node finds a listed
+	// member with state and joins (BootstrapExpect), as a new pod does.
 	if _, err := os.Stat(filepath.Join(c.dataDir, storage.IdentityFile)); err != nil {
 		return nil // a new node: the join path handles it
 	}
