@@ -467,20 +467,6 @@ func (n *Node) Status() Status {
 	return s
 }
 
-// refusing words the last refusal of a node as a non-member (within a
-// minute), or "".
-func (n *Node) refusing() string {
-	r, ok := n.auth.lastRefusal()
-	if !ok {
-		return ""
-	}
-	if r.Leading {
-		return fmt.Sprintf("refused node %s at %s: not in this leader's configuration", r.Node, r.At.UTC().Format(time.RFC3339))
-	}
-	return fmt.Sprintf("refusing node %s (last at %s): it is not in this node's configuration (log at index %d) and no member this node can reach names it; if it is this cluster's leader, this node cannot catch up: restart it with --join, which asks the leader and rejoins empty if the cluster no longer counts it a member",
-		r.Node, r.At.UTC().Format(time.RFC3339), r.LastIndex)
-}
-
 // setWaiting records what the node, in no cluster yet, is waiting for.
 func (n *Node) setWaiting(why string) { n.waiting.Store(&why) }
 
@@ -594,11 +580,4 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 		}
 	}
 	return nil
-}
-
-// refusedRecently says whether this node refused a node as a non-member
-// within the last minute.
-func (n *Node) refusedRecently() bool {
-	_, ok := n.auth.lastRefusal()
-	return ok
 }

@@ -289,3 +289,24 @@ func (n *Node) AuthorizeJoin(r *http.Request, id string) error {
 	}
 	return nil
 }
+
+// refusing words the last refusal of a node as a non-member (within a
+// minute), or "".
+func (n *Node) refusing() string {
+	r, ok := n.auth.lastRefusal()
+	if !ok {
+		return ""
+	}
+	if r.Leading {
+		return fmt.Sprintf("refused node %s at %s: not in this leader's configuration", r.Node, r.At.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("refusing node %s (last at %s): it is not in this node's configuration (log at index %d) and no member this node can reach names it; if it is this cluster's leader, this node cannot catch up: restart it with --join, which asks the leader and rejoins empty if the cluster no longer counts it a member",
+		r.Node, r.At.UTC().Format(time.RFC3339), r.LastIndex)
+}
+
+// refusedRecently says whether this node refused a node as a non-member
+// within the last minute.
+func (n *Node) refusedRecently() bool {
+	_, ok := n.auth.lastRefusal()
+	return ok
+}
