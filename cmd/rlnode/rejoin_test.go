@@ -220,3 +220,25 @@ func TestRestartWithJoinRejoinsANodeTheClusterRemoved(t *testing.T) {
 		t.Errorf("n3 did not say why it rejoined empty:\n%s", n3.Output())
 	}
 }
+
+// The same with --bootstrap-expect, as a Kubernetes StatefulSet's pods
+// run: once its state is moved aside, the removed node finds members with
+// state and joins them.
+func TestRestartWithBootstrapExpectRejoinsARemovedNode(t *testing.T) {
+	proctest.Long(t)
+	nodes := proctest.StartSymmetric(t, rlnodeBin, 3)
+	for _, n := range nodes {
+		proctest.WaitReady(t, n, 30*time.Second)
+	}
+	proctest.WaitVoters(t, nodes[0], 3, 30*time.Second)
+	n3 := nodes[2]
+	n3.Kill()
+	removeNode(t, nodes[0], "", "n3")
+	proctest.WaitVoters(t, nodes[0], 2, 30*time.Second)
+	n3.Restart()
+	proctest.WaitVoters(t, nodes[0], 3, 60*time.Second)
+	proctest.WaitReady(t, n3, 30*time.Second)
+	if aside, _ := filepath.Glob(filepath.Join(n3.DataDir, "discarded-*", "node.json")); len(aside) != 1 {
+		t.Fatalf("the old state was not kept aside: %v", aside)
+	}
+}
