@@ -1,6 +1,14 @@
-// Package cluster runs one rlnode Raft node: stores, transport, bootstrap,
-// membership, the hit path (group commit on the leader, batched forwarding
-// from followers) and linearizable reads.
+// Package cluster runs one rlnode Raft node and the plumbing around the
+// replicated state machine: the hit path (group commit on the leader,
+// batched forwarding from followers), the one forwarding rule for every
+// other leader operation and the node-to-node endpoints it uses,
+// linearizable reads, the policy table's writes, membership, promotion and
+// bootstrap, backup and restore, the version gate and clock discipline.
+// Node keeps what only the node can do; features over it (the lease holder,
+// permits and reservations, removal, the cluster views) are types of their
+// own over narrow interfaces. Front ends see a node that answers as the
+// leader would and never need to know who leads. The rooms of this package
+// and its decisions: cluster/DESIGN.md.
 package cluster
 
 import (
