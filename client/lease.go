@@ -60,10 +60,12 @@ type Grant struct {
 }
 
 // Deadline is when the holder must stop spending the grant: Sent plus
-// ValidFor. It is a reading of this process's monotonic clock: compare it
-// with a fresh time.Now() on every decision, never with a time that came
-// from elsewhere.
-func (g Grant) Deadline() time.Time { return g.Sent.Add(g.ValidFor) }
+// ValidFor, on both of this process's clocks. Ask it with a fresh
+// time.Now() on every decision (Deadline().Passed(time.Now()),
+// Deadline().Left(time.Now())): it has passed once either the monotonic
+// or the wall clock reaches it, so a paused process or a suspended
+// machine wakes up with nothing to spend.
+func (g Grant) Deadline() lease.Deadline { return lease.DeadlineAfter(g.Sent, g.ValidFor) }
 
 // wireLease is the lease API's request and answer (lease's one
 // declaration, which the node reads too).

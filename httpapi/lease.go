@@ -36,14 +36,11 @@ const (
 	CodeTooManyGrants = "too_many_grants"
 )
 
-// Bounds of the lease API: the lease bounds are lease's (one place for
-// the log, this API, the client and the quota service).
-const (
-	MaxHolderLen        = lease.MaxAppHolderLen
-	DefaultLeaseMs      = lease.DefaultLeaseMs
-	MaxLeaseMs          = lease.MaxLeaseMs
-	DefaultHolderGrants = 1024
-)
+// DefaultHolderGrants bounds an external holder's outstanding grants
+// through one node. The lease bounds themselves (lease.MaxAppHolderLen,
+// lease.MaxLeaseMs, lease.DefaultLeaseMs) are the lease core's, one place
+// for the log, this API, the client and the quota service.
+const DefaultHolderGrants = 1024
 
 // Leaser lends budget to external holders (a follower forwards grants and
 // returns to the leader).
@@ -97,8 +94,8 @@ func validHolder(h string) error {
 	if h == "" {
 		return errors.New("holder is empty: name this application instance (client.Local picks a random id)")
 	}
-	if len(h) > MaxHolderLen {
-		return fmt.Errorf("holder is %d bytes; at most %d", len(h), MaxHolderLen)
+	if len(h) > lease.MaxAppHolderLen {
+		return fmt.Errorf("holder is %d bytes; at most %d", len(h), lease.MaxAppHolderLen)
 	}
 	for _, r := range h {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
@@ -184,8 +181,8 @@ func (a *API) lease(c *gin.Context) {
 	case bad != "":
 	case in.Want < 1 || in.Want > policy.MaxLimit:
 		bad = fmt.Sprintf("want %d: ask for 1 to %d units", in.Want, int64(policy.MaxLimit))
-	case in.LeaseMs < 0 || in.LeaseMs > MaxLeaseMs:
-		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, MaxLeaseMs, DefaultLeaseMs)
+	case in.LeaseMs < 0 || in.LeaseMs > lease.MaxLeaseMs:
+		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, lease.MaxLeaseMs, lease.DefaultLeaseMs)
 	case in.Grant != 0 || in.Units != 0:
 		bad = "a lease request names no grant and no units (POST " + LeaseReturnPath + " returns units)"
 	}
@@ -207,7 +204,7 @@ func (a *API) lease(c *gin.Context) {
 		return
 	}
 	if in.LeaseMs == 0 {
-		in.LeaseMs = DefaultLeaseMs
+		in.LeaseMs = lease.DefaultLeaseMs
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
