@@ -97,9 +97,9 @@ func (n *Node) internalMux() http.Handler {
 		}
 		writeJSON(w, map[string]string{"accepted": c.By})
 	})
-	mux.HandleFunc("GET "+TopPath, n.serveTop)
+	mux.HandleFunc("GET "+TopPath, n.views.serveTop)
 	mux.HandleFunc("GET "+MemberStatusPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, n.LocalMemberStatus())
+		writeJSON(w, n.views.LocalMemberStatus())
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
 	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)

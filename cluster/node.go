@@ -28,7 +28,6 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
-	"github.com/rlnode/rlnode/topkeys"
 )
 
 // Node is one member of an rlnode cluster.
@@ -64,8 +63,9 @@ type Node struct {
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
-	// top counts the hits clients sent this node, for ClusterTop.
-	top *topkeys.Recorder
+	// views are the operator's views of the node and the cluster
+	// (views.go); they count the hits clients sent this node.
+	views *Views
 	// tracer is nil when tracing is off (tracing.go).
 	tracer *tracer
 	// snapFailures counts snapshots that failed to be written.
@@ -110,6 +110,7 @@ func Open(cfg Config) (*Node, error) {
 	n.formats = newPeerFormats(time.Now)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
+	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	if err := n.open(); err != nil {
@@ -117,6 +118,7 @@ func Open(cfg Config) (*Node, error) {
 			n.transport.Close()
 		}
 		n.closeStores()
+		n.views.close()
 		if storage.IsDiskFull(err) {
 			err = &storage.DiskFullError{Dir: cfg.DataDir, Err: err}
 		}
@@ -125,7 +127,6 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
-	n.top = topkeys.New(topkeys.Config{})
 	if n.hadState {
 		// It was in a cluster: a configuration without it is a removal.
 		n.wasInCluster()
@@ -302,7 +303,7 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.holder.close()
-	n.top.Close()
+	n.views.close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))

@@ -90,7 +90,7 @@ type Node interface {
 	ClusterAdmin
 	Health
 	Debug
-	TopView
+	PermitCounter
 	CounterAdmin
 	Permitter
 }
@@ -100,6 +100,9 @@ var _ Node = (*cluster.Node)(nil)
 // Config configures the router.
 type Config struct {
 	Node Node
+	// Views serves the members and top-keys endpoints (default: the
+	// node's, when it has them: *cluster.Node.Views).
+	Views TopView
 	// Policy is the policy /check/:client uses (default: policy.Default).
 	Policy string
 	// Token, when set, guards the admin and internal endpoints.
@@ -149,6 +152,9 @@ func New(cfg Config) *API {
 	}
 	if cfg.MaxHolderGrants == 0 {
 		cfg.MaxHolderGrants = DefaultHolderGrants
+	}
+	if v, ok := cfg.Node.(interface{ Views() *cluster.Views }); ok && cfg.Views == nil {
+		cfg.Views = v.Views()
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()

@@ -349,7 +349,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	obs.WatchNode(node)
-	obs.WatchDisk(node)
+	obs.WatchDisk(node.Views())
 	obs.WatchPermits(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
