@@ -47,7 +47,7 @@ type Node struct {
 
 	leaderBatch *groupCommit
 	promoter    promoter
-	claimMu     sync.Mutex
+	boot        *bootstrapper // --bootstrap-expect (bootstrap.go)
 	policyMu    sync.Mutex // held by every policy write while it applies: a check (table size, table version) and its write are one step
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
@@ -111,6 +111,7 @@ func Open(cfg Config) (*Node, error) {
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
+	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	if err := n.open(); err != nil {
