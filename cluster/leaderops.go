@@ -363,7 +363,7 @@ func codeError(code string) error {
 // streamed from it.
 func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 	if n.IsLeader() {
-		return n.backup(ctx, w)
+		return n.backups.backup(ctx, w)
 	}
 	return n.fwd.backup(ctx, w)
 }
@@ -375,7 +375,7 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) error {
 // kept, not the backup's.
 func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
 	if n.IsLeader() {
-		return n.restore(ctx, r, size, force)
+		return n.backups.restore(ctx, r, size, force)
 	}
 	return n.fwd.restore(ctx, r, size, force)
 }
@@ -389,7 +389,7 @@ func (n *Node) serveBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lw := &lazyStream{w: w, servedBy: n.cfg.ID}
-	if err := n.backup(r.Context(), lw); err != nil {
+	if err := n.backups.backup(r.Context(), lw); err != nil {
 		if lw.started {
 			n.log.Error("forwarded backup stream failed", "error", err)
 			panic(http.ErrAbortHandler)
@@ -408,7 +408,7 @@ func (n *Node) serveRestore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, ErrNotLeader)
 		return
 	}
-	res, err := n.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
+	res, err := n.backups.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
 	if err != nil {
 		writeError(w, n.cfg.ID, err)
 		return

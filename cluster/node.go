@@ -48,7 +48,8 @@ type Node struct {
 	leaderBatch *groupCommit
 	promoter    promoter
 	boot        *bootstrapper // --bootstrap-expect (bootstrap.go)
-	policyMu    sync.Mutex // held by every policy write while it applies: a check (table size, table version) and its write are one step
+	backups     *backups      // backup and restore on the leader (backup.go)
+	policyMu    sync.Mutex    // held by every policy write while it applies: a check (table size, table version) and its write are one step
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]
@@ -128,6 +129,8 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.backups = &backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
+		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyMu, log: n.log}
 	if n.hadState {
 		// It was in a cluster: a configuration without it is a removal.
 		n.wasInCluster()
