@@ -43,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // Config configures a Client.
@@ -233,7 +235,7 @@ func (c *Client) refresh(ctx context.Context, force bool) {
 	for _, addr := range append(up, down...) {
 		var peers []peer
 		actx, acancel := c.attemptContext(ctx)
-		err := c.getJSON(actx, addr, "/v1/cluster/peers", &peers)
+		err := c.getJSON(actx, addr, wire.PeersPath, &peers)
 		acancel()
 		if err != nil || len(peers) == 0 {
 			continue
@@ -396,7 +398,7 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
 		req.Header["Content-Type"] = acceptJSON
-	} else if method != http.MethodGet || strings.HasPrefix(path, "/check") {
+	} else if method != http.MethodGet || strings.HasPrefix(path, wire.CheckPath) {
 		req.Body = noReplay{}
 	}
 	// Canonical keys set directly: no canonicalizing per call; the value

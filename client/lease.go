@@ -8,14 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/lease"
-)
-
-// Lease API paths (POST, JSON bodies), served by every node and forwarded
-// to the leader like other writes.
-const (
-	LeasesPath      = "/v1/leases"
-	LeaseReturnPath = "/v1/leases/return"
 )
 
 // ErrNotLeased: the policy is strict (every hit through the log), so the
@@ -93,7 +87,7 @@ func (c *Client) Lease(ctx context.Context, policy, key, holder string, want int
 	// The lease clock starts before the first byte leaves: a retry on
 	// another node only makes the deadline earlier than it could be.
 	sent := time.Now()
-	a, err := c.call(ctx, http.MethodPost, LeasesPath, body, http.StatusOK)
+	a, err := c.call(ctx, http.MethodPost, wire.LeasesPath, body, http.StatusOK)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -122,6 +116,6 @@ func (c *Client) ReturnLease(ctx context.Context, g Grant, units int64) error {
 	if err != nil {
 		return &Error{kind: ErrInvalid, cause: err}
 	}
-	_, err = c.call(ctx, http.MethodPost, LeaseReturnPath, body, http.StatusOK, http.StatusNoContent)
+	_, err = c.call(ctx, http.MethodPost, wire.LeaseReturnPath, body, http.StatusOK, http.StatusNoContent)
 	return err
 }

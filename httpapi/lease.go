@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
@@ -23,12 +24,6 @@ import (
 // leased policy's budget and decide alone until the grant's deadline.
 // Grants go through the log like hits: a follower forwards them to the
 // leader.
-
-// Lease API paths.
-const (
-	LeasesPath      = "/v1/leases"
-	LeaseReturnPath = "/v1/leases/return"
-)
 
 // Problem codes of the lease API.
 const (
@@ -184,7 +179,7 @@ func (a *API) lease(c *gin.Context) {
 	case in.LeaseMs < 0 || in.LeaseMs > lease.MaxLeaseMs:
 		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, lease.MaxLeaseMs, lease.DefaultLeaseMs)
 	case in.Grant != 0 || in.Units != 0:
-		bad = "a lease request names no grant and no units (POST " + LeaseReturnPath + " returns units)"
+		bad = "a lease request names no grant and no units (POST " + wire.LeaseReturnPath + " returns units)"
 	}
 	if bad != "" {
 		a.observeLease(in.Policy, "refused", 0)
@@ -248,7 +243,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 	switch {
 	case bad != "":
 	case in.Grant == 0:
-		bad = "grant is missing: name the grant (its id from POST " + LeasesPath + ")"
+		bad = "grant is missing: name the grant (its id from POST " + wire.LeasesPath + ")"
 	case in.Units < 1 || in.Units > policy.MaxLimit:
 		bad = fmt.Sprintf("units %d: return 1 to %d units", in.Units, int64(policy.MaxLimit))
 	case in.Want != 0 || in.LeaseMs != 0:
