@@ -190,7 +190,7 @@ type (
 var (
 	opSetPolicy = leaderOp[policy.Policy, setPolicyResult]{name: "set-policy", wait: true,
 		check: func(p policy.Policy) error { return p.Validate() },
-		run:   (*Node).setPolicy}
+		run:   onPolicies((*policyWriter).setPolicy)}
 	opDeletePolicy = leaderOp[policyName, none]{name: "delete-policy", wait: true,
 		check: func(r policyName) error {
 			if err := policy.ValidateName(r.Name); err != nil {
@@ -198,10 +198,10 @@ var (
 			}
 			return nil
 		},
-		run: (*Node).deletePolicy}
+		run: onPolicies((*policyWriter).deletePolicy)}
 	opResetKey = leaderOp[keyRequest, resetResult]{name: "reset-key", wait: true,
 		check: func(r keyRequest) error { return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate() },
-		run:   (*Node).resetKey}
+		run:   onPolicies((*policyWriter).resetKey)}
 	opPeek = leaderOp[keyRequest, PeekResult]{name: "peek",
 		check: func(r keyRequest) error {
 			return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate()
@@ -210,7 +210,7 @@ var (
 			return n.peek(ctx, r.Policy, r.Client, false)
 		}}
 	opReadPolicies = leaderOp[none, policiesResult]{name: "read-policies", wait: true,
-		run: (*Node).readPolicies}
+		run: onPolicies((*policyWriter).readPolicies)}
 	opJoin = leaderOp[JoinRequest, none]{name: "join", wait: true,
 		check: func(j JoinRequest) error {
 			if err := j.Validate(); err != nil {
@@ -236,14 +236,14 @@ var (
 			}
 			return checkTable(r.Policies)
 		},
-		run: (*Node).replacePolicies}
+		run: onPolicies((*policyWriter).replacePolicies)}
 	// opReplacePolicies is the previous release's replace, without a
 	// version: served for its followers during a rolling upgrade (their
 	// API took unconditional writes), never sent.
 	opReplacePolicies = leaderOp[policiesResult, TableChange]{name: "replace-policies", wait: true,
 		check: func(r policiesResult) error { return checkTable(r.Policies) },
 		run: func(n *Node, ctx context.Context, r policiesResult) (TableChange, error) {
-			return n.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
+			return n.policyWriter.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
 		}}
 	opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
 		check: checkCounter,

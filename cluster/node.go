@@ -45,11 +45,11 @@ type Node struct {
 	hung      hungLeader // the leader that last did not answer a grant in time
 	internal  http.Handler
 
-	leaderBatch *groupCommit
-	promoter    promoter
-	boot        *bootstrapper // --bootstrap-expect (bootstrap.go)
-	backups     *backups      // backup and restore on the leader (backup.go)
-	policyMu    sync.Mutex    // held by every policy write while it applies: a check (table size, table version) and its write are one step
+	leaderBatch  *groupCommit
+	promoter     promoter
+	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
+	backups      *backups      // backup and restore on the leader (backup.go)
+	policyWriter *policyWriter // the policy table's writes on the leader (policies.go)
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]
@@ -129,8 +129,9 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
 	n.backups = &backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
-		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyMu, log: n.log}
+		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyWriter.mu, log: n.log}
 	if n.hadState {
 		// It was in a cluster: a configuration without it is a removal.
 		n.wasInCluster()
@@ -274,7 +275,7 @@ func (n *Node) watchLeadership() {
 			n.readyTerm.Store(term)
 			n.log.Info("leader ready", "term", term)
 			n.publishSelf()
-			n.seedPolicies()
+			n.policyWriter.seedPolicies()
 		}
 	}
 }
