@@ -44,6 +44,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/problem"
 	"github.com/rlnode/rlnode/internal/wire"
 )
 
@@ -491,11 +492,7 @@ func (noReplay) Read([]byte) (int, error) { return 0, io.EOF }
 func (noReplay) Close() error             { return nil }
 
 func problemError(a answer) *Error {
-	var p struct {
-		Code   string `json:"code"`
-		Detail string `json:"detail"`
-		Title  string `json:"title"`
-	}
+	var p problem.Doc // the one problem document every endpoint answers
 	e := &Error{Node: a.node, Status: a.status}
 	if json.Unmarshal(a.body, &p) == nil {
 		e.Code, e.Detail = p.Code, p.Detail
