@@ -11,6 +11,7 @@ func TestDriftIsCaught(t *testing.T) {
 	tr := loadTree(t)
 	dev := readPage(t, tr, developmentPage)
 	clusterPage := readPage(t, tr, "cluster/DESIGN.md")
+	policyPage := readPage(t, tr, "policy/DESIGN.md")
 	cases := []struct {
 		name, page, old, new, want string
 		check                      func(page string) []string
@@ -27,6 +28,8 @@ func TestDriftIsCaught(t *testing.T) {
 			"package examples/ratelimited-api is in no row", nil},
 		{"a file left out", clusterPage, "| `counter.go` |", "| counter |",
 			"does not name counter.go", func(p string) []string { return checkDesignRooms(tr, "cluster", p) }},
+		{"a file's imports cell wrong", policyPage, "naming the field | `window` |", "naming the field | stdlib |",
+			"does not name `window` (imported by policy/policy.go)", func(p string) []string { return checkDesignRooms(tr, "policy", p) }},
 		{"a file that is gone", clusterPage, "`counter.go`", "`counters.go`",
 			"names counters.go, which is not a file of cluster/", func(p string) []string { return checkDesignRooms(tr, "cluster", p) }},
 	}
