@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -39,12 +40,12 @@ func (writerSink) ID() string    { return "backup" }
 func (writerSink) Cancel() error { return nil }
 func (writerSink) Close() error  { return nil }
 
-// backups take and install backups on the leader (Node.Backup and
-// Node.RestoreBackup route them there). They reach the node through
-// backupNode and read the state machine through backupState, so the
-// checks before a restore are tested without a cluster
-// (backup_internal_test.go).
-type backups struct {
+// Backups take and install backups: on the leader, or streamed to and
+// from it (the front ends take the value, Node.Backups). They reach the
+// node through backupNode and read the state machine through
+// backupState, so the checks before a restore are tested without a
+// cluster (backup_internal_test.go).
+type Backups struct {
 	id           string
 	dataDir      string // the restore's temporary copy goes here
 	seed         []policy.Policy
@@ -66,8 +67,13 @@ type backupState interface {
 	Nodes() map[string]fsm.Node
 }
 
-// backupNode is the leader's log as backups use it.
+// backupNode is the node as backups use it: the leader's log, or the
+// way to it.
 type backupNode interface {
+	IsLeader() bool
+	// forwardBackup and forwardRestore stream to and from the leader.
+	forwardBackup(ctx context.Context, w io.Writer) error
+	forwardRestore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error)
 	// readBarrier returns once this leader applied everything committed
 	// before the call.
 	readBarrier(ctx context.Context) error
@@ -80,7 +86,18 @@ type backupNode interface {
 // nodeBackups is the node as its backups use it.
 type nodeBackups struct{ n *Node }
 
+func (a nodeBackups) IsLeader() bool                        { return a.n.IsLeader() }
 func (a nodeBackups) readBarrier(ctx context.Context) error { return a.n.readBarrier(ctx) }
+func (a nodeBackups) forwardBackup(ctx context.Context, w io.Writer) error {
+	return a.n.fwd.backup(ctx, w)
+}
+func (a nodeBackups) forwardRestore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	return a.n.fwd.restore(ctx, r, size, force)
+}
+
+// Backups is this node's backup and restore, the value the front ends
+// take.
+func (n *Node) Backups() *Backups { return n.backups }
 func (a nodeBackups) apply(data []byte, timeout time.Duration) raft.ApplyFuture {
 	return a.n.apply(data, timeout)
 }
@@ -89,7 +106,7 @@ func (a nodeBackups) restoreSnapshot(meta *raft.SnapshotMeta, r io.Reader, timeo
 }
 
 // backup writes a consistent snapshot of the state to w, on the leader.
-func (b *backups) backup(ctx context.Context, w io.Writer) error {
+func (b *Backups) backup(ctx context.Context, w io.Writer) error {
 	if err := b.node.readBarrier(ctx); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -148,7 +165,7 @@ type Restored struct {
 }
 
 // restore is RestoreBackup on the leader.
-func (b *backups) restore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+func (b *Backups) restore(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
 	if err := b.restoreOnLeader(ctx, r, size, force); err != nil {
 		return Restored{}, err
 	}
@@ -156,7 +173,7 @@ func (b *backups) restore(ctx context.Context, r io.Reader, size int64, force bo
 	return Restored{LiveWindows: b.state.Stats().StoredWindows, Digest: fmt.Sprintf("%016x", digest), ServedBy: b.id}, nil
 }
 
-func (b *backups) restoreOnLeader(ctx context.Context, r io.Reader, size int64, force bool) error {
+func (b *Backups) restoreOnLeader(ctx context.Context, r io.Reader, size int64, force bool) error {
 	if size > MaxBackupBytes {
 		return fmt.Errorf("restore: %w: %d bytes, more than the %d a backup may be", ErrInvalidBackup, size, int64(MaxBackupBytes))
 	}
@@ -207,7 +224,7 @@ func (b *backups) restoreOnLeader(ctx context.Context, r io.Reader, size int64, 
 // hold: windows, or policies other than the seed this node writes into a
 // new cluster (a table changed by hand is as much the cluster's state as
 // its windows).
-func (b *backups) notNew() error {
+func (b *Backups) notNew() error {
 	if w := b.state.Stats().StoredWindows; w > 0 {
 		return fmt.Errorf("%w: it holds %d windows", ErrNotEmpty, w)
 	}
@@ -233,7 +250,7 @@ func (b *backups) notNew() error {
 
 // keepNodeMetadata puts back the metadata the cluster had before a
 // restore (the backup carries the old cluster's addresses).
-func (b *backups) keepNodeMetadata(before map[string]fsm.Node) error {
+func (b *Backups) keepNodeMetadata(before map[string]fsm.Node) error {
 	after := b.state.Nodes()
 	var errs []error
 	for id, m := range before {
@@ -250,4 +267,79 @@ func (b *backups) keepNodeMetadata(before map[string]fsm.Node) error {
 		return fmt.Errorf("restore: put back node metadata: %w", err)
 	}
 	return nil
+}
+
+// Backup writes a consistent snapshot of the state to w: on the leader, or
+// streamed from it.
+func (b *Backups) Backup(ctx context.Context, w io.Writer) error {
+	if b.node.IsLeader() {
+		return b.backup(ctx, w)
+	}
+	return b.node.forwardBackup(ctx, w)
+}
+
+// RestoreBackup replaces the cluster's state with a backup of size bytes
+// read from r: on the leader, or streamed to it. Unless force is set the
+// cluster must hold no windows: restore is for a new cluster, not for
+// rolling one back. The cluster's own node metadata (HTTP addresses) is
+// kept, not the backup's.
+func (b *Backups) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
+	if b.node.IsLeader() {
+		return b.restore(ctx, r, size, force)
+	}
+	return b.node.forwardRestore(ctx, r, size, force)
+}
+
+// serveBackup is backupPath on the leader. An error after the first byte
+// aborts the connection, so the sender never takes a cut stream for a
+// whole backup (the format ends in a CRC too).
+func (b *Backups) serveBackup(w http.ResponseWriter, r *http.Request) {
+	if !b.node.IsLeader() {
+		writeError(w, b.id, ErrNotLeader)
+		return
+	}
+	lw := &lazyStream{w: w, servedBy: b.id}
+	if err := b.backup(r.Context(), lw); err != nil {
+		if lw.started {
+			b.log.Error("forwarded backup stream failed", "error", err)
+			panic(http.ErrAbortHandler)
+		}
+		writeError(w, b.id, err)
+	}
+}
+
+// serveRestore is restorePath on the leader.
+func (b *Backups) serveRestore(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength <= 0 {
+		writeError(w, b.id, fmt.Errorf("%w: restore: the backup must come with its Content-Length", errMalformed))
+		return
+	}
+	if !b.node.IsLeader() {
+		writeError(w, b.id, ErrNotLeader)
+		return
+	}
+	res, err := b.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
+	if err != nil {
+		writeError(w, b.id, err)
+		return
+	}
+	w.Header().Set(HeaderServedBy, b.id)
+	writeJSON(w, res)
+}
+
+// lazyStream sets a stream's success headers on its first write only.
+type lazyStream struct {
+	w        http.ResponseWriter
+	servedBy string
+	started  bool
+}
+
+func (l *lazyStream) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "application/octet-stream")
+		l.w.Header().Set(HeaderServedBy, l.servedBy)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
 }

@@ -25,7 +25,14 @@ type fsmLeader struct {
 	restores int
 }
 
+func (l *fsmLeader) IsLeader() bool                    { return true }
 func (l *fsmLeader) readBarrier(context.Context) error { return nil }
+func (l *fsmLeader) forwardBackup(context.Context, io.Writer) error {
+	return errors.New("a leader does not forward")
+}
+func (l *fsmLeader) forwardRestore(context.Context, io.Reader, int64, bool) (Restored, error) {
+	return Restored{}, errors.New("a leader does not forward")
+}
 func (l *fsmLeader) restoreSnapshot(_ *raft.SnapshotMeta, r io.Reader, _ time.Duration) error {
 	l.restores++
 	return l.f.Restore(io.NopCloser(r))
@@ -41,9 +48,9 @@ func (f appliedFuture) Error() error  { return nil }
 func (f appliedFuture) Index() uint64 { return 0 }
 func (f appliedFuture) Response() any { return f.res }
 
-func newTestBackups(t *testing.T, seed ...policy.Policy) (*backups, *fsmLeader) {
+func newTestBackups(t *testing.T, seed ...policy.Policy) (*Backups, *fsmLeader) {
 	l := &fsmLeader{f: fsm.New(fsm.Config{})}
-	return &backups{id: "n1", dataDir: t.TempDir(), seed: seed, applyTimeout: time.Second,
+	return &Backups{id: "n1", dataDir: t.TempDir(), seed: seed, applyTimeout: time.Second,
 		state: l.f, node: l, policyMu: new(sync.Mutex), log: hclog.NewNullLogger()}, l
 }
 

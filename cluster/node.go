@@ -48,7 +48,7 @@ type Node struct {
 	leaderBatch  *groupCommit
 	promoter     promoter
 	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
-	backups      *backups      // backup and restore on the leader (backup.go)
+	backups      *Backups      // backup and restore (backup.go)
 	policyWriter *policyWriter // the policy table's writes on the leader (policies.go)
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
@@ -130,7 +130,7 @@ func Open(cfg Config) (*Node, error) {
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
 	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
-	n.backups = &backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
+	n.backups = &Backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
 		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyWriter.mu, log: n.log}
 	if n.hadState {
 		// It was in a cluster: a configuration without it is a removal.
