@@ -95,9 +95,6 @@ func (a nodeBackups) forwardRestore(ctx context.Context, r io.Reader, size int64
 	return a.n.fwd.restore(ctx, r, size, force)
 }
 
-// Backups is this node's backup and restore, the value the front ends
-// take.
-func (n *Node) Backups() *Backups { return n.backups }
 func (a nodeBackups) apply(data []byte, timeout time.Duration) raft.ApplyFuture {
 	return a.n.apply(data, timeout)
 }

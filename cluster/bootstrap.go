@@ -118,16 +118,6 @@ func (a nodeBootstrap) JoinAndWait(ctx context.Context, addrs []string, self Joi
 	return a.n.JoinAndWait(ctx, addrs, self, log)
 }
 
-// hasRaftState reports whether the node belongs to a cluster: it has a
-// configuration (bootstrapped, or contacted by a leader).
-func (n *Node) hasRaftState() bool {
-	if n.raft.LastIndex() > 0 {
-		return true
-	}
-	cf := n.raft.GetConfiguration()
-	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
-}
-
 // claimedVoter reports whether this node accepted a bootstrap claim that
 // names it (same id and Raft address): the claimer bootstrapped the cluster
 // with it as a voter, so having no Raft state yet means only that the new
@@ -231,13 +221,7 @@ func syncRename(tmp, path string) error {
 	return nil
 }
 
-// BootstrapExpect runs the symmetric bootstrap until this node belongs to
-// a cluster, then records its metadata through an ordinary join.
-func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
-	return n.boot.run(ctx, addrs, log)
-}
-
-// run is BootstrapExpect.
+// run is Node.BootstrapExpect.
 func (b *bootstrapper) run(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
 	pc := b.node.peerClient()
 	defer pc.close()

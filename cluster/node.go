@@ -321,6 +321,33 @@ func (n *Node) Close() error {
 
 func (n *Node) closeStores() error { return n.data.Close() }
 
+// The features over the node (cluster/DESIGN.md, "Node and the features
+// over it"): the values the front ends take, and the one call each needs.
+
+// Views is this node's views, the value the front ends (the HTTP API's
+// members and top endpoints, the metrics' disk gauges) take.
+func (n *Node) Views() *Views { return n.views }
+
+// Backups is this node's backup and restore, the value the front ends
+// take.
+func (n *Node) Backups() *Backups { return n.backups }
+
+// BootstrapExpect runs the symmetric bootstrap until this node belongs to
+// a cluster, then records its metadata through an ordinary join.
+func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
+	return n.boot.run(ctx, addrs, log)
+}
+
+// hasRaftState reports whether the node belongs to a cluster: it has a
+// configuration (bootstrapped, or contacted by a leader).
+func (n *Node) hasRaftState() bool {
+	if n.raft.LastIndex() > 0 {
+		return true
+	}
+	cf := n.raft.GetConfiguration()
+	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
+}
+
 // HadState reports whether the node found Raft state in its data dir at
 // start (so it must not bootstrap or join again).
 func (n *Node) HadState() bool { return n.hadState }

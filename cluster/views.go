@@ -58,10 +58,6 @@ func newViews(id, dataDir string, local viewLocal, members viewMembers, peers vi
 // close stops the top-keys recorder's goroutine.
 func (v *Views) close() { v.top.Close() }
 
-// Views is this node's views, the value the front ends (the HTTP API's
-// members and top endpoints, the metrics' disk gauges) take.
-func (n *Node) Views() *Views { return n.views }
-
 // nodeViews is the node as the views read it.
 type nodeViews struct{ n *Node }
 
