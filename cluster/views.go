@@ -11,8 +11,9 @@ import (
 // this node's disk use and snapshot failures (metrics), every member's
 // status (GET /v1/cluster/members) and the cluster's top keys (GET
 // /v1/top), the last two collected from every member over the internal
-// path. They read the node through two narrow interfaces, so they are
-// not part of Node; the front ends take the value (Node.Views).
+// path. They read the node through narrow interfaces (viewLocal,
+// viewMembers, viewPeers), so they are not part of Node; the front ends
+// take the value (Node.Views).
 type Views struct {
 	id      string
 	dataDir string
