@@ -210,7 +210,7 @@ func (n *Node) suffrage() (raft.ServerSuffrage, bool) {
 // catch up in time was removed. A node an operator removed meanwhile
 // stops asking (an error wrapping ErrNotMember): a removal wins.
 func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
-	if !n.hasRaftState() && !n.claimedVoter() {
+	if !n.hasRaftState() && !n.boot.claimedVoter() {
 		n.setWaiting("asking " + strings.Join(addrs, ", ") + " to add this node")
 	}
 	for first := true; ; first = false {
@@ -225,7 +225,7 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		// member of the bootstrap claim it accepted: it is a voter of the
 		// cluster's first configuration, not yet reached by the leader;
 		// replacing it would leave the new cluster with one voter.
-		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.claimedVoter())
+		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.boot.claimedVoter())
 		if first && !n.hasRaftState() {
 			n.removal.askingToJoin()
 		}

@@ -132,8 +132,8 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings a flag can get wrong.
 func (c Config) Validate() error {
-	if c.Lease < 0 || c.Lease > cluster.MaxLease {
-		return errors.New("rlqs lease must be from 1ms to " + cluster.MaxLease.String())
+	if c.Lease < 0 || c.Lease > lease.MaxLease {
+		return errors.New("rlqs lease must be from 1ms to " + lease.MaxLease.String())
 	}
 	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 || c.NodeBuckets < 0 || c.CredentialBuckets < 0 {
 		return errors.New("rlqs: transit, cold-after, bucket limits, stream idle and grant rate must not be negative")

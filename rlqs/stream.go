@@ -277,7 +277,7 @@ func (q *stream) lease(b *bucket) time.Duration {
 
 // settle turns b's grant (or the error of asking for it) into an
 // assignment whose TTL ends, on Envoy's clock, before the grant's
-// deadline on ours: the deadline counts from when this stream sent the
+// deadline on ours (on both our clocks, lease.Deadline): the deadline counts from when this stream sent the
 // grant request (the grant's usable time: the cluster's margin, and for a
 // token bucket its max-clock-offset, already taken off), less Transit for
 // the assignment's trip to Envoy. Called with q.mu held.
@@ -307,7 +307,7 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		return nil
 	}
 	b.seq++
-	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit
+	ttl := g.Deadline(sent).Left(time.Now()) - q.cfg.Transit
 	if g.Units == 0 || ttl < minTTL {
 		q.observe(b.policy, "exhausted", g.Units)
 		wait := max(q.rules.RecheckIn(time.Duration(g.ResetAt-g.Now)*time.Millisecond), q.rules.FailBackoff)

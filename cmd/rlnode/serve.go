@@ -28,6 +28,7 @@ import (
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/tracing"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rlqs"
@@ -150,8 +151,8 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
 	errs = append(errs, c.validateTuning()...)
-	if c.rlqsLease < time.Millisecond || c.rlqsLease > cluster.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
-		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, cluster.MaxLease))
+	if c.rlqsLease < time.Millisecond || c.rlqsLease > lease.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
+		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, lease.MaxLease))
 	}
 	errs = append(errs, c.grpcBounds.validate()...)
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
@@ -352,7 +353,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	obs.WatchNode(node)
-	obs.WatchDisk(node)
+	obs.WatchDisk(node.Views())
 	obs.WatchPermits(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
