@@ -490,7 +490,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 	}
 	if side.rlqs != nil {
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
-			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.limits(), Refused: obs,
+			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.rlqsLimits(), Refused: obs,
 			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
 			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets,
 			ServerOptions: grpcOpts}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -87,22 +86,4 @@ func (g *Guard) refused(reason string) {
 	if g.cfg.Observer != nil {
 		g.cfg.Observer.GRPCRefused(g.cfg.Port, reason)
 	}
-}
-
-func (g *Guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	release, err := g.admit(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return h(ctx, req)
-}
-
-func (g *Guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	release, err := g.admit(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return h(srv, ss)
 }
