@@ -357,7 +357,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TrustedProxies: c.trusted, Middleware: tr.Gin()})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
-	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
+	srv := httpapi.NewServer(node.Mount(api.Handler()), logger, c.httpLimits.bodyBudget)
 	srv.ConnState = capped.ConnState
 
 	// The limits are the replicated policy table's, said once the node is

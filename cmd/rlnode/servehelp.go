@@ -23,7 +23,7 @@ var serveFlagGroups = []struct {
 		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
 		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
-		"raft-max-pending", "raft-max-conns", "http-max-conns", "http-max-conns-per-ip", "grpc-max-streams-per-conn", "grpc-max-streams",
+		"raft-max-pending", "raft-max-conns", "http-max-conns", "http-max-conns-per-ip", "http-body-budget", "grpc-max-streams-per-conn", "grpc-max-streams",
 		"grpc-max-streams-per-credential", "grpc-max-message-size", "rlqs-max-message-size", "grpc-message-timeout", "pprof-addr"}},
 	{"tuning", []string{"snapshot-threshold", "snapshot-interval", "trailing-logs", "max-batch", "max-inflight",
 		"max-forward-inflight", "lease-hot-hits", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
