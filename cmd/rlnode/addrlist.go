@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -122,4 +123,19 @@ func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel()
 	return err
+}
+
+// wrongPortHint says what an error of a request that reached something
+// other than an HTTP API most likely means: releases before nodes
+// answered a wrong port themselves closed the Raft port's connection at
+// once ("EOF") and sent HTTP/2 frames from a gRPC port, which Go reports
+// as a malformed HTTP response (or version).
+func wrongPortHint(err error) string {
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		return "the node closed the connection without answering: this looks like rlnode's Raft port (--raft-addr), which takes node-to-node traffic only, or another service; the HTTP API is on the node's --http-addr (8080 by default)"
+	case strings.Contains(err.Error(), "malformed HTTP") && strings.Contains(err.Error(), `"\x00\x00`):
+		return "the answer is HTTP/2 frames: this is a gRPC port (rlnode's --grpc-addr or --rlqs-addr, for Envoy), not the HTTP API; give the node's --http-addr (8080 by default)"
+	}
+	return ""
 }

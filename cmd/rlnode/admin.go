@@ -289,6 +289,9 @@ func reachError(method, url string, err error) error {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return &refusedError{msg: fmt.Sprintf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr or $%s names any node)", method, url, envAddr), err: err}
 	}
+	if hint := wrongPortHint(err); hint != "" {
+		return fmt.Errorf("%s %s: %w\n  %s", method, url, err, hint)
+	}
 	return fmt.Errorf("%s %s: %w", method, url, err)
 }
 

@@ -429,7 +429,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		if c.rlqsAddr != "" {
 			rls = max(1, rls/2) // shared with the quota service
 		}
-		s.grpc = connlimit.Wrap(s.grpc, rls, min(maxGRPCConnsPerIP, rls))
+		s.grpc = connlimit.Wrap(c.refuseHTTPOnGRPC(s.grpc, "Envoy's rate limit service"), rls, min(maxGRPCConnsPerIP, rls))
 	}
 	if c.rlqsAddr != "" {
 		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
@@ -440,7 +440,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		if c.grpcAddr != "" {
 			quota = max(1, quota/2) // shared with the rate limit service
 		}
-		s.rlqs = connlimit.Wrap(s.rlqs, quota, min(maxGRPCConnsPerIP, quota))
+		s.rlqs = connlimit.Wrap(c.refuseHTTPOnGRPC(s.rlqs, "Envoy's rate limit quota service"), quota, min(maxGRPCConnsPerIP, quota))
 	}
 	return s, nil
 }
@@ -463,7 +463,7 @@ func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (ln net.Listener, capped 
 		return nil, nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
 	total := min(c.httpLimits.maxConns, c.fds.http)
-	capped = connlimit.NewKeepAlive(raw, total, min(c.httpLimits.maxConnsPerIP, total))
+	capped = connlimit.NewKeepAlive(c.refuseGRPCOnHTTP(raw), total, min(c.httpLimits.maxConnsPerIP, total))
 	ln = capped
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
