@@ -133,7 +133,7 @@ func (b *grpcBounds) flags(fs *flag.FlagSet) {
 	fs.IntVar(&b.rlqsCredBuckets, "rlqs-max-buckets-per-credential", rlqs.DefaultCredentialBuckets, "buckets the RLQS streams of one credential (see --grpc-max-streams-per-credential) may have assigned together")
 	fs.IntVar(&b.maxMessage, "grpc-max-message-size", grpcserve.DefaultMaxMessageBytes, "largest ShouldRateLimit request (bytes, after decompression) --grpc-addr reads; a larger one is refused with RESOURCE_EXHAUSTED before it is read (Envoy's are a few hundred bytes)")
 	fs.IntVar(&b.rlqsMaxMessage, "rlqs-max-message-size", rlqs.DefaultMaxMessageBytes, "largest RLQS usage report (bytes, after decompression) --rlqs-addr reads; a larger one ends the stream with RESOURCE_EXHAUSTED (a report of 1024 buckets is about 70 KB)")
-	fs.DurationVar(&b.messageTimeout, "grpc-message-timeout", grpcserve.DefaultMessageTimeout, "how long a call's request (a stream's first message) may take to arrive whole on either gRPC port; a call still waiting then is cancelled")
+	fs.DurationVar(&b.messageTimeout, "grpc-message-timeout", grpcserve.DefaultMessageTimeout, "how long a call's request (ShouldRateLimit, a health check) may take to arrive whole on either gRPC port; a call still waiting then is cancelled (a quota stream's reports are bounded by --rlqs-stream-idle)")
 	fs.Float64Var(&b.rlqsGrantRate, "rlqs-grant-rate", rlqs.DefaultGrantRate, "grant log entries per second this node's RLQS streams may write together, shared evenly between them")
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -27,6 +28,11 @@ type Observer interface {
 type Guard struct {
 	cfg     Config
 	streams *Budget
+
+	// server and the client-streaming methods of its services (tap.go).
+	server        *grpc.Server
+	streamingOnce sync.Once
+	streaming     map[string]bool
 }
 
 func newGuard(cfg Config) *Guard {

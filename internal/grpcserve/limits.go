@@ -52,9 +52,9 @@ type Limits struct {
 	// from its length prefix, before reading it; a compressed one as soon
 	// as it expands past the cap).
 	MaxMessageBytes int
-	// MessageTimeout is how long a stream's first message (a unary call's
-	// request) may take to arrive whole after the stream opens; a stream
-	// still waiting then is cancelled.
+	// MessageTimeout is how long the request of a call whose client sends
+	// one message (unary, server-streaming) may take to arrive whole after
+	// the call starts; a call still waiting then is cancelled.
 	MessageTimeout time.Duration
 }
 
@@ -180,5 +180,6 @@ func NewServer(cfg Config) (*grpc.Server, *Guard) {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	return grpc.NewServer(append(opts, cfg.ServerOptions...)...), g
+	g.server = grpc.NewServer(append(opts, cfg.ServerOptions...)...)
+	return g.server, g
 }

@@ -18,12 +18,16 @@ import (
 //
 // tap checks the token and takes a stream from the budgets; the stream's
 // context ending (the call answered, the stream closed or reset, the
-// connection gone) gives it back. It also starts the stream's message
-// clock: the first message must arrive whole within MessageTimeout, or
-// the stream is cancelled, so a half-sent message is not held until the
+// connection gone) gives it back. For a call whose client sends one
+// message (unary, or server-streaming like a health Watch) it also starts
+// the message clock: the request must arrive whole within MessageTimeout,
+// or the call is cancelled, so a half-sent request is not held until the
 // client leaves. The interceptors stop the clock once gRPC has the
 // message (a unary call's interceptor runs after its request is decoded;
-// a stream's first RecvMsg returns).
+// a stream's first RecvMsg returns). A client-streaming call (the quota
+// service's stream, reflection) may rightly wait before it sends: what it
+// holds is bounded by MaxMessageBytes and its service's own idle rule
+// (--rlqs-stream-idle).
 //
 // gRPC calls tap on the connection's reader goroutine, one stream at a
 // time: it must not block. It takes two short locks (the budget's) and
@@ -33,6 +37,10 @@ func (g *Guard) tap(ctx context.Context, info *tap.Info) (context.Context, error
 	if err != nil {
 		return nil, err
 	}
+	if g.clientStreams(info.FullMethodName) {
+		context.AfterFunc(ctx, release)
+		return ctx, nil
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	clock := time.AfterFunc(g.cfg.Limits.MessageTimeout, func() { cancel(errMessageLate) })
 	context.AfterFunc(ctx, func() {
@@ -40,6 +48,25 @@ func (g *Guard) tap(ctx context.Context, info *tap.Info) (context.Context, error
 		release()
 	})
 	return context.WithValue(ctx, messageClockKey{}, clock), nil
+}
+
+// clientStreams reports whether method is a client-streaming one of the
+// server's services (read once: services are registered before Serve).
+func (g *Guard) clientStreams(method string) bool {
+	g.streamingOnce.Do(func() {
+		g.streaming = map[string]bool{}
+		if g.server == nil {
+			return
+		}
+		for svc, info := range g.server.GetServiceInfo() {
+			for _, m := range info.Methods {
+				if m.IsClientStream {
+					g.streaming["/"+svc+"/"+m.Name] = true
+				}
+			}
+		}
+	})
+	return g.streaming[method]
 }
 
 // errMessageLate is why a stream whose first message did not arrive
