@@ -408,6 +408,11 @@ func (n *Node) serveRestore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, ErrNotLeader)
 		return
 	}
+	// The backup is streamed to disk, never held: out of the HTTP port's
+	// budget of request bodies in memory (httpapi.BodyStreamer).
+	if s, ok := r.Body.(interface{ StreamBody() }); ok {
+		s.StreamBody()
+	}
 	res, err := n.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
 	if err != nil {
 		writeError(w, n.cfg.ID, err)

@@ -107,13 +107,24 @@ func (r *budgetedBody) release() {
 	r.taken = 0
 }
 
+// StreamBody stops counting the body against the port's budget: its
+// handler writes it out as it reads it (a restore, on the node that takes
+// it from the client and on the leader a follower streams it to). A
+// handler outside this package (the cluster's internal restore endpoint)
+// reaches it through an interface assertion on the request's body.
+func (r *budgetedBody) StreamBody() { r.release() }
+
+// BodyStreamer is what a request body offers when the port counts it: a
+// handler that streams the body calls StreamBody first.
+type BodyStreamer interface{ StreamBody() }
+
 // routeBody is the middleware of a route that reads at most n body bytes
 // (bodyStreamed: a streamed body, out of the port's budget).
 func routeBody(n int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if n == bodyStreamed {
-			if bb, ok := c.Request.Body.(*budgetedBody); ok {
-				bb.release()
+			if bb, ok := c.Request.Body.(BodyStreamer); ok {
+				bb.StreamBody()
 			}
 			return
 		}

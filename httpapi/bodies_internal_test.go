@@ -53,3 +53,20 @@ func TestBodyBudget(t *testing.T) {
 		t.Fatalf("a read after release: %v, held %d", err, b.held.Load())
 	}
 }
+
+// A streamed body (a restore) counts against no budget, whatever its
+// size, once its handler says so.
+func TestStreamedBodyIsNotBudgeted(t *testing.T) {
+	b := &bodyBudget{limit: 64 << 10}
+	r := httptest.NewRequest("POST", "/", bytes.NewReader(make([]byte, 1<<20)))
+	release := b.wrap(r)
+	defer release()
+	s, ok := r.Body.(BodyStreamer)
+	if !ok {
+		t.Fatal("a budgeted body offers no StreamBody")
+	}
+	s.StreamBody()
+	if n, err := io.Copy(io.Discard, r.Body); err != nil || n != 1<<20 || b.held.Load() != 0 {
+		t.Fatalf("a streamed 1 MiB body under a 64 KiB budget: %d bytes, %v, held %d", n, err, b.held.Load())
+	}
+}
