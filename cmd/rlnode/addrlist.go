@@ -126,16 +126,24 @@ func (c *cancelOnClose) Close() error {
 }
 
 // wrongPortHint says what an error of a request that reached something
-// other than an HTTP API most likely means: releases before nodes
-// answered a wrong port themselves closed the Raft port's connection at
-// once ("EOF") and sent HTTP/2 frames from a gRPC port, which Go reports
-// as a malformed HTTP response (or version).
+// other than an HTTP API most likely means. In plain text the Raft and
+// gRPC ports answer an HTTP request themselves (internal/wrongport); over
+// TLS, or from releases before that, the Raft port closes the connection
+// (Go reports "EOF", a reset or "server closed idle connection"), a gRPC
+// port refuses the TLS handshake of a client that does not ask for HTTP/2
+// (EOF too), and a gRPC port in plain text sends HTTP/2 frames, which Go
+// reports as a malformed HTTP response (or version).
 func wrongPortHint(err error) string {
+	msg := err.Error()
 	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
-		return "the node closed the connection without answering: this looks like rlnode's Raft port (--raft-addr), which takes node-to-node traffic only, or another service; the HTTP API is on the node's --http-addr (8080 by default)"
-	case strings.Contains(err.Error(), "malformed HTTP") && strings.Contains(err.Error(), `"\x00\x00`):
-		return "the answer is HTTP/2 frames: this is a gRPC port (rlnode's --grpc-addr or --rlqs-addr, for Envoy), not the HTTP API; give the node's --http-addr (8080 by default)"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		msg == "EOF" || strings.HasSuffix(msg, ": EOF") || strings.Contains(msg, "server closed idle connection"):
+		return "the connection closed without an answer: unless the node just stopped, --addr names a port that is not the HTTP API, " +
+			"such as rlnode's Raft port (--raft-addr) or, over TLS, a gRPC port (--grpc-addr, --rlqs-addr); " +
+			"the HTTP API is on the node's --http-addr (8080 by default)"
+	case strings.Contains(msg, "malformed HTTP") && strings.Contains(msg, `"\x00\x00`):
+		return "the answer is HTTP/2 frames: this is a gRPC port (rlnode's --grpc-addr or --rlqs-addr, for Envoy), not the HTTP API; " +
+			"give the node's --http-addr (8080 by default)"
 	}
 	return ""
 }

@@ -98,8 +98,8 @@ func TestCLIExplainsWhatAWrongPortAnswered(t *testing.T) {
 		c.Close()
 	})
 	for _, c := range []struct{ addr, says string }{
-		{closes, "this looks like rlnode's Raft port (--raft-addr)"},
-		{resets, "this looks like rlnode's Raft port (--raft-addr)"},
+		{closes, "such as rlnode's Raft port (--raft-addr)"},
+		{resets, "such as rlnode's Raft port (--raft-addr)"},
 		{frames, "this is a gRPC port (rlnode's --grpc-addr or --rlqs-addr, for Envoy), not the HTTP API"},
 	} {
 		_, errs, code := proctest.Run(t, rlnodeBin, nil, "status", "--addr", c.addr, "--timeout", "5s")
@@ -107,6 +107,31 @@ func TestCLIExplainsWhatAWrongPortAnswered(t *testing.T) {
 			t.Errorf("rlnode status --addr %s: exit %d\n%s\nwant it to say %q", c.addr, code, errs, c.says)
 		} else {
 			t.Logf("rlnode status --addr %s: %s", c.addr, strings.TrimSpace(errs))
+		}
+	}
+}
+
+// Under TLS the ports cannot answer in plain text, and both close the
+// connection (a gRPC port refuses a TLS client that does not ask for
+// HTTP/2; the Raft port, a certificate that is not a node's): the CLI
+// still names what it most likely reached.
+func TestWrongPortsUnderTLS(t *testing.T) {
+	proctest.Long(t)
+	dir := t.TempDir()
+	proctest.TLSInit(t, rlnodeBin, dir, "n1")
+	grpcAddr := proctest.FreeAddr(t)
+	n := proctest.StartNode(t, rlnodeBin, "n1", append(proctest.TLSFlags(dir, "n1"), "--grpc-addr", grpcAddr)...)
+	n.TLS = proctest.ClientTLS(t, dir, true)
+	proctest.WaitReady(t, n, 15*time.Second)
+	env := []string{"RLNODE_TLS_CERT=" + dir + "/client.pem", "RLNODE_TLS_KEY=" + dir + "/client-key.pem", "RLNODE_TLS_CA=" + dir + "/ca.pem"}
+	for _, c := range []struct{ port, addr, says string }{
+		{"gRPC", grpcAddr, "or, over TLS, a gRPC port (--grpc-addr, --rlqs-addr)"},
+		{"Raft", n.RaftAddr, "such as rlnode's Raft port (--raft-addr)"},
+	} {
+		_, errs, code := proctest.Run(t, rlnodeBin, env, "status", "--addr", c.addr, "--timeout", "10s")
+		t.Logf("rlnode status --addr <%s port> over TLS: exit %d: %s", c.port, code, strings.TrimSpace(errs))
+		if code == 0 || !strings.Contains(errs, c.says) {
+			t.Errorf("rlnode status --addr <%s port> over TLS: exit %d\n%s\nwant it to say %q", c.port, code, errs, c.says)
 		}
 	}
 }
