@@ -102,10 +102,11 @@ func RefuseHTTP1(ln net.Listener, msg string) net.Listener {
 	return &listener{Listener: ln, sniff: refuseHTTP1(msg)}
 }
 
-// SniffHTTP1 is RefuseHTTP1 for one connection c: its first Read answers
-// an HTTP/1 client with msg (and fails with ErrAnswered).
+// SniffHTTP1 is RefuseHTTP1 for one connection c of a server that reads
+// before it writes (Raft): its first Read answers an HTTP/1 client with
+// msg (and fails with ErrAnswered); writes never wait for it.
 func SniffHTTP1(c net.Conn, msg string) net.Conn {
-	return &sniffConn{Conn: c, sniff: refuseHTTP1(msg)}
+	return &sniffConn{Conn: c, sniff: refuseHTTP1(msg), readsFirst: true}
 }
 
 func refuseHTTP1(msg string) func(net.Conn) (net.Conn, error) {
@@ -155,6 +156,9 @@ func (l *listener) Accept() (net.Conn, error) {
 type sniffConn struct {
 	net.Conn
 	sniff func(net.Conn) (net.Conn, error)
+	// readsFirst: only a Read sniffs (the server never writes before it
+	// has read, and a write must not wait for the client).
+	readsFirst bool
 	once  sync.Once
 	r     io.Reader
 	err   error
@@ -174,6 +178,9 @@ func (s *sniffConn) sniffed() {
 }
 
 func (s *sniffConn) Write(p []byte) (int, error) {
+	if s.readsFirst {
+		return s.Conn.Write(p)
+	}
 	s.sniffed()
 	if s.r == nil {
 		return 0, s.err
