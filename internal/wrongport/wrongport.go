@@ -159,9 +159,9 @@ type sniffConn struct {
 	// readsFirst: only a Read sniffs (the server never writes before it
 	// has read, and a write must not wait for the client).
 	readsFirst bool
-	once  sync.Once
-	r     io.Reader
-	err   error
+	once       sync.Once
+	r          io.Reader
+	err        error
 }
 
 // sniffed runs sniff once, on the connection's first Read or Write: a
