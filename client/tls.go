@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // The environment variables rlnode's own commands read for TLS.
@@ -26,14 +28,14 @@ func TLSFromFiles(certFile, keyFile, caFile string) (*tls.Config, error) {
 		return nil, errors.New("rlnode client: a TLS certificate and its key go together: give both or neither")
 	}
 	if certFile != "" {
-		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+		kp, err := loadKeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("rlnode client: load TLS certificate: %w", err)
 		}
 		c.Certificates = []tls.Certificate{kp}
 	}
 	if caFile != "" {
-		b, err := os.ReadFile(caFile)
+		b, err := boundedfile.Read(caFile, MaxTLSFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("rlnode client: read TLS CA: %w", err)
 		}
@@ -44,6 +46,25 @@ func TLSFromFiles(certFile, keyFile, caFile string) (*tls.Config, error) {
 		c.RootCAs = pool
 	}
 	return c, nil
+}
+
+// MaxTLSFileBytes is the largest certificate, key or CA bundle file the
+// client reads, as rlnode's own commands (docs/security.md, "Files rlnode
+// reads"): a FIFO, a device or a huge file named by mistake is refused
+// with its name instead of hanging or exhausting memory.
+const MaxTLSFileBytes = 1 << 20
+
+// loadKeyPair is tls.LoadX509KeyPair with each file read bounded.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := boundedfile.Read(certFile, MaxTLSFileBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := boundedfile.Read(keyFile, MaxTLSFileBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // TLSFromEnv is TLSFromFiles with $RLNODE_TLS_CERT, $RLNODE_TLS_KEY and

@@ -315,6 +315,11 @@ func (b *Backups) serveRestore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, b.id, ErrNotLeader)
 		return
 	}
+	// The backup is streamed to disk, never held: out of the HTTP port's
+	// budget of request bodies in memory (httpapi.BodyStreamer).
+	if s, ok := r.Body.(interface{ StreamBody() }); ok {
+		s.StreamBody()
+	}
 	res, err := b.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
 	if err != nil {
 		writeError(w, b.id, err)

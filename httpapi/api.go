@@ -266,7 +266,7 @@ func bindJSON(c *gin.Context, v any, allowEmpty bool) bool {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 1<<20)
 	body, err := io.ReadAll(c.Request.Body)
 	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
+		bodyReadFailed(c, err)
 		return false
 	}
 	if len(strings.TrimSpace(string(body))) == 0 && allowEmpty {

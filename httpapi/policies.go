@@ -108,7 +108,7 @@ func (a *API) getPolicy(c *gin.Context) {
 // given and must match the URL). It is validated here, so a bad policy is a
 // 400 naming the field and writes nothing to the log.
 func (a *API) putPolicy(c *gin.Context) {
-	body, ok := readPolicyBody(c, 1<<20)
+	body, ok := readPolicyBody(c, MaxBodyPolicy)
 	if !ok {
 		return
 	}
@@ -135,7 +135,7 @@ func (a *API) putPolicy(c *gin.Context) {
 // refuses a stale one with 409 table_changed, so a write never undoes a
 // change it did not see.
 func (a *API) replacePolicies(c *gin.Context) {
-	body, ok := readPolicyBody(c, 4<<20)
+	body, ok := readPolicyBody(c, MaxBodyTable)
 	if !ok {
 		return
 	}
@@ -206,7 +206,7 @@ func readPolicyBody(c *gin.Context, limit int64) (body []byte, ok bool) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	body, err := io.ReadAll(c.Request.Body)
 	if err != nil {
-		writeProblem(c, http.StatusRequestEntityTooLarge, CodeInvalidRequest, "request body too large or unreadable: "+err.Error())
+		bodyReadFailed(c, err)
 		return nil, false
 	}
 	if err := checkJSONText(body); err != nil {

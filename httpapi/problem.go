@@ -39,7 +39,10 @@ const (
 	CodePreconditionRequired = "precondition_required"
 	CodeTooManyPolicies      = "too_many_policies"
 	CodeNotReady             = "not_ready"
-	CodeInternal             = "internal"
+	// CodeBusy: the node holds its budget of request bodies in memory;
+	// nothing was read or counted, retry after Retry-After (503).
+	CodeBusy     = "busy"
+	CodeInternal = "internal"
 )
 
 // problem is the one problem document type, shared with the cluster's

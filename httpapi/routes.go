@@ -69,7 +69,11 @@ type Route struct {
 	// AnyQuery skips the unknown-parameter check. Only forward-auth sets
 	// it: Envoy appends the original request's path and query to it.
 	AnyQuery bool
-	Handle   gin.HandlerFunc
+	// MaxBody is the most body bytes the handler reads (bodies.go): 0
+	// for a route that reads none, bodyStreamed for one that streams it.
+	// A larger body is a 413 naming the cap.
+	MaxBody int64
+	Handle  gin.HandlerFunc
 }
 
 // routes is the public API, every route of it. Gin needs one wildcard name
@@ -84,18 +88,18 @@ func (a *API) routes() []Route {
 		{Method: get, Path: wire.CheckPath + ":a/:b", Query: []string{"cost"}, Handle: a.checkNamed},
 		{Method: get, Path: wire.CheckPath, Query: []string{"cost"}, Handle: a.emptyClient},
 		{Method: get, Path: "/check", Query: []string{"cost"}, Handle: a.emptyClient},
-		{Method: post, Path: wire.CheckManyPath, Handle: a.checkMany},
+		{Method: post, Path: wire.CheckManyPath, MaxBody: MaxBodyBatch, Handle: a.checkMany},
 		{Method: get, Path: wire.PeekPath + ":a", Query: stale, Handle: a.peekDefault},
 		{Method: get, Path: wire.PeekPath + ":a/:b", Query: stale, Handle: a.peekNamed},
 		{Method: get, Path: PoliciesPath, Query: stale, Handle: a.listPolicies},
 		{Method: get, Path: PoliciesPath + "/:name", Query: stale, Handle: a.getPolicy},
-		{Method: post, Path: wire.LeasesPath, Handle: a.lease},
-		{Method: post, Path: wire.LeaseReturnPath, Handle: a.leaseReturn},
-		{Method: post, Path: PermitsPath, Handle: a.acquirePermit},
+		{Method: post, Path: wire.LeasesPath, MaxBody: MaxBodyCall, Handle: a.lease},
+		{Method: post, Path: wire.LeaseReturnPath, MaxBody: MaxBodyCall, Handle: a.leaseReturn},
+		{Method: post, Path: PermitsPath, MaxBody: MaxBodyCall, Handle: a.acquirePermit},
 		{Method: del, Path: PermitsPath + "/:id", Handle: a.releasePermit},
-		{Method: post, Path: PermitsPath + "/:id/renew", Handle: a.renewPermit},
-		{Method: post, Path: ReservationsPath, Handle: a.reserve},
-		{Method: post, Path: ReservationsPath + "/:id/settle", Handle: a.settle},
+		{Method: post, Path: PermitsPath + "/:id/renew", MaxBody: MaxBodyCall, Handle: a.renewPermit},
+		{Method: post, Path: ReservationsPath, MaxBody: MaxBodyBatch, Handle: a.reserve},
+		{Method: post, Path: ReservationsPath + "/:id/settle", MaxBody: MaxBodyCall, Handle: a.settle},
 		{Method: AnyMethod, Path: AuthPath + ":policy", AnyQuery: true, Handle: a.auth},
 		{Method: AnyMethod, Path: AuthPath + ":policy/*path", AnyQuery: true, Handle: a.auth},
 
@@ -112,20 +116,20 @@ func (a *API) routes() []Route {
 		{Method: get, Path: "/ui/style.css", Handle: uiFile("/style.css")},
 
 		// Membership, snapshots, backups.
-		{Method: post, Path: JoinPath, Guard: Admin, Handle: a.join},
-		{Method: post, Path: RemovePath, Guard: Admin, Handle: a.remove},
-		{Method: post, Path: TransferPath, Guard: Admin, Handle: a.transfer},
-		{Method: post, Path: "/v1/cluster/snapshot", Guard: Admin, Handle: a.snapshot},
+		{Method: post, Path: JoinPath, Guard: Admin, MaxBody: MaxBodyCall, Handle: a.join},
+		{Method: post, Path: RemovePath, Guard: Admin, MaxBody: MaxBodyCall, Handle: a.remove},
+		{Method: post, Path: TransferPath, Guard: Admin, MaxBody: MaxBodyCall, Handle: a.transfer},
+		{Method: post, Path: "/v1/cluster/snapshot", Guard: Admin, MaxBody: MaxBodyCall, Handle: a.snapshot},
 		{Method: get, Path: "/v1/cluster/members", Guard: Admin, Handle: a.members},
 		{Method: get, Path: BackupPath, Guard: Admin, Handle: a.backup},
-		{Method: post, Path: RestorePath, Guard: Admin, Query: []string{"force"}, Handle: a.restore},
+		{Method: post, Path: RestorePath, Guard: Admin, Query: []string{"force"}, MaxBody: bodyStreamed, Handle: a.restore},
 
 		// Policies and keys.
-		{Method: put, Path: PoliciesPath, Guard: Admin, Handle: a.replacePolicies},
-		{Method: put, Path: PoliciesPath + "/:name", Guard: Admin, Handle: a.putPolicy},
+		{Method: put, Path: PoliciesPath, Guard: Admin, MaxBody: MaxBodyTable, Handle: a.replacePolicies},
+		{Method: put, Path: PoliciesPath + "/:name", Guard: Admin, MaxBody: MaxBodyPolicy, Handle: a.putPolicy},
 		{Method: del, Path: PoliciesPath + "/:name", Guard: Admin, Handle: a.deletePolicy},
 		{Method: del, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.resetKey},
-		{Method: post, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.writeCounter},
+		{Method: post, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, MaxBody: MaxBodyCall, Handle: a.writeCounter},
 		{Method: get, Path: "/v1/top", Guard: Admin, Query: []string{"by", "n", "policy"}, Handle: a.top},
 	}
 	if a.cfg.MetricsHandler != nil {
@@ -134,7 +138,7 @@ func (a *API) routes() []Route {
 	if a.cfg.DebugEndpoints {
 		rs = append(rs,
 			Route{Method: get, Path: "/debug/clock-offset", Guard: Admin, Handle: a.getClockOffset},
-			Route{Method: post, Path: "/debug/clock-offset", Guard: Admin, Handle: a.setClockOffset})
+			Route{Method: post, Path: "/debug/clock-offset", Guard: Admin, MaxBody: MaxBodyCall, Handle: a.setClockOffset})
 	}
 	return rs
 }
@@ -144,12 +148,15 @@ func (a *API) routes() []Route {
 // the guard, then the handler.
 func (a *API) register(e *gin.Engine, rs []Route) {
 	for _, r := range rs {
-		chain := make([]gin.HandlerFunc, 0, 3)
+		chain := make([]gin.HandlerFunc, 0, 4)
 		if !r.AnyQuery {
 			chain = append(chain, knownQuery(r.Query))
 		}
 		if r.Guard == Admin {
 			chain = append(chain, a.requireToken)
+		}
+		if r.MaxBody != 0 {
+			chain = append(chain, routeBody(r.MaxBody))
 		}
 		chain = append(chain, r.Handle)
 		if r.Method == AnyMethod {

@@ -147,6 +147,11 @@ const (
 	DefaultGrantRate         = 100
 	DefaultNodeBuckets       = 65536
 	DefaultCredentialBuckets = 16384
+	// DefaultMaxMessageBytes caps one usage report: a report of the 1024
+	// buckets a stream may hold, with two-entry bucket ids, is about
+	// 70 KB (the rate limit port's requests are far smaller: see
+	// grpcserve.DefaultMaxMessageBytes).
+	DefaultMaxMessageBytes = 256 << 10
 )
 
 // Server is the gRPC server of the quota service.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // FormatFile records the newest log and snapshot format this data dir may
@@ -68,7 +69,9 @@ func orUnknown(v string) string {
 // none) and the release that recorded it.
 func ReadFormat(dir string) (fsm.Format, string, error) {
 	path := filepath.Join(dir, FormatFile)
-	b, err := os.ReadFile(path)
+	// Bounded: a FIFO in its place hung the node's start (and SIGTERM with
+	// it), a link to /dev/zero ran it out of memory.
+	b, err := boundedfile.Read(path, MaxMetaFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return fsm.FormatR3, "", nil
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/internal/connlimit"
+	"github.com/rlnode/rlnode/internal/wrongport"
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -43,7 +44,19 @@ type RaftSecurity struct {
 	// Token, when set, must be proven on every connection by the handshake
 	// below before any Raft RPC is read.
 	Token string
+	// HTTPAPI is this node's HTTP address, named to an HTTP client that
+	// dialled the Raft port instead.
+	HTTPAPI string
 	RaftLimits
+}
+
+// raftPortMessage is the answer to an HTTP request on the Raft port.
+func raftPortMessage(httpAPI string) string {
+	where := "on the node's --http-addr (8080 by default)"
+	if httpAPI != "" {
+		where = "at " + httpAPI
+	}
+	return "this is rlnode's Raft port, for node-to-node traffic only; the HTTP API is " + where
 }
 
 // RaftLimits bound what a connection to the Raft port can hold.
@@ -328,6 +341,13 @@ func (g *guardedStream) admit(c *countedConn) {
 func (g *guardedStream) handshake(c *countedConn) (net.Conn, error) {
 	var conn net.Conn = c
 	c.Conn.SetDeadline(time.Now().Add(g.sec.HandshakeTimeout))
+	if g.sec.TLS == nil {
+		// An HTTP client that dialled this port by mistake (the CLI's
+		// --addr) is told so, not left with "EOF"; the check runs on the
+		// first read (the token handshake's, or raft's), so an open port
+		// still admits a connection before it sends anything.
+		conn = wrongport.SniffHTTP1(c, raftPortMessage(g.sec.HTTPAPI))
+	}
 	if g.sec.TLS != nil {
 		tc := tls.Server(c, g.sec.TLS.ServerConfig())
 		if err := tc.Handshake(); err != nil {

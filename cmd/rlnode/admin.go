@@ -84,6 +84,9 @@ func (a *adminFlags) prepare() error {
 	if len(a.addrs()) == 0 {
 		return usageErr("--addr (or $%s) names no node: give host:port or a URL, or a comma-separated list of them", envAddr)
 	}
+	if err := checkAddrs(a.addrs()); err != nil {
+		return err
+	}
 	a.client = http.DefaultClient
 	if a.tls.Enabled() {
 		src, err := tlsconf.Load(a.tls)
@@ -184,7 +187,8 @@ func (a *adminFlags) sendWith(ctx context.Context, method, path string, hdr http
 		url  string
 		err  error
 	)
-	for i, addr := range a.addrs() {
+	addrs := a.addrs()
+	for i, addr := range addrs {
 		if i > 0 {
 			seeker, ok := body.(io.Seeker)
 			if body != nil && !ok {
@@ -197,8 +201,8 @@ func (a *adminFlags) sendWith(ctx context.Context, method, path string, hdr http
 			}
 		}
 		url = a.url(addr, path)
-		resp, err = a.sendTo(ctx, method, url, hdr, body, size)
-		if err == nil || !isUnreachable(err) {
+		resp, err = a.attempt(ctx, addr, method, url, hdr, body, size, i == len(addrs)-1)
+		if err == nil || !passedOver(err) {
 			a.via = addr
 			break
 		}
@@ -284,6 +288,9 @@ func reachError(method, url string, err error) error {
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return &refusedError{msg: fmt.Sprintf("%s %s: connection refused: no node listens there (is rlnode serve running? --addr or $%s names any node)", method, url, envAddr), err: err}
+	}
+	if hint := wrongPortHint(err); hint != "" {
+		return fmt.Errorf("%s %s: %w\n  %s", method, url, err, hint)
 	}
 	return fmt.Errorf("%s %s: %w", method, url, err)
 }

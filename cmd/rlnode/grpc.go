@@ -118,6 +118,10 @@ type grpcBounds struct {
 	rlqsGrantRate    float64
 	rlqsBuckets      int
 	rlqsCredBuckets  int
+	// message bounds: the rate limit port's and the quota port's largest
+	// message, and how long a stream's first message may take to arrive.
+	maxMessage, rlqsMaxMessage int
+	messageTimeout             time.Duration
 }
 
 func (b *grpcBounds) flags(fs *flag.FlagSet) {
@@ -127,17 +131,35 @@ func (b *grpcBounds) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&b.rlqsIdle, "rlqs-stream-idle", rlqs.DefaultStreamIdle, "close an RLQS stream that sent no usage report for this long (keep it above Envoy's reporting_interval)")
 	fs.IntVar(&b.rlqsBuckets, "rlqs-max-buckets", rlqs.DefaultNodeBuckets, "buckets this node's RLQS streams may have assigned together; more get no assignment (Envoy's no_assignment_behavior applies)")
 	fs.IntVar(&b.rlqsCredBuckets, "rlqs-max-buckets-per-credential", rlqs.DefaultCredentialBuckets, "buckets the RLQS streams of one credential (see --grpc-max-streams-per-credential) may have assigned together")
+	fs.IntVar(&b.maxMessage, "grpc-max-message-size", grpcserve.DefaultMaxMessageBytes, "largest ShouldRateLimit request (bytes, after decompression) --grpc-addr reads; a larger one is refused with RESOURCE_EXHAUSTED before it is read (Envoy's are a few hundred bytes)")
+	fs.IntVar(&b.rlqsMaxMessage, "rlqs-max-message-size", rlqs.DefaultMaxMessageBytes, "largest RLQS usage report (bytes, after decompression) --rlqs-addr reads; a larger one ends the stream with RESOURCE_EXHAUSTED (a report of 1024 buckets is about 70 KB)")
+	fs.DurationVar(&b.messageTimeout, "grpc-message-timeout", grpcserve.DefaultMessageTimeout, "how long a call's request (ShouldRateLimit, a health check) may take to arrive whole on either gRPC port; a call still waiting then is cancelled (a quota stream's reports are bounded by --rlqs-stream-idle)")
 	fs.Float64Var(&b.rlqsGrantRate, "rlqs-grant-rate", rlqs.DefaultGrantRate, "grant log entries per second this node's RLQS streams may write together, shared evenly between them")
 }
 
+// limits are the rate limit port's bounds.
 func (b *grpcBounds) limits() grpcserve.Limits {
-	return grpcserve.Limits{StreamsPerConn: uint32(min(b.perConn, math.MaxUint32)), Streams: b.streams, StreamsPerCredential: b.perCred}
+	return grpcserve.Limits{StreamsPerConn: uint32(min(b.perConn, math.MaxUint32)), Streams: b.streams, StreamsPerCredential: b.perCred,
+		MaxMessageBytes: b.maxMessage, MessageTimeout: b.messageTimeout}
+}
+
+// rlqsLimits are the quota port's: the same but for its message size.
+func (b *grpcBounds) rlqsLimits() grpcserve.Limits {
+	l := b.limits()
+	l.MaxMessageBytes = b.rlqsMaxMessage
+	return l
 }
 
 func (b *grpcBounds) validate() []error {
 	var errs []error
 	if err := b.limits().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--grpc-max-streams-per-conn %d / --grpc-max-streams %d / --grpc-max-streams-per-credential %d: %w", b.perConn, b.streams, b.perCred, err))
+	}
+	if b.maxMessage < 1<<10 || b.rlqsMaxMessage < 1<<10 {
+		errs = append(errs, fmt.Errorf("--grpc-max-message-size %d / --rlqs-max-message-size %d: must be at least 1024 bytes", b.maxMessage, b.rlqsMaxMessage))
+	}
+	if b.messageTimeout < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--grpc-message-timeout %s: must be at least 100ms", b.messageTimeout))
 	}
 	if b.rlqsIdle < time.Second {
 		errs = append(errs, fmt.Errorf("--rlqs-stream-idle %s: must be at least 1s", b.rlqsIdle))

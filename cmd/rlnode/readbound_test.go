@@ -143,3 +143,34 @@ func TestTokenAndCertificateFilesAreReadBounded(t *testing.T) {
 		t.Fatalf("serve --tls-cert /dev/zero link: exit %d (-1: still running), want a refusal naming it; output:\n%s", code, n.Output())
 	}
 }
+
+// Issue 35, item 10: a data dir's format.json that is a FIFO hung `serve`
+// (which then ignored SIGTERM), a link to /dev/zero ran it out of memory.
+// Each is now refused at once with an error naming the file.
+func TestFormatFileIsReadBounded(t *testing.T) {
+	proctest.Long(t)
+	for _, c := range []struct {
+		name, says string
+		make       func(path string) error
+	}{
+		{"FIFO", "is a named pipe (FIFO)", func(path string) error { return syscall.Mkfifo(path, 0o600) }},
+		{"/dev/zero link", "is a character device", func(path string) error { return os.Symlink("/dev/zero", path) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := proctest.StartNode(t, rlnodeBin, "n1")
+			proctest.WaitReady(t, n, 15*time.Second)
+			if code := n.Signal(syscall.SIGTERM, 15*time.Second); code != 0 {
+				t.Fatalf("first run: exit %d", code)
+			}
+			path := filepath.Join(n.DataDir, "format.json")
+			os.Remove(path)
+			if err := c.make(path); err != nil {
+				t.Skipf("%s: %v", c.name, err)
+			}
+			again := proctest.StartNodeIn(t, rlnodeBin, "n1", n.DataDir)
+			if code := again.Wait(20 * time.Second); code == 0 || code == -1 || !strings.Contains(again.Output(), path+" "+c.says) {
+				t.Fatalf("serve with format.json a %s: exit %d (-1: still running), want a refusal naming it; output:\n%s", c.name, code, again.Output())
+			}
+		})
+	}
+}

@@ -362,7 +362,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		TrustedProxies: c.trusted, Middleware: tr.Gin()})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
-	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
+	srv := httpapi.NewServer(node.Mount(api.Handler()), logger, c.httpLimits.bodyBudget)
 	srv.ConnState = capped.ConnState
 
 	// The limits are the replicated policy table's, said once the node is
@@ -434,7 +434,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		if c.rlqsAddr != "" {
 			rls = max(1, rls/2) // shared with the quota service
 		}
-		s.grpc = connlimit.Wrap(s.grpc, rls, min(maxGRPCConnsPerIP, rls))
+		s.grpc = connlimit.Wrap(c.refuseHTTPOnGRPC(s.grpc, "Envoy's rate limit service"), rls, min(maxGRPCConnsPerIP, rls))
 	}
 	if c.rlqsAddr != "" {
 		if s.rlqs, err = net.Listen("tcp", c.rlqsAddr); err != nil {
@@ -445,7 +445,7 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		if c.grpcAddr != "" {
 			quota = max(1, quota/2) // shared with the rate limit service
 		}
-		s.rlqs = connlimit.Wrap(s.rlqs, quota, min(maxGRPCConnsPerIP, quota))
+		s.rlqs = connlimit.Wrap(c.refuseHTTPOnGRPC(s.rlqs, "Envoy's rate limit quota service"), quota, min(maxGRPCConnsPerIP, quota))
 	}
 	return s, nil
 }
@@ -468,7 +468,7 @@ func (c *serveConfig) bindHTTP(tlsSrc *tlsconf.Source) (ln net.Listener, capped 
 		return nil, nil, fmt.Errorf("listen for HTTP on %s: %w", c.httpAddr, err)
 	}
 	total := min(c.httpLimits.maxConns, c.fds.http)
-	capped = connlimit.NewKeepAlive(raw, total, min(c.httpLimits.maxConnsPerIP, total))
+	capped = connlimit.NewKeepAlive(c.refuseGRPCOnHTTP(raw), total, min(c.httpLimits.maxConnsPerIP, total))
 	ln = capped
 	if tlsSrc != nil {
 		ln = tls.NewListener(ln, tlsSrc.ServerConfig())
@@ -495,7 +495,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 	}
 	if side.rlqs != nil {
 		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
-			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.limits(), Refused: obs,
+			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.rlqsLimits(), Refused: obs,
 			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
 			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets,
 			ServerOptions: grpcOpts}

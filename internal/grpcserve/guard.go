@@ -28,6 +28,11 @@ type Observer interface {
 type Guard struct {
 	cfg     Config
 	streams *Budget
+
+	// server and the client-streaming methods of its services (tap.go).
+	server        *grpc.Server
+	streamingOnce sync.Once
+	streaming     map[string]bool
 }
 
 func newGuard(cfg Config) *Guard {
@@ -87,22 +92,4 @@ func (g *Guard) refused(reason string) {
 	if g.cfg.Observer != nil {
 		g.cfg.Observer.GRPCRefused(g.cfg.Port, reason)
 	}
-}
-
-func (g *Guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	release, err := g.admit(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return h(ctx, req)
-}
-
-func (g *Guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	release, err := g.admit(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return h(srv, ss)
 }

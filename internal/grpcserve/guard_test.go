@@ -191,3 +191,27 @@ func TestIntrospectionGuard(t *testing.T) {
 		t.Fatalf("health of a node that is not ready: %v %v, want NOT_SERVING", h, err)
 	}
 }
+
+// The message clock covers calls whose client sends one message; a
+// client-streaming call (reflection here, the quota stream in rlnode) may
+// wait past MessageTimeout before it sends, and then is answered.
+func TestMessageClockSparesClientStreams(t *testing.T) {
+	addr, g := start(t, Config{Limits: Limits{MessageTimeout: 200 * time.Millisecond}}, func(time.Duration) error { return nil })
+	c := dial(t, addr, "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := reflectionpb.NewServerReflectionClient(c).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("a reflection stream that sent after the message timeout: %v", err)
+	}
+	if !g.clientStreams("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo") || g.clientStreams("/grpc.health.v1.Health/Check") {
+		t.Fatal("reflection should be client-streaming and health checks not")
+	}
+}

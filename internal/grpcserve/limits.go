@@ -47,6 +47,15 @@ type Limits struct {
 	// credential (see Credential) holds at most StreamsPerCredential of
 	// them. Past either, a call ends at once with RESOURCE_EXHAUSTED.
 	Streams, StreamsPerCredential int
+	// MaxMessageBytes caps one received message, before and after
+	// decompression (gRPC refuses a larger one with RESOURCE_EXHAUSTED
+	// from its length prefix, before reading it; a compressed one as soon
+	// as it expands past the cap).
+	MaxMessageBytes int
+	// MessageTimeout is how long the request of a call whose client sends
+	// one message (unary, server-streaming) may take to arrive whole after
+	// the call starts; a call still waiting then is cancelled.
+	MessageTimeout time.Duration
 }
 
 // Default limits: far above what an Envoy fleet holds (a stream per
@@ -57,6 +66,35 @@ const (
 	DefaultStreamsPerConn       = 256
 	DefaultStreams              = 4096
 	DefaultStreamsPerCredential = 1024
+)
+
+// Message bounds. Envoy's ShouldRateLimit requests are a few hundred
+// bytes (a domain and a handful of descriptors), and a quota usage report
+// of the 1024 buckets a stream may hold is about 70 KB with two-entry
+// bucket ids: DefaultMaxMessageBytes is far above the first, and the
+// quota port's default (rlqs) is above the second. gRPC's own default,
+// 4 MB, let one decoded request of tiny descriptors take 127 MB of heap.
+// A message arrives in milliseconds; DefaultMessageTimeout leaves a slow
+// link hundreds of times that.
+const (
+	DefaultMaxMessageBytes = 64 << 10
+	DefaultMessageTimeout  = 10 * time.Second
+)
+
+// MaxHeaderListSize caps a stream's request headers, as the HTTP port
+// caps a request's (httpapi.MaxHeaderBytes, 64 KiB); gRPC's own default,
+// 16 MB, let 20 connections that never finished their header blocks hold
+// 625 MB. A larger block is refused (RST_STREAM) without being kept.
+const MaxHeaderListSize = 64 << 10
+
+// Flow-control windows: fixed, so a stream buffers at most a window of
+// data it has not read (gRPC's default grows them with the link's
+// bandwidth-delay product, up to 16 MB per stream). A message longer than
+// the stream's window gets its whole length granted when gRPC starts
+// reading it, so the window costs no throughput for Envoy's messages.
+const (
+	streamWindow = 64 << 10
+	connWindow   = 1 << 20
 )
 
 // DefaultLimits are the limits of a port whose flags are left alone.
@@ -76,6 +114,12 @@ func (l Limits) withDefaults() Limits {
 	if l.StreamsPerCredential == 0 {
 		l.StreamsPerCredential = min(d.StreamsPerCredential, l.Streams)
 	}
+	if l.MaxMessageBytes == 0 {
+		l.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if l.MessageTimeout == 0 {
+		l.MessageTimeout = DefaultMessageTimeout
+	}
 	return l
 }
 
@@ -87,6 +131,9 @@ func (l Limits) Validate() error {
 	}
 	if l.StreamsPerCredential > l.Streams {
 		return errors.New("gRPC streams per credential must not exceed the node's total")
+	}
+	if l.MaxMessageBytes < 0 || l.MessageTimeout < 0 {
+		return errors.New("gRPC message size and message timeout must not be negative (0: the default)")
 	}
 	return nil
 }
@@ -111,8 +158,9 @@ type Config struct {
 
 // NewServer builds a gRPC server with the ports' shared guard: the
 // handshake timeout, keep-alive enforcement, idle connections closed,
-// the per-connection stream cap, and interceptors that check the token
-// and then the stream budgets. Zero limits are the defaults.
+// the per-connection stream cap, the header, message and window bounds,
+// and a tap (see tap.go) that checks the token and the stream budgets
+// before a message is read. Zero limits are the defaults.
 func NewServer(cfg Config) (*grpc.Server, *Guard) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	g := newGuard(cfg)
@@ -121,11 +169,17 @@ func NewServer(cfg Config) (*grpc.Server, *Guard) {
 		grpc.MaxConcurrentStreams(cfg.Limits.StreamsPerConn),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: MaxConnectionIdle, Time: PingAfter, Timeout: PingTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinClientPing, PermitWithoutStream: true}),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.MaxRecvMsgSize(cfg.Limits.MaxMessageBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		grpc.InTapHandle(g.tap),
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	return grpc.NewServer(append(opts, cfg.ServerOptions...)...), g
+	g.server = grpc.NewServer(append(opts, cfg.ServerOptions...)...)
+	return g.server, g
 }
