@@ -176,8 +176,8 @@ const (
 	// string after the option bits ("" for UTC). It and optShadow are
 	// format R4: PolicyFormat keeps them off the log until every voter
 	// reads them, since an older node halts on an unknown bit.
-	optCalendar  = 1 << 2
-	optShadow    = 1 << 3 // Mode "shadow"
+	optCalendar = 1 << 2
+	optShadow   = 1 << 3 // Mode "shadow"
 	// optGlobal (Scope "global") and optMirrored (a region's copy) are
 	// format R5 (slice_codec.go).
 	optGlobal    = 1 << 4
