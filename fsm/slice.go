@@ -234,3 +234,17 @@ func (f *FSM) SliceStats() []SliceStat {
 	}
 	return out
 }
+
+// SliceReady reports whether a hit of (policy, client) would be decided
+// now rather than found without a slice: live slices hold units, or the
+// parent's word that the window is spent is in force.
+func (f *FSM) SliceReady(policyName, client string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	k := f.slices[string(appendKey(nil, []byte(policyName), []byte(client)))]
+	if k == nil {
+		return false
+	}
+	held, _ := k.live(f.lastNow, f.term)
+	return held > 0 || (k.dryTerm == int64(f.term) && k.dryUntil > f.lastNow)
+}
