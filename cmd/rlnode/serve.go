@@ -74,6 +74,7 @@ type serveConfig struct {
 	sec                                                  securityConfig
 	httpLimits                                           httpLimits
 	fds                                                  fdBudget
+	region                                               regionFlags
 }
 
 // serveFlags makes serve's flag set; asked for, its help goes to help.
@@ -130,6 +131,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	c.httpLimits.flags(fs)
+	c.region.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
 	return fs, c
 }
@@ -194,6 +196,7 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.sec.validate(c.token)...)
 	errs = append(errs, c.httpLimits.validate()...)
+	errs = append(errs, c.region.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -354,7 +357,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted, Middleware: tr.Gin()})
+		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent})
+	stopRegion, err := c.region.start(node, obs, logger)
+	if err != nil {
+		return err
+	}
+	defer stopRegion()
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger)
@@ -548,7 +556,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: obs,
+		Logger: logger, Observer: obs, SliceWait: c.region.sliceWait,
 	}
 }
 
