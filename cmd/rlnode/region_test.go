@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,4 +111,87 @@ func TestGlobalBudgetAcrossTwoRegions(t *testing.T) {
 	}
 	t.Logf("median answer: eu %s, us %s (parent round trip %s); cut region's 503s: %d; allowed again %s after the heal",
 		medianLatency(hits, "eu"), medianLatency(hits, "us"), 2*regionDelay, cut503, allowedAgain)
+}
+
+// TestGlobalCheckCatchesARegionIgnoringSliceDeadlines runs the same
+// demand against a correct region and a broken stand-in that spends its
+// slices past their deadline (--debug-region-ignore-slice-deadline):
+// region "a" takes a burst right after each global window ends and
+// trickles otherwise, so it holds unspent units when a window ends;
+// region "b" hammers. The check must pass on the first and fail on the
+// second: the broken region spends a window's units after it ended, on
+// top of the next window's 400.
+func TestGlobalCheckCatchesARegionIgnoringSliceDeadlines(t *testing.T) {
+	proctest.Long(t)
+	for _, tc := range []struct {
+		name   string
+		broken bool
+	}{{"correct", false}, {"broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var extra []string
+			if tc.broken {
+				extra = []string{"--debug-region-ignore-slice-deadline"}
+			}
+			m := startMultiRegion(t, regionDelay, map[string][]string{"a": extra, "b": nil})
+			m.globalPolicy(t, "g", globalLimit, globalWindow)
+			var log hitLog
+			var wg sync.WaitGroup
+			ctx, stop := context.WithTimeout(context.Background(), 25*time.Second)
+			defer func() { stop(); wg.Wait() }()
+			hammer(ctx, &wg, &log, m.regions["b"].URL(), "b", "g", "tenant", 3, 10*time.Millisecond)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				burstAndTrickle(ctx, &log, m.regions["a"].URL(), "a", "g", "tenant")
+			}()
+			wg.Wait()
+			bad := globalViolations(log.all(), globalLimit, globalWindowMs)
+			switch {
+			case tc.broken && len(bad) == 0:
+				t.Fatal("the check found nothing wrong with a region that ignores its slices' deadlines")
+			case tc.broken:
+				var counts []string
+				for _, v := range bad {
+					if strings.HasPrefix(v, "window") {
+						counts = append(counts, v)
+					}
+				}
+				t.Logf("the check caught the broken region: %d violations; window totals over the limit: %v; first: %v", len(bad), counts, bad[0])
+			case len(bad) > 0:
+				t.Fatalf("global limit exceeded (%d violations), first: %v", len(bad), bad[:min(len(bad), 5)])
+			}
+		})
+	}
+}
+
+// burstAndTrickle sends 60 checks at once right after each global window
+// it saw ends (and at the start), and one every 400 ms otherwise.
+func burstAndTrickle(ctx context.Context, log *hitLog, url, region, policyName, key string) {
+	var resetAt, burstAfter int64
+	burst := func() {
+		for range 60 {
+			h := hitOnce(url, region, policyName, key)
+			log.add(h)
+			if h.allowed {
+				resetAt = max(resetAt, h.resetAt)
+			}
+		}
+	}
+	burst()
+	for ctx.Err() == nil {
+		if resetAt != 0 && resetAt != burstAfter && time.Now().After(time.UnixMilli(resetAt).Add(30*time.Millisecond)) {
+			burstAfter = resetAt
+			burst()
+			continue
+		}
+		h := hitOnce(url, region, policyName, key)
+		log.add(h)
+		if h.allowed {
+			resetAt = max(resetAt, h.resetAt)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(400 * time.Millisecond):
+		}
+	}
 }
