@@ -42,6 +42,8 @@ func holderConfig() lease.Config {
 
 type keyID struct{ policy, client string }
 
+type totals struct{ spent, short int64 }
+
 // heldKey is the leader's view of one key: the core's bookkeeping of the
 // slices it got (its spend mirrors the state machine's, which spends
 // earliest deadline first too) and the state machine's counters as last
@@ -65,6 +67,9 @@ type Holder struct {
 	mu     sync.Mutex
 	keys   map[keyID]*heldKey
 	leader bool
+	// retired keeps the state machine's totals of keys given back, so a
+	// key that comes back is not taken for a burst of demand.
+	retired map[keyID]totals
 
 	fetches chan struct{} // semaphore
 	stop    chan struct{}
@@ -83,7 +88,7 @@ func New(cfg Config, node Node) (*Holder, error) {
 		return nil, err
 	}
 	h := &Holder{cfg: cfg, node: node, parent: parent, clock: lease.NewSystemClock(), lcfg: holderConfig(),
-		id: HolderID(cfg.Name), keys: map[keyID]*heldKey{}, fetches: make(chan struct{}, maxFetches),
+		id: HolderID(cfg.Name), keys: map[keyID]*heldKey{}, retired: map[keyID]totals{}, fetches: make(chan struct{}, maxFetches),
 		stop: make(chan struct{})}
 	h.obs.init()
 	return h, nil
@@ -126,7 +131,7 @@ func (h *Holder) tick() {
 		if h.leader {
 			// Slices this node wrote are spent no more by anyone: the
 			// next leader's term fences them (fsm/slice.go).
-			h.keys, h.leader = map[keyID]*heldKey{}, false
+			h.keys, h.retired, h.leader = map[keyID]*heldKey{}, map[keyID]totals{}, false
 		}
 		h.mu.Unlock()
 		return
@@ -153,14 +158,20 @@ func (h *Holder) tick() {
 	var backs []back
 	h.mu.Lock()
 	h.leader = true
+	listed := make(map[keyID]bool, len(stats))
 	for _, st := range stats {
 		id := keyID{st.Policy, st.Client}
+		listed[id] = true
 		hk := h.keys[id]
 		if hk == nil {
 			if len(h.keys) >= maxKeys {
 				continue
 			}
 			hk = &heldKey{k: lease.NewKey[client.Grant](&h.lcfg, now)}
+			if t, ok := h.retired[id]; ok {
+				hk.lastSpent, hk.lastShort = t.spent, t.short
+				delete(h.retired, id)
+			}
 			h.keys[id] = hk
 		}
 		spent, short := delta(st.Spent, hk.lastSpent), delta(st.Short, hk.lastShort)
@@ -176,6 +187,7 @@ func (h *Holder) tick() {
 		if !ok || hk.k.Idle(now) {
 			backs = append(backs, back{id, hk.k.Retire(nil)})
 			delete(h.keys, id)
+			h.retired[id] = totals{hk.lastSpent, hk.lastShort}
 			continue
 		}
 		need := int64(0)
@@ -184,6 +196,11 @@ func (h *Holder) tick() {
 		}
 		if want, ok := hk.k.Want(now, need); ok {
 			asks = append(asks, ask{id, hk, min(want, max(p.Limits[0].Limit/shareDiv, 1))})
+		}
+	}
+	for id := range h.retired {
+		if !listed[id] {
+			delete(h.retired, id) // its slice state is gone: totals start at 0
 		}
 	}
 	h.mu.Unlock()
