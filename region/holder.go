@@ -67,6 +67,9 @@ type Holder struct {
 	mu     sync.Mutex
 	keys   map[keyID]*heldKey
 	leader bool
+	// lastTick is the previous tick's reading, to notice a suspended
+	// machine (the wall clock ran on, the monotonic one stopped).
+	lastTick lease.Stamp
 	// retired keeps the state machine's totals of keys given back, so a
 	// key that comes back is not taken for a burst of demand.
 	retired map[keyID]totals
@@ -145,6 +148,14 @@ func (h *Holder) tick() {
 	stats := h.node.SliceStats()
 	h.obs.setStats(stats)
 	now := h.clock.Now()
+	if h.suspended(now) {
+		// The leader's stamps follow its monotonic clock, which stopped
+		// while the machine slept: the slices' expiries in the log are
+		// now later than their deadlines. Withdraw them all (nothing
+		// goes back up: they may have outlived their window).
+		h.withdrawAll(stats)
+		return
+	}
 	type ask struct {
 		id   keyID
 		hk   *heldKey
@@ -218,6 +229,36 @@ func (h *Holder) tick() {
 	for _, b := range backs {
 		h.giveBack(b.id, b.grants, true)
 	}
+}
+
+// suspendJump is how far the wall clock may run ahead of the monotonic
+// clock between ticks before the machine is taken to have slept.
+const suspendJump = 100 * time.Millisecond
+
+func (h *Holder) suspended(now lease.Stamp) bool {
+	last := h.lastTick
+	h.lastTick = now
+	return last != (lease.Stamp{}) && (now.Wall-last.Wall)-(now.Mono-last.Mono) > int64(suspendJump)
+}
+
+// withdrawAll withdraws every live slice and forgets what the holder
+// knew of them.
+func (h *Holder) withdrawAll(stats []fsm.SliceStat) {
+	var items []cluster.SliceWrite
+	for _, st := range stats {
+		for _, g := range st.Grants {
+			items = append(items, cluster.SliceWrite{Item: fsm.SliceItem{Kind: fsm.SliceWithdraw, Policy: st.Policy, Client: st.Client, Grant: g.Grant}})
+		}
+	}
+	for len(items) > 0 {
+		n := min(len(items), fsm.MaxGrantItems) // one entry's bound
+		_, _ = h.node.WriteSlices(items[:n])
+		items = items[n:]
+	}
+	h.mu.Lock()
+	h.keys, h.retired = map[keyID]*heldKey{}, map[keyID]totals{}
+	h.mu.Unlock()
+	h.cfg.Logger.Warn("region: the machine seems to have been suspended; withdrew every slice")
 }
 
 // delta is how much a running total moved (a total that went down was
