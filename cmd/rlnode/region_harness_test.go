@@ -173,26 +173,51 @@ func medianLatency(hits []regionHit, region string) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// multiRegion is a parent and regions, each region one node reaching
-// the parent through its own delay proxy.
+// multiRegion is a parent and regions, each region reaching the parent
+// through its own delay proxy (every node of a region through the same
+// one).
 type multiRegion struct {
 	parent  *proctest.Node
-	regions map[string]*proctest.Node
+	regions map[string]*proctest.Node // a region's first node
+	nodes   map[string][]*proctest.Node
 	proxies map[string]*proctest.DelayProxy
 }
 
+// startMultiRegion starts a one-node parent and one-node regions with
+// the extra flags given per region.
 func startMultiRegion(t *testing.T, delay time.Duration, regions map[string][]string) *multiRegion {
 	t.Helper()
-	m := &multiRegion{regions: map[string]*proctest.Node{}, proxies: map[string]*proctest.DelayProxy{}}
+	sized := map[string]regionSpec{}
+	for name, extra := range regions {
+		sized[name] = regionSpec{nodes: 1, extra: extra}
+	}
+	return startRegions(t, delay, sized)
+}
+
+type regionSpec struct {
+	nodes int
+	extra []string
+}
+
+func startRegions(t *testing.T, delay time.Duration, regions map[string]regionSpec) *multiRegion {
+	t.Helper()
+	m := &multiRegion{regions: map[string]*proctest.Node{}, nodes: map[string][]*proctest.Node{}, proxies: map[string]*proctest.DelayProxy{}}
 	m.parent = proctest.StartNode(t, rlnodeBin, "parent")
 	proctest.WaitReady(t, m.parent, 15*time.Second)
-	for name, extra := range regions {
+	for name, spec := range regions {
 		m.proxies[name] = proctest.StartDelayProxy(t, m.parent.HTTPAddr, delay)
-		args := append([]string{"--region", name, "--parent", m.proxies[name].Addr}, extra...)
-		m.regions[name] = proctest.StartNode(t, rlnodeBin, "region-"+name, args...)
+		args := append([]string{"--region", name, "--parent", m.proxies[name].Addr}, spec.extra...)
+		if spec.nodes > 1 {
+			m.nodes[name] = proctest.StartCluster(t, rlnodeBin, spec.nodes, args...)
+		} else {
+			m.nodes[name] = []*proctest.Node{proctest.StartNode(t, rlnodeBin, "region-"+name, args...)}
+		}
+		m.regions[name] = m.nodes[name][0]
 	}
-	for _, n := range m.regions {
-		proctest.WaitReady(t, n, 15*time.Second)
+	for _, ns := range m.nodes {
+		for _, n := range ns {
+			proctest.WaitReady(t, n, 15*time.Second)
+		}
 	}
 	return m
 }

@@ -215,3 +215,50 @@ func burstAndTrickle(ctx context.Context, log *hitLog, url, region, policyName, 
 		}
 	}
 }
+
+// TestGlobalBudgetSurvivesARegionalFailover: region eu has three nodes;
+// its leader, the region's holder, is killed while it holds slices. The
+// new leader never spends the slices of the old term (their deadlines
+// were on the dead leader's clock), asks for its own, and eu decides
+// again; no global window allows more than 400 throughout.
+func TestGlobalBudgetSurvivesARegionalFailover(t *testing.T) {
+	proctest.Long(t)
+	m := startRegions(t, regionDelay, map[string]regionSpec{"eu": {nodes: 3}, "us": {nodes: 1}})
+	m.globalPolicy(t, "g", globalLimit, globalWindow)
+	var log hitLog
+	var wg sync.WaitGroup
+	ctx, stop := context.WithCancel(context.Background())
+	defer func() { stop(); wg.Wait() }()
+	leader := leaderOf(t, m.nodes["eu"])
+	for _, n := range m.nodes["eu"] {
+		if n != leader {
+			hammer(ctx, &wg, &log, n.URL(), "eu", "g", "tenant", 2, 10*time.Millisecond)
+		}
+	}
+	hammer(ctx, &wg, &log, m.regions["us"].URL(), "us", "g", "tenant", 2, 10*time.Millisecond)
+	time.Sleep(12 * time.Second)
+	killedAt := time.Now()
+	leader.Kill()
+	time.Sleep(15 * time.Second)
+	stop()
+	wg.Wait()
+	hits := log.all()
+	if bad := globalViolations(hits, globalLimit, globalWindowMs); len(bad) > 0 {
+		t.Fatalf("global limit exceeded (%d violations), first: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+	decided := time.Duration(-1)
+	for _, h := range hits {
+		if h.region == "eu" && h.sent.After(killedAt) && (h.status == 200 || h.status == 429) {
+			decided = h.recv.Sub(killedAt)
+			break
+		}
+	}
+	if decided < 0 {
+		t.Fatal("eu decided nothing after its leader was killed")
+	}
+	var after []string
+	for w, by := range windowAdmission(hits, globalWindowMs, killedAt, time.Now()) {
+		after = append(after, fmt.Sprintf("window ending %d: eu %d, us %d", w, by["eu"], by["us"]))
+	}
+	t.Logf("eu decided again %s after its leader was killed; whole windows after: %v", decided, after)
+}
