@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -130,5 +131,33 @@ func TestSlicesEntryRoundTripsAndGlobalPolicyNeedsR5(t *testing.T) {
 	_, ps, err := decodeSetPolicies(EncodeSetPolicies(SetUpsert, []policy.Policy{mirrored("g", 1, time.Second)}))
 	if err != nil || !ps[0].Mirrored || !ps[0].IsGlobal() {
 		t.Fatalf("policy round trip: %+v %v", ps, err)
+	}
+}
+
+// TestSliceKeysAreBounded: past MaxSliceKeys keys a hit of a new key
+// gets no slice state (NoSlice, nothing decided) and a slice for it is
+// ignored; a key the holder retires frees its place.
+func TestSliceKeysAreBounded(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(mirrored("g", 400, 10*time.Second))
+	var hits []Hit
+	for i := range MaxSliceKeys {
+		hits = append(hits, h2("g", fmt.Sprint("k", i), 1))
+		if len(hits) == 512 {
+			tf.checkIn(1, t0, hits...)
+			hits = hits[:0]
+		}
+	}
+	if n := len(tf.f.SliceStats()); n != MaxSliceKeys {
+		t.Fatalf("%d keys with slice state, want %d", n, MaxSliceKeys)
+	}
+	tf.slices(1, t0+1, SliceItem{Kind: SliceGrant, Policy: "g", Client: "new", Grant: 1, Units: 5, UsableMs: 1000})
+	if r := tf.checkIn(1, t0+2, h2("g", "new", 1)).Hits[0]; !r.NoSlice {
+		t.Fatalf("a key past the bound: %+v, want NoSlice", r)
+	}
+	tf.slices(1, t0+3, SliceItem{Kind: SliceWithdraw, Policy: "g", Client: "k0"})
+	tf.slices(1, t0+4, SliceItem{Kind: SliceGrant, Policy: "g", Client: "new", Grant: 2, Units: 5, UsableMs: 1000})
+	if r := tf.checkIn(1, t0+5, h2("g", "new", 1)).Hits[0]; !r.Counted {
+		t.Fatalf("after a key was retired: %+v, want allowed", r)
 	}
 }
