@@ -74,7 +74,8 @@ type Holder struct {
 	// key that comes back is not taken for a burst of demand.
 	retired map[keyID]totals
 
-	fetches chan struct{} // semaphore
+	fetches chan struct{} // semaphores: slice requests and returns in flight
+	returns chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	obs     observed
@@ -92,7 +93,8 @@ func New(cfg Config, node Node) (*Holder, error) {
 	}
 	h := &Holder{cfg: cfg, node: node, parent: parent, clock: lease.NewSystemClock(), lcfg: holderConfig(),
 		id: HolderID(cfg.Name), keys: map[keyID]*heldKey{}, retired: map[keyID]totals{}, fetches: make(chan struct{}, maxFetches),
-		stop: make(chan struct{})}
+		returns: make(chan struct{}, maxFetches),
+		stop:    make(chan struct{})}
 	h.obs.init()
 	return h, nil
 }
@@ -277,15 +279,8 @@ func delta(now, last int64) int64 {
 func (h *Holder) fetch(id keyID, hk *heldKey, want int64) {
 	defer h.wg.Done()
 	defer func() { <-h.fetches }()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := h.callContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-h.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	sent := time.Now() // the slice's clock starts before the request leaves
 	g, err := h.parent.Lease(ctx, id.policy, id.client, h.id, want, h.cfg.Lease)
 	h.obs.parentCall(time.Since(sent), err)
@@ -370,14 +365,39 @@ func (h *Holder) giveBack(id keyID, grants []lease.Grant[client.Grant], forget b
 	}
 }
 
-// returnUnits gives units of a parent grant back (best effort: units
-// not returned come back when the grant expires at the parent).
+// returnUnits gives units of a parent grant back in the background
+// (best effort: units not returned come back when the grant expires at
+// the parent; with maxReturns calls in flight, a cut-off parent, the
+// return is skipped).
 func (h *Holder) returnUnits(g client.Grant, units int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	if err := h.parent.ReturnLease(ctx, g, units); err == nil {
-		h.obs.returned(units)
+	select {
+	case h.returns <- struct{}{}:
+	default:
+		return
 	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer func() { <-h.returns }()
+		ctx, cancel := h.callContext()
+		defer cancel()
+		if err := h.parent.ReturnLease(ctx, g, units); err == nil {
+			h.obs.returned(units)
+		}
+	}()
+}
+
+// callContext bounds one call to the parent by callTimeout and Stop.
+func (h *Holder) callContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 func unixMs(t time.Time) int64 {

@@ -1,7 +1,6 @@
 package region
 
 import (
-	"context"
 	"encoding/json"
 
 	"github.com/rlnode/rlnode/policy"
@@ -15,7 +14,7 @@ func (h *Holder) mirror() {
 	if !h.node.IsLeader() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := h.callContext()
 	defer cancel()
 	raws, err := h.parent.Policies(ctx)
 	if err != nil {
