@@ -95,7 +95,6 @@ func New(cfg Config, node Node) (*Holder, error) {
 		id: HolderID(cfg.Name), keys: map[keyID]*heldKey{}, retired: map[keyID]totals{}, fetches: make(chan struct{}, maxFetches),
 		returns: make(chan struct{}, maxFetches),
 		stop:    make(chan struct{})}
-	h.obs.init()
 	return h, nil
 }
 
@@ -158,34 +157,52 @@ func (h *Holder) tick() {
 		h.withdrawAll(stats)
 		return
 	}
-	type ask struct {
+	asks, backs := h.plan(stats, mirrored, now)
+	for _, a := range asks {
+		select {
+		case h.fetches <- struct{}{}:
+			h.wg.Add(1)
+			go h.fetch(a.id, a.hk, a.want)
+		default:
+			h.mu.Lock()
+			a.hk.k.Failed(now)
+			h.mu.Unlock()
+		}
+	}
+	for _, b := range backs {
+		h.giveBack(b.id, b.grants, true)
+	}
+}
+
+// ask is a slice request to send; back, slices to give back.
+type (
+	ask struct {
 		id   keyID
 		hk   *heldKey
 		want int64
 	}
-	type back struct {
+	back struct {
 		id     keyID
 		grants []lease.Grant[client.Grant]
 	}
+)
+
+// plan reads the state machine's totals into each key's demand and spend
+// and says which keys ask for slices and which give theirs back (a key
+// idle for CoolAfter, or whose mirrored policy is gone).
+func (h *Holder) plan(stats []fsm.SliceStat, mirrored map[string]policy.Policy, now lease.Stamp) ([]ask, []back) {
 	var asks []ask
 	var backs []back
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.leader = true
 	listed := make(map[keyID]bool, len(stats))
 	for _, st := range stats {
 		id := keyID{st.Policy, st.Client}
 		listed[id] = true
-		hk := h.keys[id]
+		hk := h.heldKey(id, now)
 		if hk == nil {
-			if len(h.keys) >= maxKeys {
-				continue
-			}
-			hk = &heldKey{k: lease.NewKey[client.Grant](&h.lcfg, now)}
-			if t, ok := h.retired[id]; ok {
-				hk.lastSpent, hk.lastShort = t.spent, t.short
-				delete(h.retired, id)
-			}
-			h.keys[id] = hk
+			continue
 		}
 		spent, short := delta(st.Spent, hk.lastSpent), delta(st.Short, hk.lastShort)
 		hk.lastSpent, hk.lastShort = st.Spent, st.Short
@@ -216,21 +233,25 @@ func (h *Holder) tick() {
 			delete(h.retired, id) // its slice state is gone: totals start at 0
 		}
 	}
-	h.mu.Unlock()
-	for _, a := range asks {
-		select {
-		case h.fetches <- struct{}{}:
-			h.wg.Add(1)
-			go h.fetch(a.id, a.hk, a.want)
-		default:
-			h.mu.Lock()
-			a.hk.k.Failed(now)
-			h.mu.Unlock()
-		}
+	return asks, backs
+}
+
+// heldKey is the key's state, made on first sight (nil past maxKeys);
+// h.mu is held.
+func (h *Holder) heldKey(id keyID, now lease.Stamp) *heldKey {
+	if hk := h.keys[id]; hk != nil {
+		return hk
 	}
-	for _, b := range backs {
-		h.giveBack(b.id, b.grants, true)
+	if len(h.keys) >= maxKeys {
+		return nil
 	}
+	hk := &heldKey{k: lease.NewKey[client.Grant](&h.lcfg, now)}
+	if t, ok := h.retired[id]; ok {
+		hk.lastSpent, hk.lastShort = t.spent, t.short
+		delete(h.retired, id)
+	}
+	h.keys[id] = hk
+	return hk
 }
 
 // suspendJump is how far the wall clock may run ahead of the monotonic
@@ -415,8 +436,6 @@ type observed struct {
 	calls, failures, got, up atomic.Int64
 	returnedUnits            atomic.Int64
 }
-
-func (o *observed) init() {}
 
 func (o *observed) setStats(s []fsm.SliceStat) {
 	o.mu.Lock()
