@@ -140,7 +140,9 @@ func TestGlobalBudgetAcrossTwoRegions(t *testing.T) {
 // trickles otherwise, so it holds unspent units when a window ends;
 // region "b" hammers. The check must pass on the first and fail on the
 // second: the broken region spends a window's units after it ended, on
-// top of the next window's 400.
+// top of the next window's 400 (both parts of the check see it: hits
+// sent after the window they name ended, and a window whose certainly
+// decided hits number more than 400).
 func TestGlobalCheckCatchesARegionIgnoringSliceDeadlines(t *testing.T) {
 	proctest.Long(t)
 	for _, tc := range []struct {
@@ -184,8 +186,10 @@ func TestGlobalCheckCatchesARegionIgnoringSliceDeadlines(t *testing.T) {
 	}
 }
 
-// burstAndTrickle sends 60 checks at once right after each global window
-// it saw ends (and at the start), and one every 400 ms otherwise.
+// burstAndTrickle sends 60 checks at once half a second after each
+// global window it saw ends (by then the next window has opened at the
+// parent: the other region's demand opens it within a round trip), and
+// at the start, and one every 400 ms otherwise.
 func burstAndTrickle(ctx context.Context, log *hitLog, url, region, policyName, key string) {
 	var resetAt, burstAfter int64
 	burst := func() {
@@ -199,7 +203,7 @@ func burstAndTrickle(ctx context.Context, log *hitLog, url, region, policyName, 
 	}
 	burst()
 	for ctx.Err() == nil {
-		if resetAt != 0 && resetAt != burstAfter && time.Now().After(time.UnixMilli(resetAt).Add(30*time.Millisecond)) {
+		if resetAt != 0 && resetAt != burstAfter && time.Now().After(time.UnixMilli(resetAt).Add(500*time.Millisecond)) {
 			burstAfter = resetAt
 			burst()
 			continue
