@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/metrics"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/region"
 )
 
@@ -49,6 +51,21 @@ func (r *regionFlags) validate() []error {
 func (r *regionFlags) config() region.Config {
 	return region.Config{Name: r.name, Parent: splitList(r.parent), Token: r.parentToken, Lease: r.lease,
 		BrokenIgnoreDeadline: r.brokenIgnoreDeadline}
+}
+
+// seedable refuses a --policies file that defines what only the parent
+// (a global policy, on a region) or a region's holder (a mirrored one)
+// may write, as the policy API does.
+func (r *regionFlags) seedable(file string, ps []policy.Policy) error {
+	for _, p := range ps {
+		switch {
+		case p.Mirrored:
+			return fmt.Errorf("%s: policy %q is marked mirrored: only a region's holder writes those, from its parent's table", file, p.Name)
+		case p.IsGlobal() && r.name != "":
+			return fmt.Errorf("%s: policy %q is global: with --region, global policies come from the parent (%s), defined there", file, p.Name, r.parent)
+		}
+	}
+	return nil
 }
 
 // start runs the region's holder when --region is set; stop ends it

@@ -638,6 +638,9 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 			return nil, err
 		}
 	}
+	if err := c.region.seedable(c.policiesFile, ps); err != nil {
+		return nil, err
+	}
 	for _, p := range ps {
 		if p.Name == policy.Default {
 			return ps, nil
