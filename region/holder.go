@@ -87,7 +87,7 @@ func New(cfg Config, node Node) (*Holder, error) {
 		return nil, err
 	}
 	parent, err := client.New(client.Config{Addrs: cfg.Parent, Token: cfg.Token, Timeout: callTimeout, FixedAddrs: true,
-		AttemptTimeout: time.Second})
+		AttemptTimeout: time.Second, Transport: cfg.Transport})
 	if err != nil {
 		return nil, err
 	}

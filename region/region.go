@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type Config struct {
 	Parent []string
 	// Token is the parent's token, if it has one.
 	Token string
+	// Transport, when set, carries the calls to the parent (an https
+	// parent: the node's own TLS material).
+	Transport http.RoundTripper
 	// Lease is how long each slice is asked to last (default 5s; the
 	// parent cuts it at its window's end). Longer: fewer round trips,
 	// and a cut-off region decides longer; units a dead region held are

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -12,6 +14,7 @@ import (
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/region"
+	"github.com/rlnode/rlnode/tlsconf"
 )
 
 // regionFlags are serve's multi-region flags (docs/multi-region.md).
@@ -70,12 +73,17 @@ func (r *regionFlags) seedable(file string, ps []policy.Policy) error {
 
 // start runs the region's holder when --region is set; stop ends it
 // before the node closes.
-func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, logger hclog.Logger) (stop func(), err error) {
+func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stop func(), err error) {
 	if r.name == "" {
 		return func() {}, nil
 	}
 	cfg := r.config()
 	cfg.Logger = logger.Named("region")
+	if tlsSrc != nil && strings.Contains(r.parent, "https://") {
+		// An https parent is reached with this node's TLS material: its
+		// CA must trust the parent's certificates.
+		cfg.Transport = &http.Transport{DialTLSContext: tlsSrc.DialTLS, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	}
 	if cfg.BrokenIgnoreDeadline {
 		logger.Warn("TESTING ONLY: this region spends slices past their deadline and can exceed global limits")
 	}

@@ -285,3 +285,31 @@ func TestGlobalBudgetSurvivesARegionalFailover(t *testing.T) {
 	t.Logf("eu decided again %s after its leader was killed, %s after the next was paused; whole windows since: %v",
 		afterKill, afterPause, windows)
 }
+
+// TestRegionReachesAnHTTPSParent: a parent under mutual TLS; the region
+// reaches it with its own node certificate (one CA for both clusters),
+// mirrors its global policy and decides hits from slices.
+func TestRegionReachesAnHTTPSParent(t *testing.T) {
+	proctest.Long(t)
+	dir := t.TempDir()
+	proctest.TLSInit(t, rlnodeBin, dir, "parent", "region-eu")
+	parent := proctest.StartNode(t, rlnodeBin, "parent", proctest.TLSFlags(dir, "parent")...)
+	parent.TLS = proctest.ClientTLS(t, dir, true)
+	proctest.WaitReady(t, parent, 15*time.Second)
+	eu := proctest.StartNode(t, rlnodeBin, "region-eu", append(proctest.TLSFlags(dir, "region-eu"),
+		"--region", "eu", "--parent", "https://"+parent.HTTPAddr)...)
+	eu.TLS = proctest.ClientTLS(t, dir, true)
+	proctest.WaitReady(t, eu, 15*time.Second)
+	m := &multiRegion{parent: parent, regions: map[string]*proctest.Node{"eu": eu}}
+	m.globalPolicy(t, "g", 5, "1m")
+	for i := range 6 {
+		r, err := eu.Do("GET", "/check/g/tenant", "", nil)
+		want := 200
+		if i == 5 {
+			want = 429
+		}
+		if err != nil || r.Status != want {
+			t.Fatalf("hit %d of 5 per minute in the region: %v %d %s; want %d", i+1, err, r.Status, r.Raw, want)
+		}
+	}
+}

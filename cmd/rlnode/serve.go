@@ -358,7 +358,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent})
-	stopRegion, err := c.region.start(node, obs, logger)
+	stopRegion, err := c.region.start(node, obs, tlsSrc, logger)
 	if err != nil {
 		return err
 	}
