@@ -75,6 +75,10 @@ type Config struct {
 	AttemptTimeout time.Duration
 	// Transport replaces the client's own pooled transport (tests, proxies).
 	Transport http.RoundTripper
+	// FixedAddrs: use Addrs only, never the members the cluster lists
+	// (a cluster reached through proxies or a load balancer, as a
+	// region reaches its parent).
+	FixedAddrs bool
 }
 
 // Client is safe for concurrent use; make one per process and reuse it so
@@ -209,6 +213,9 @@ type peer struct {
 // the leader first (a check sent to the leader is not forwarded). force
 // skips the interval.
 func (c *Client) refresh(ctx context.Context, force bool) {
+	if c.cfg.FixedAddrs {
+		return
+	}
 	c.mu.Lock()
 	if !force && time.Since(c.refreshed) < c.cfg.RefreshInterval {
 		c.mu.Unlock()

@@ -32,6 +32,11 @@ type HitResult struct {
 	// policy had room); whether it was spent is CheckResult.Allowed.
 	Outcome       window.Outcome
 	UnknownPolicy bool
+	// NoSlice: the policy is a region's mirror of a global budget and
+	// the region holds no slice of the key (fsm.HitResult.NoSlice);
+	// nothing was decided. Check and CheckOne never return it: they wait
+	// for a slice, else fail with ErrParentUnreachable.
+	NoSlice bool
 	// Parts has one result per limit in the policy's order; Main indexes
 	// the most constraining one (the least remaining, ties to the latest
 	// reset).
@@ -104,6 +109,7 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 		n.holder.countLog(len(hits))
 	}
 	o := n.decide(ctx, group(hits))
+	o = n.awaitSlices(ctx, group(hits), o)
 	if o.err == nil {
 		n.views.record(o.res)
 	}
@@ -175,7 +181,7 @@ func (n *Node) checkResult(resp *fsm.HitsResult, g group, at int) CheckResult {
 	for j, h := range g {
 		r := resp.Hits[at+j]
 		res.Hits[j] = HitResult{Policy: h.Policy, Client: h.Client, Cost: h.Cost, Outcome: r.Outcome,
-			UnknownPolicy: r.UnknownPolicy, Parts: r.Parts, Main: r.Main}
+			UnknownPolicy: r.UnknownPolicy, NoSlice: r.NoSlice, Parts: r.Parts, Main: r.Main}
 		res.Allowed = res.Allowed && r.Counted
 	}
 	return res

@@ -121,7 +121,7 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 		return notCounted(nil, err)
 	}
 	if n.holder != nil {
-		if res.Known && res.Policy.IsLeased() {
+		if res.Known && res.Policy.IsLeased() && !res.Policy.Mirrored {
 			one := [1]Hit{hit}
 			if r, ok := n.holder.decide(one[:], &res.buf); ok {
 				n.views.record(r)
@@ -137,6 +137,7 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 		defer cancel()
 	}
 	o := n.decide(ctx, group{hit})
+	o = n.awaitSlices(ctx, group{hit}, o)
 	if o.err == nil {
 		n.views.record(o.res)
 	}

@@ -166,6 +166,10 @@ type Config struct {
 	// restarted before its first snapshot, on data dirs without
 	// peer-http.json), so such a restart can still elect a leader.
 	JoinAddrs []string
+	// SliceWait bounds how long a hit of a region's global policy waits
+	// for a slice when the region holds none (0: 1s); then it fails with
+	// ErrParentUnreachable, nothing counted.
+	SliceWait time.Duration
 	// ClockOffset skews this node's leader clock; testing only.
 	ClockOffset time.Duration
 	// Version is this node's release (cmd/rlnode's, set at build time),
@@ -218,6 +222,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 3 * time.Second
+	}
+	if c.SliceWait <= 0 {
+		c.SliceWait = time.Second
 	}
 	if c.NoLeaderWait == 0 {
 		c.NoLeaderWait = time.Second

@@ -161,7 +161,7 @@ func (h *holder) leasedNow() *leasedSet {
 	}
 	s := &leasedSet{version: v, names: make(map[string]bool)}
 	for _, p := range h.table.Policies() {
-		if p.IsLeased() {
+		if p.IsLeased() && !p.Mirrored { // a region's slices are lent to strict hits only
 			s.names[p.Name] = true
 		}
 	}

@@ -99,7 +99,7 @@ func encodeForwardResponse(dst []byte, servedBy string, outs []outcome) []byte {
 			dst = append(dst, statusDecided, boolByte(o.res.Allowed))
 			dst = binary.AppendVarint(dst, o.res.Now)
 			for _, h := range o.res.Hits {
-				dst = append(dst, boolByte(h.UnknownPolicy), byte(h.Outcome))
+				dst = append(dst, hitFlag(h), byte(h.Outcome))
 				dst = binary.AppendUvarint(dst, uint64(h.Main))
 				dst = binary.AppendUvarint(dst, uint64(len(h.Parts)))
 				for _, p := range h.Parts {
@@ -175,7 +175,8 @@ func (r *wireReader) checkResult(g group, servedBy string) CheckResult {
 	res := CheckResult{Allowed: r.byte() == 1, Now: r.varint(), ServedBy: servedBy, Hits: make([]HitResult, len(g))}
 	for j := 0; r.err == nil && j < len(g); j++ {
 		h := HitResult{Policy: g[j].Policy, Client: g[j].Client, Cost: g[j].Cost}
-		h.UnknownPolicy = r.byte() == 1
+		flag := r.byte()
+		h.UnknownPolicy, h.NoSlice = flag == 1, flag == noSliceFlag
 		h.Outcome = window.Outcome(r.byte())
 		h.Main = int(r.uvarint())
 		parts := r.uvarint()

@@ -176,9 +176,13 @@ const (
 	// string after the option bits ("" for UTC). It and optShadow are
 	// format R4: PolicyFormat keeps them off the log until every voter
 	// reads them, since an older node halts on an unknown bit.
-	optCalendar  = 1 << 2
-	optShadow    = 1 << 3 // Mode "shadow"
-	knownOptions = optLeased | optEpochAlign | optCalendar | optShadow
+	optCalendar = 1 << 2
+	optShadow   = 1 << 3 // Mode "shadow"
+	// optGlobal (Scope "global") and optMirrored (a region's copy) are
+	// format R5 (slice_codec.go).
+	optGlobal    = 1 << 4
+	optMirrored  = 1 << 5
+	knownOptions = optLeased | optEpochAlign | optCalendar | optShadow | optGlobal | optMirrored
 )
 
 func policyOptions(p policy.Policy) uint64 {
@@ -195,7 +199,7 @@ func policyOptions(p policy.Policy) uint64 {
 	if p.IsShadow() {
 		o |= optShadow
 	}
-	return o
+	return o | scopeOptions(p)
 }
 
 func appendPolicyBody(b []byte, p policy.Policy) []byte {
@@ -292,6 +296,7 @@ func (d *decoder) policy() (policy.Policy, error) {
 		if opts&optShadow != 0 {
 			p.Mode = policy.Shadow
 		}
+		p.Scope, p.Mirrored = scopeOf(opts)
 	}
 	if alg&hasEnvoy != 0 {
 		raw := d.bytes("envoy match", policy.MaxEnvoyJSON)

@@ -19,8 +19,11 @@ const (
 	FormatR3 Format = 3
 	// FormatR4 adds this round's entry kinds and policy options.
 	FormatR4 Format = 4
+	// FormatR5 adds round 5's entry kinds and policy options (regions:
+	// scope global, mirrored, the slice entry).
+	FormatR5 Format = 5
 	// CurrentFormat is what this build writes and reads.
-	CurrentFormat = FormatR4
+	CurrentFormat = FormatR5
 	// OldestFormat is the lowest format this build still reads.
 	OldestFormat = FormatR3
 )
@@ -38,6 +41,8 @@ const (
 // that format on every voter.
 func PolicyFormat(p policy.Policy) Format {
 	switch {
+	case policyOptions(p)&(optGlobal|optMirrored) != 0:
+		return FormatR5 // an R4 node halts on these option bits
 	case p.IsConcurrency(): // algorithm byte 5: a round-3 node's decoder refuses it
 		return FormatR4
 	case policyOptions(p)&^r3Options != 0 || p.Alg() > r3MaxAlgorithm:

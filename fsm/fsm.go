@@ -118,6 +118,10 @@ type FSM struct {
 	permits    map[string][]permit
 	permitKey  map[string]string
 	permitHeap grantHeap
+	// A region's slices of its parent's global budgets (slice.go); not
+	// in snapshots (a slice is spent only in the term that wrote it).
+	slices    map[string]*sliceKey
+	sliceUndo []sliceUndo
 	// maxPermits bounds the permits stored (MaxPermits; tests lower it,
 	// not state: every replica runs with the same bound).
 	maxPermits int
@@ -216,6 +220,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return f.applyPermit(l)
 	case EntryReservation:
 		return f.applyReservation(l)
+	case EntrySlices:
+		return f.applySlices(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil

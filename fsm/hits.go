@@ -23,6 +23,10 @@ type HitResult struct {
 	// (Parts say how); Outcome is Allowed, so it never fails its group,
 	// and like any refused hit it changed nothing.
 	WouldRefuse bool
+	// NoSlice: the hit's policy is a region's mirror of a global budget
+	// and the region holds no slice for it, nor has the parent said its
+	// window is spent; nothing was decided (slice.go).
+	NoSlice bool
 	// Parts holds one result per limit in the policy's order; Main indexes
 	// the most constraining one.
 	Parts []window.Result
@@ -85,7 +89,7 @@ func (f *FSM) applyHits(l *raft.Log) any {
 // earlier one's effect, so duplicates count in order) and keeps its effect
 // only if every hit was allowed. It returns the unused rest of parts.
 func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []window.Result) []window.Result {
-	f.undo = f.undo[:0]
+	f.undo, f.sliceUndo = f.undo[:0], f.sliceUndo[:0]
 	// A group of one (every single check) needs no undo: it is kept
 	// exactly when its hit is allowed.
 	track := len(hits) > 1
@@ -108,6 +112,10 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		}
 		r := &out[i]
 		r.Parts, parts = parts[:len(limits):len(limits)], parts[len(limits):]
+		if p != nil && p.p.Mirrored {
+			ok = f.decideSliced(now, h, p, r) && ok
+			continue
+		}
 		if f.decide(now, h, alg, limits, epoch, r, track, stepHit) {
 			continue
 		}
@@ -121,6 +129,7 @@ func (f *FSM) applyGroup(now int64, hits []hitView, out []HitResult, parts []win
 		for j := len(f.undo) - 1; j >= 0; j-- {
 			f.rollback(&f.undo[j])
 		}
+		f.undoSliced()
 		// Nothing was spent: a limit that had room still has it (remaining
 		// is linear in cost for every algorithm).
 		for i := range out {

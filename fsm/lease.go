@@ -104,7 +104,9 @@ func (f *FSM) grantOne(now int64, index uint64, holder string, leaseMs int64, it
 	switch {
 	case p == nil:
 		return GrantResult{UnknownPolicy: true}
-	case !p.p.IsLeased():
+	case !p.p.IsLeased() || p.p.Mirrored:
+		// A region lends its slices of a global budget to nobody but
+		// its own strict hits (slice.go).
 		return GrantResult{NotLeased: true}
 	}
 	key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))

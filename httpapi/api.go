@@ -134,6 +134,10 @@ type Config struct {
 	// Middleware runs on every request before its handler (tracing, when
 	// configured).
 	Middleware []gin.HandlerFunc
+	// Region names this node's region and Parent its parent's addresses
+	// (rlnode serve --region, --parent): global policies are then the
+	// parent's to write (region.go).
+	Region, Parent string
 }
 
 // API is the HTTP handler of one node.

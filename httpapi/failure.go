@@ -44,6 +44,7 @@ var unavailableFailures = []struct {
 	detail string
 }{
 	{cluster.ErrNotMember, CodeNotMember, "this node was removed from the cluster; nothing was counted; ask another node"},
+	{cluster.ErrParentUnreachable, CodeParentUnreachable, "this region holds no slice of the global budget and its parent lent none in time; nothing was counted; retry, or fail open or closed as for any cluster fault"},
 }
 
 // boundFailures are bounds of the caller's own use that the cluster

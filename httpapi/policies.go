@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -117,6 +118,9 @@ func (a *API) putPolicy(c *gin.Context) {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, firstLine(err))
 		return
 	}
+	if !a.scopeAllowed(c, []policy.Policy{p}) {
+		return
+	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	res, err := a.cfg.Node.SetPolicy(ctx, p)
@@ -149,12 +153,12 @@ func (a *API) replacePolicies(c *gin.Context) {
 		return
 	}
 	version, ok := ifMatch(c)
-	if !ok {
+	if !ok || !a.scopeAllowed(c, ps) {
 		return
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	res, err := a.cfg.Node.ReplacePolicies(ctx, ps, version)
+	res, err := a.cfg.Node.ReplacePolicies(ctx, a.keepMirrored(ctx, ps), version)
 	if err != nil {
 		a.adminError(c, "replace the policy table", err)
 		return
@@ -165,6 +169,10 @@ func (a *API) replacePolicies(c *gin.Context) {
 
 func (a *API) deletePolicy(c *gin.Context) {
 	name := c.Param("name")
+	if p, ok := a.cfg.Node.Policy(name); ok && p.Mirrored {
+		writeProblem(c, http.StatusConflict, CodeGlobalPolicy, fmt.Sprintf("policy %q is the parent's global policy, mirrored here: delete it at the parent (%s); nothing changed", name, a.cfg.Parent))
+		return
+	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	if err := a.cfg.Node.DeletePolicy(ctx, name); err != nil {

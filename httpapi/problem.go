@@ -24,6 +24,12 @@ const (
 	// CodeNotMember: this node was removed from the cluster; nothing was
 	// counted; another node can answer (503).
 	CodeNotMember = "not_member"
+	// CodeParentUnreachable: a region holds no slice of a global budget
+	// and its parent lent none in time; nothing was counted (503).
+	CodeParentUnreachable = "parent_unreachable"
+	// CodeGlobalPolicy: a region refused a write of a global policy:
+	// those are written at the parent (409).
+	CodeGlobalPolicy = "global_policy"
 	// CodeLeaderRefused: the leader refused this node's forwarded admin
 	// call (node-to-node credentials), not the caller's (503).
 	CodeLeaderRefused    = "leader_refused"

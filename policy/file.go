@@ -178,7 +178,13 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 				return p, err
 			}
 			p.Envoy = e
-		case "consistency", "align", "timezone", "mode":
+		case "mirrored":
+			b, ok := f.Value.(bool)
+			if !ok {
+				return p, fmt.Errorf("%s: want true or false", field)
+			}
+			p.Mirrored = b
+		case "consistency", "align", "timezone", "mode", "scope":
 			s, ok := f.Value.(string)
 			if !ok {
 				return p, fmt.Errorf("%s: want a string", field)
@@ -190,11 +196,13 @@ func fromNode(at string, node any, fixedName string) (Policy, error) {
 				p.Align = s
 			case "timezone":
 				p.Timezone = s
+			case "scope":
+				p.Scope = s
 			default:
 				p.Mode = s
 			}
 		default:
-			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits, consistency, align, timezone, mode)", field)
+			return p, fmt.Errorf("%s: unknown field (want name, algorithm, limits, consistency, align, timezone, mode, scope)", field)
 		}
 	}
 	return p.Canonical(), nil

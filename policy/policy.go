@@ -53,6 +53,14 @@ type Policy struct {
 	// but a hit that would be refused is answered as allowed, marked
 	// would-refuse.
 	Mode string `json:"mode,omitempty"`
+	// Scope is "" (this cluster's own budget) or "global": one budget
+	// shared by regional clusters, which lease slices of it from this
+	// cluster (scope.go; docs/multi-region.md).
+	Scope string `json:"scope,omitempty"`
+	// Mirrored marks a region's copy of its parent's global policy: the
+	// region decides its keys only from slices of the parent's budget.
+	// Only the region's own holder writes it.
+	Mirrored bool `json:"mirrored,omitempty"`
 }
 
 // Values of Policy.Consistency, Policy.Align and Policy.Mode other than
@@ -151,7 +159,8 @@ func (p Policy) WindowLimits() []window.Limit {
 // Equal reports whether two policies are the same.
 func (p Policy) Equal(q Policy) bool {
 	if p.Name != q.Name || p.Algorithm != q.Algorithm || len(p.Limits) != len(q.Limits) ||
-		p.Consistency != q.Consistency || p.Align != q.Align || p.Timezone != q.Timezone || p.Mode != q.Mode {
+		p.Consistency != q.Consistency || p.Align != q.Align || p.Timezone != q.Timezone || p.Mode != q.Mode ||
+		p.Scope != q.Scope || p.Mirrored != q.Mirrored {
 		return false
 	}
 	for i := range p.Limits {
@@ -190,6 +199,12 @@ func (p Policy) String() string {
 	}
 	if p.Mode != "" {
 		b.WriteString(" " + p.Mode)
+	}
+	if p.Scope != "" {
+		b.WriteString(" scope " + p.Scope)
+	}
+	if p.Mirrored {
+		b.WriteString(" (mirrored from the parent)")
 	}
 	return b.String()
 }
@@ -233,6 +248,7 @@ func (p Policy) Validate() error {
 		errs = append(errs, fmt.Errorf("consistency %q is unknown: want strict or leased", p.Consistency))
 	}
 	errs = append(errs, p.optionErrs(alg, err)...)
+	errs = append(errs, p.scopeErrs()...)
 	if p.Envoy != nil {
 		if err := p.Envoy.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("envoy: %w", err))

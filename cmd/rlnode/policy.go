@@ -91,8 +91,19 @@ func policyList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, policyTable{Policies: ps})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tALGORITHM\tCONSISTENCY\tLIMITS")
+	scoped := slices.ContainsFunc(ps, policy.Policy.IsGlobal)
+	if scoped {
+		// A SCOPE column only where global budgets exist: the table
+		// others read stays as it was.
+		fmt.Fprintln(tw, "NAME\tALGORITHM\tCONSISTENCY\tSCOPE\tLIMITS")
+	} else {
+		fmt.Fprintln(tw, "NAME\tALGORITHM\tCONSISTENCY\tLIMITS")
+	}
 	for _, p := range ps {
+		if scoped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), scopeText(p), limitsText(p))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Algorithm, consistencyText(p), limitsText(p))
 	}
 	return tw.Flush()
@@ -160,6 +171,19 @@ func consistencyText(p policy.Policy) string {
 		return policy.Leased
 	}
 	return "strict"
+}
+
+// scopeText is "local", "global" (defined here, lent to regions) or
+// "global (mirrored from the parent)" (a region's copy, decided from
+// slices).
+func scopeText(p policy.Policy) string {
+	switch {
+	case p.Mirrored:
+		return "global (mirrored from the parent)"
+	case p.IsGlobal():
+		return "global"
+	}
+	return "local"
 }
 
 // repeated collects a flag given several times; "a,b" counts as two.

@@ -76,6 +76,7 @@ type serveConfig struct {
 	sec                                                  securityConfig
 	httpLimits                                           httpLimits
 	fds                                                  fdBudget
+	region                                               regionFlags
 }
 
 // serveFlags makes serve's flag set; asked for, its help goes to help.
@@ -132,6 +133,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	c.httpLimits.flags(fs)
+	c.region.flags(fs)
 	fs.String(configFlag, "", "YAML file of serve settings, flag names as keys (http-addr: 0.0.0.0:8080, join: [a, b]); the command line and then $RLNODE_<FLAG> (e.g. $RLNODE_HTTP_ADDR) override it (default $RLNODE_CONFIG)")
 	return fs, c
 }
@@ -196,6 +198,7 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.sec.validate(c.token)...)
 	errs = append(errs, c.httpLimits.validate()...)
+	errs = append(errs, c.region.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -359,7 +362,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted, Middleware: tr.Gin()})
+		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent})
+	stopRegion, err := c.region.start(node, obs, tlsSrc, logger)
+	if err != nil {
+		return err
+	}
+	defer stopRegion()
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger, c.httpLimits.bodyBudget)
@@ -553,7 +561,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: obs,
+		Logger: logger, Observer: obs, SliceWait: c.region.sliceWait,
 	}
 }
 
@@ -674,6 +682,9 @@ func (c *serveConfig) seed() ([]policy.Policy, error) {
 		if ps, err = policy.ReadFile(c.policiesFile); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.region.seedable(c.policiesFile, ps); err != nil {
+		return nil, err
 	}
 	for _, p := range ps {
 		if p.Name == policy.Default {

@@ -19,6 +19,7 @@ var serveFlagGroups = []struct {
 		"limit", "window", "policies", "grpc-addr", "config", "log-level", "log-json"}},
 	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata", "rls-permit-ttl"}},
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
+	{"regions (global budgets: docs/multi-region.md)", []string{"region", "parent", "parent-token", "region-lease", "region-slice-wait"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
 		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
@@ -28,7 +29,7 @@ var serveFlagGroups = []struct {
 	{"tuning", []string{"snapshot-threshold", "snapshot-interval", "trailing-logs", "max-batch", "max-inflight",
 		"max-forward-inflight", "lease-hot-hits", "raft-max-rpcs-inflight", "raft-max-append-entries", "raft-batch-apply",
 		"raft-heartbeat-timeout", "raft-election-timeout", "raft-lease-timeout", "shutdown-timeout"}},
-	{"testing only (never in production)", []string{"debug-endpoints", "debug-clock-offset"}},
+	{"testing only (never in production)", []string{"debug-endpoints", "debug-clock-offset", "debug-region-ignore-slice-deadline"}},
 }
 
 // ungroupedTitle collects flags no group names, so a new flag still shows.

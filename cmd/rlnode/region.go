@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/metrics"
+	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/region"
+	"github.com/rlnode/rlnode/tlsconf"
+)
+
+// regionFlags are serve's multi-region flags (docs/multi-region.md).
+// Without --region nothing of it runs.
+type regionFlags struct {
+	name, parent, parentToken string
+	lease, sliceWait          time.Duration
+	brokenIgnoreDeadline      bool
+}
+
+func (r *regionFlags) flags(fs *flag.FlagSet) {
+	fs.StringVar(&r.name, "region", "", "this cluster is region NAME of the parent given by --parent: its leader leases slices of the parent's global policies and the region decides their hits from them (docs/multi-region.md); off by default")
+	fs.StringVar(&r.parent, "parent", "", "with --region: comma-separated HTTP addresses (host:port or URLs) of the parent cluster, used as given (proxies or load balancers in front of it are fine)")
+	fs.StringVar(&r.parentToken, "parent-token", "", "with --region: the parent cluster's token, if it has one (default $RLNODE_PARENT_TOKEN)")
+	fs.DurationVar(&r.lease, "region-lease", 5*time.Second, "with --region: how long each slice is asked to last (the parent cuts it at its window's end); a cut-off region decides from its slices for up to this long")
+	fs.DurationVar(&r.sliceWait, "region-slice-wait", time.Second, "with --region: how long a hit of a global policy waits for a slice when the region holds none, before it fails 503 parent_unreachable (nothing counted)")
+	fs.BoolVar(&r.brokenIgnoreDeadline, "debug-region-ignore-slice-deadline", false, "TESTING ONLY: a broken region that spends slices past their deadline (the multi-region test's stand-in that must fail)")
+}
+
+func (r *regionFlags) validate() []error {
+	var errs []error
+	switch {
+	case r.name == "" && r.parent != "":
+		errs = append(errs, errors.New("--parent needs --region NAME"))
+	case r.name != "":
+		cfg := r.config()
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.sliceWait < 10*time.Millisecond || r.sliceWait > time.Minute {
+		errs = append(errs, errors.New("--region-slice-wait: want 10ms to 1m"))
+	}
+	return errs
+}
+
+func (r *regionFlags) config() region.Config {
+	return region.Config{Name: r.name, Parent: splitList(r.parent), Token: r.parentToken, Lease: r.lease,
+		BrokenIgnoreDeadline: r.brokenIgnoreDeadline}
+}
+
+// seedable refuses a --policies file that defines what only the parent
+// (a global policy, on a region) or a region's holder (a mirrored one)
+// may write, as the policy API does.
+func (r *regionFlags) seedable(file string, ps []policy.Policy) error {
+	for _, p := range ps {
+		switch {
+		case p.Mirrored:
+			return fmt.Errorf("%s: policy %q is marked mirrored: only a region's holder writes those, from its parent's table", file, p.Name)
+		case p.IsGlobal() && r.name != "":
+			return fmt.Errorf("%s: policy %q is global: with --region, global policies come from the parent (%s), defined there", file, p.Name, r.parent)
+		}
+	}
+	return nil
+}
+
+// start runs the region's holder when --region is set; stop ends it
+// before the node closes.
+func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stop func(), err error) {
+	if r.name == "" {
+		return func() {}, nil
+	}
+	cfg := r.config()
+	cfg.Logger = logger.Named("region")
+	if tlsSrc != nil && strings.Contains(r.parent, "https://") {
+		// An https parent is reached with this node's TLS material: its
+		// CA must trust the parent's certificates.
+		cfg.Transport = &http.Transport{DialTLSContext: tlsSrc.DialTLS, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	}
+	if cfg.BrokenIgnoreDeadline {
+		logger.Warn("TESTING ONLY: this region spends slices past their deadline and can exceed global limits")
+	}
+	h, err := region.New(cfg, node)
+	if err != nil {
+		return nil, err
+	}
+	obs.WatchRegion(regionView{h})
+	h.Start()
+	logger.Info("region holder started", "region", r.name, "parent", r.parent, "holder", region.HolderID(r.name))
+	return h.Stop, nil
+}
+
+// regionView adapts the holder's view to the metrics room's.
+type regionView struct{ h *region.Holder }
+
+func (v regionView) RegionView() metrics.RegionView {
+	rv := v.h.View()
+	out := metrics.RegionView{Region: rv.Region, Leader: rv.Leader, ParentUp: rv.ParentUp, ParentRTTSeconds: rv.ParentRTT.Seconds(),
+		ParentCalls: rv.ParentCalls, ParentFailed: rv.ParentFailed}
+	for _, k := range rv.Keys {
+		out.Keys = append(out.Keys, metrics.RegionKey{Policy: k.Policy, Client: k.Client, Held: k.Held, Spent: k.Spent,
+			Short: k.Short, Returned: k.Returned, Got: k.Got})
+	}
+	return out
+}
