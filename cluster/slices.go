@@ -81,7 +81,7 @@ func (n *Node) WriteSlices(items []SliceWrite) ([]int64, error) {
 				out[i] = -1
 				continue
 			}
-			it.UsableMs = min(left.Milliseconds(), fsm.MaxLeaseMs)
+			it.UsableMs = min(left.Milliseconds(), lease.MaxLeaseMs)
 		}
 		keep, at = append(keep, it), append(at, i)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -55,7 +56,7 @@ func (it SliceItem) Validate() error {
 	default:
 		return fmt.Errorf("slice kind %d unknown", it.Kind)
 	}
-	if it.Units < 0 || it.Units > MaxLimit || it.UsableMs < 0 || it.UsableMs > MaxLeaseMs ||
+	if it.Units < 0 || it.Units > MaxLimit || it.UsableMs < 0 || it.UsableMs > lease.MaxLeaseMs ||
 		it.WindowMs < 0 || it.WindowMs > MaxWindowMs || it.ResetAt < 0 || it.WindowStart < 0 {
 		return fmt.Errorf("slice of %s/%s: a number out of range", it.Policy, it.Client)
 	}
