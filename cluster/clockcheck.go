@@ -81,6 +81,22 @@ func (n *Node) ClockReading() ClockReading {
 	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), Version: n.cfg.Version, Format: n.format()}
 }
 
+// stampNow is the time of the next entry this leader writes, or why it
+// may not stamp one: its clock is not confirmed by a majority (or
+// stepped since it was; the check then runs at once), or as a new leader
+// it has not applied the cluster's time yet.
+func (n *Node) stampNow() (int64, error) {
+	if n.clockCheck.skewed.Load() {
+		return 0, ErrClockSkew
+	}
+	term := n.raft.CurrentTerm()
+	now, err := n.clock.stamp(term, n.readyTerm.Load() == term, n.fsm.GrantsUntil)
+	if errors.Is(err, errClockStepped) {
+		n.clockCheck.checkNow()
+	}
+	return now, err
+}
+
 // ClockSkewed reports whether this node refuses to lead because of its clock.
 func (n *Node) ClockSkewed() bool { return n.clockCheck.skewed.Load() }
 
@@ -98,8 +114,9 @@ func (n *Node) runClockCheck() {
 			case <-n.clockCheck.kick:
 			}
 		}
+		wall, mono := n.clock.src.WallMs(), n.clock.src.Mono()
 		n.measureClocks()
-		n.judgeClock()
+		n.judgeClock(wall, mono)
 		n.noteClusterFormat()
 		if tick%5 == 0 {
 			// Host names may need DNS: not every second.
@@ -171,7 +188,7 @@ func (n *Node) readClock(addr string) (ClockReading, peerOffset, bool) {
 	if err != nil || rd.ID == "" {
 		return rd, peerOffset{}, false
 	}
-	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
+	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2 // the wall clock as the leader clock reads it
 	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, true
 }
 
@@ -186,7 +203,11 @@ func (n *Node) recordOffset(id string, o peerOffset) {
 // that agrees with its clock within MaxClockOffset (plus the reading's
 // bound). Missing and stale readings count against it. A node that is not
 // a voter cannot lead anyway and is never marked.
-func (n *Node) judgeClock() {
+//
+// wall and mono are both clocks when the readings were taken: the leader
+// clock refuses to stamp once the wall clock moved against the monotonic
+// one since then (a step the next judgment has not seen yet).
+func (n *Node) judgeClock(wall int64, mono time.Duration) {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return
@@ -204,6 +225,7 @@ func (n *Node) judgeClock() {
 	skewed := v.skewed
 	was := n.clockCheck.skewed.Swap(skewed) && n.clockCheck.judged
 	n.clockCheck.judged = true
+	n.clock.confirm(!skewed, wall, mono)
 	args := []any{"offset", time.Duration(n.clockCheck.estimate.Load()) * time.Millisecond, "max", n.cfg.MaxClockOffset,
 		"agreeing_voters", len(v.agreeing), "voters", v.voters, "need", v.quorum, "agreeing", v.agreeing}
 	switch {

@@ -206,7 +206,12 @@ func (g Grant) err() error {
 
 // grantLocal writes the grant entry on the leader.
 func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
-	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items) })
+	res, err := n.applyLease(func(now int64) []byte {
+		if n.clock.grantsPaused() {
+			return nil // cluster time waits to catch up: no new grant
+		}
+		return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -349,10 +354,15 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 // applyLease writes one lease entry stamped by the leader clock, never
 // with a clock that is off.
 func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
-	if n.clockCheck.skewed.Load() {
-		return nil, notCounted(ErrNotLeader, ErrClockSkew)
+	now, err := n.stampNow()
+	if err != nil {
+		return nil, notCounted(ErrNotLeader, err)
 	}
-	f := n.apply(encode(n.clock.nowMs(n.raft.CurrentTerm())), n.cfg.ApplyTimeout)
+	data := encode(now)
+	if data == nil {
+		return nil, notCounted(nil, errCatchingUp)
+	}
+	f := n.apply(data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}

@@ -95,6 +95,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("invalid node config: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
+	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset, cfg.ApplyTimeout)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
@@ -221,13 +222,24 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
 		(*Node)(f).rememberPeerAddrs()
 	}
+	if l.Type == raft.LogCommand {
+		f.observeTime()
+	}
 	return res
+}
+
+// observeTime tells the leader clock the applied time and when it was
+// applied here (cluster/clock.go).
+func (f *raftFSM) observeTime() {
+	m := f.fsm.TimeMark()
+	f.clock.observe(m.Term, m.Now, m.Offset)
 }
 
 func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	if err := f.fsm.Restore(rc); err != nil {
 		return err
 	}
+	f.observeTime()
 	(*Node)(f).rememberPeerAddrs()
 	return nil
 }
@@ -331,7 +343,9 @@ func (n *Node) Leader() (id, httpAddr string) {
 	return string(lid), meta.HTTPAddr
 }
 
-// SetClockOffset skews this node's leader clock; testing only.
+// SetClockOffset steps this node's wall clock as its peers and its
+// leader clock see it (what an NTP step does; stamps already taken in a
+// term do not move); testing only.
 func (n *Node) SetClockOffset(d time.Duration) { n.clock.debugOffset.Store(d.Milliseconds()) }
 
 // ClockOffset returns the current debug clock skew.
