@@ -75,10 +75,10 @@ type Grant struct {
 	Expiry int64         `json:"expiry"`
 	Valid  time.Duration `json:"valid"`
 	// UsableFor is how long after sending its request the holder may spend
-	// the units: Valid less the margin for clock rate error, and for a
-	// token bucket less the leader's --max-clock-offset too (the bucket's
-	// cap lifts at Expiry in cluster time, which a failover to a leader
-	// whose clock is ahead moves earlier by up to that bound). 0 or less:
+	// the units: Valid less the margin for clock rate error, and less the
+	// leader's --max-clock-offset where the grant ends with its window or
+	// a token bucket's cap (lease.UsableFor: a leader of an earlier
+	// release moves cluster time to its clock at a failover). 0 or less:
 	// not usable at all (give the units back).
 	UsableFor time.Duration `json:"usableFor"`
 	// WindowStart and ResetAt describe the most constraining limit after
@@ -108,10 +108,28 @@ func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 	return min(usable, MaxLease)
 }
 
-// usableFor is Valid less the lease margin (and the clock bound for a
-// token bucket).
-func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
-	return lease.UsableFor(valid, bucket, maxClockOffset)
+// usableFor is Valid less the lease margin, and the clock bound where
+// the grant ends with its window or the bucket's cap (lease.UsableFor).
+func usableFor(valid time.Duration, bucket bool, toWindowEnd, maxClockOffset time.Duration) time.Duration {
+	return lease.UsableFor(valid, bucket, toWindowEnd, maxClockOffset)
+}
+
+// toWindowEnd is how long after now the earliest window of a grant's
+// parts ends: the fixed and sliding windows its units belong to (the
+// state machine cuts the grant's expiry there too). 0 for a token bucket.
+func toWindowEnd(now int64, parts []window.Result) time.Duration {
+	end := int64(0)
+	for _, p := range parts {
+		if p.WindowMs > 0 && p.WindowStart > 0 {
+			if e := p.WindowStart + p.WindowMs; end == 0 || e < end {
+				end = e
+			}
+		}
+	}
+	if end == 0 {
+		return 0
+	}
+	return time.Duration(max(1, end-now)) * time.Millisecond
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and
@@ -233,7 +251,7 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
-				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), n.cfg.MaxClockOffset)
+				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toWindowEnd(gr.Now, r.Parts), n.cfg.MaxClockOffset)
 			}
 			if r.Main >= 0 && r.Main < len(r.Parts) {
 				m := r.Parts[r.Main]
