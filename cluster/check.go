@@ -135,7 +135,7 @@ func (n *Node) applyBatch(reqs []group, from []trace.SpanContext) func() []outco
 		hits = append(hits, g...)
 		sizes[i] = len(g)
 	}
-	now, err := n.stampNow()
+	now, err := n.stampNow(false)
 	if err != nil {
 		// Never stamp hits with a clock that is off: not counted, so
 		// the caller's node retries with the next leader.

@@ -81,9 +81,6 @@ type timeMark struct {
 type leaderClock struct {
 	src         clockSource
 	maxOffsetNs int64
-	// quiet is how long grants are refused before a catch-up step, so a
-	// grant stamped before the refusal has applied or failed.
-	quiet time.Duration
 	// debugOffset (ms) skews the wall clock; testing only.
 	debugOffset atomic.Int64
 
@@ -97,12 +94,18 @@ type leaderClock struct {
 	confirmed   bool
 	judgedWall  int64
 	judgedAt    time.Duration
-	catchingUp  bool
-	catchUpFrom time.Duration
+	// peer is the best lower bound of cluster time a peer reported (its
+	// own estimate when this node read its clock), and when it was read.
+	peer timeMark
+	// catchingUp: cluster time lags the confirmed wall clock by more than
+	// the bound; no new grant is stamped until it has stepped, which it
+	// does once no grant is in flight (grantsInFlight) or outstanding.
+	catchingUp     bool
+	grantsInFlight int
 }
 
-func (c *leaderClock) init(src clockSource, maxOffset, quiet time.Duration) {
-	c.src, c.maxOffsetNs, c.quiet = src, maxOffset.Nanoseconds(), quiet
+func (c *leaderClock) init(src clockSource, maxOffset time.Duration) {
+	c.src, c.maxOffsetNs = src, maxOffset.Nanoseconds()
 }
 
 // observe records the state machine's clock after an entry applied (or
@@ -120,6 +123,37 @@ func (c *leaderClock) observe(term uint64, nowMs, offsetMs int64) {
 	c.applied = timeMark{set: true, term: term, nowMs: nowMs, offsetMs: offsetMs, at: at}
 }
 
+// observePeer records a peer's estimate of cluster time, read at
+// monotonic at: the peer's estimate was taken before this node received
+// it, so it is a lower bound like this node's own applied time. A node
+// that replayed old entries at a restart learns from its peers how far
+// cluster time has run since.
+func (c *leaderClock) observePeer(nowMs int64, at time.Duration) {
+	if nowMs <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.peer.set || nowMs-at.Milliseconds() > c.peer.nowMs-c.peer.at.Milliseconds() {
+		c.peer = timeMark{set: true, nowMs: nowMs, at: at}
+	}
+}
+
+// estimateNs is the best lower bound of cluster time at monotonic m:
+// the applied time or a peer's estimate, plus the time since.
+func (c *leaderClock) estimateNs(m time.Duration) (int64, bool) {
+	var e int64
+	ok := false
+	for _, mk := range []timeMark{c.applied, c.peer} {
+		if mk.set {
+			if v := mk.nowMs*1e6 + (m - mk.at).Nanoseconds(); !ok || v > e {
+				e, ok = v, true
+			}
+		}
+	}
+	return e, ok
+}
+
 // confirm records a clock judgment: ok when a majority of the voters
 // agree with this node's wall clock, as it read wall at monotonic at.
 func (c *leaderClock) confirm(ok bool, wall int64, at time.Duration) {
@@ -130,10 +164,12 @@ func (c *leaderClock) confirm(ok bool, wall int64, at time.Duration) {
 
 // stamp is the time of the next entry of term. ready: this node has
 // applied everything earlier leaders committed (its barrier); grantsUntil
-// reads the latest grant expiry of the state machine. Errors mean stamp
-// nothing (not counted): the clock is not confirmed or stepped since, or
-// a new leader has not applied any time yet.
-func (c *leaderClock) stamp(term uint64, ready bool, grantsUntil func() int64) (int64, error) {
+// reads the latest grant expiry of the state machine; grant: the entry
+// is a lease grant (grantDone must follow once it applied or failed).
+// Errors mean stamp nothing (not counted): the clock is not confirmed or
+// stepped since, a new leader whose time lags its clock has not passed
+// its barrier, or (a grant) cluster time waits to catch up.
+func (c *leaderClock) stamp(term uint64, ready bool, grantsUntil func() int64, grant bool) (int64, error) {
 	m, w := c.src.Mono(), c.src.WallMs()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -144,53 +180,64 @@ func (c *leaderClock) stamp(term uint64, ready bool, grantsUntil func() int64) (
 		return 0, errClockStepped
 	}
 	wallNs := w * 1e6
+	// A step is safe only when no holder can still spend a grant: none
+	// in flight, none outstanding at cluster time at.
+	canStep := func(at int64) bool { return c.grantsInFlight == 0 && grantsUntil()*1e6 <= at }
 	if term != c.term {
-		switch {
-		case c.applied.set:
-			// Continue from the applied time plus the time since it was
-			// applied here: a follower applies an entry after it was
-			// stamped, so this never runs ahead of the old leader's clock.
-			c.stampNs = c.applied.nowMs*1e6 + (m - c.applied.at).Nanoseconds()
-		case !ready:
-			return 0, errClockNotReady
-		default:
-			// The cluster never applied a time (a new cluster): start at
-			// this confirmed clock.
-			c.stampNs = wallNs
+		// Continue from the applied time (or a peer's estimate) plus the
+		// time since: a follower applies an entry after it was stamped,
+		// so this never runs ahead of the old leader's clock.
+		e, ok := c.estimateNs(m)
+		if !ok || wallNs-e > c.maxOffsetNs {
+			// No time yet (a new cluster) or far behind (the whole cluster
+			// was down): after the barrier everything committed is
+			// applied, so the state machine's time and grants are known
+			// and the first stamp of the term may start at this clock.
+			if !ready {
+				return 0, errClockNotReady
+			}
+			if !ok || canStep(max(e, c.applied.nowMs*1e6)) {
+				e = wallNs
+			}
 		}
-		c.term, c.stampAt, c.catchingUp = term, m, false
-		return c.stampNs / 1e6, nil
-	}
-	dt := m - c.stampAt
-	s := c.stampNs + dt.Nanoseconds()
-	// The state machine's offset for this term is known once one of its
-	// entries applied; until then cluster time is s (or later: the
-	// offset only adds).
-	known := c.applied.set && c.applied.term == term
-	var offNs int64
-	if known {
-		offNs = c.applied.offsetMs * 1e6
-	}
-	behind := wallNs - (s + offNs)
-	switch {
-	case behind > c.maxOffsetNs && known && ready:
-		if !c.catchingUp {
-			c.catchingUp, c.catchUpFrom = true, m
+		c.term, c.stampNs, c.stampAt = term, e, m
+		c.catchingUp = wallNs-e > c.maxOffsetNs
+	} else {
+		dt := m - c.stampAt
+		s := c.stampNs + dt.Nanoseconds()
+		// The state machine's offset for this term is known once one of
+		// its entries applied; until then cluster time is s (or later:
+		// the offset only adds), and no step is taken.
+		known := c.applied.set && c.applied.term == term
+		var offNs int64
+		if known {
+			offNs = c.applied.offsetMs * 1e6
 		}
-		if m-c.catchUpFrom >= c.quiet && grantsUntil()*1e6 <= s+offNs {
-			s += behind // no holder can still spend: catch up at once
+		behind := wallNs - (s + offNs)
+		c.catchingUp = behind > c.maxOffsetNs
+		if c.catchingUp && known && ready && canStep(s+offNs) {
+			s += behind // no holder can spend a grant: catch up at once
 			c.catchingUp = false
 		} else {
 			s += slew(dt, behind)
 		}
-	default:
-		if behind <= c.maxOffsetNs {
-			c.catchingUp = false
-		}
-		s += slew(dt, behind)
+		c.stampNs, c.stampAt = s, m
 	}
-	c.stampNs, c.stampAt = s, m
-	return s / 1e6, nil
+	if grant {
+		if c.catchingUp {
+			return 0, errCatchingUp
+		}
+		c.grantsInFlight++
+	}
+	return c.stampNs / 1e6, nil
+}
+
+// grantDone ends a grant stamped by stamp: it applied (the state machine
+// knows its expiry) or failed.
+func (c *leaderClock) grantDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grantsInFlight--
 }
 
 // slew is the correction toward the wall clock over dt: at most slewPPM
@@ -201,23 +248,21 @@ func slew(dt time.Duration, diffNs int64) int64 {
 }
 
 // grantsPaused reports that cluster time is waiting to catch up, so no
-// new grant may be written (a grant outstanding would hold the step back).
+// new grant is written (a grant outstanding would hold the step back).
 func (c *leaderClock) grantsPaused() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.catchingUp
 }
 
-// clusterNowMs estimates cluster time now: the applied time plus the
-// monotonic time since it was applied here (the wall clock before any).
-func (c *leaderClock) clusterNowMs() int64 {
+// clusterNowMs estimates cluster time now: the applied time (or a
+// peer's estimate) plus the monotonic time since; false before any.
+func (c *leaderClock) clusterNowMs() (int64, bool) {
 	m := c.src.Mono()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.applied.set {
-		return c.src.WallMs()
-	}
-	return c.applied.nowMs + (m - c.applied.at).Milliseconds()
+	e, ok := c.estimateNs(m)
+	return e / 1e6, ok
 }
 
 // wallNowMs is this node's wall clock as its peers see it.

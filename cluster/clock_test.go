@@ -65,7 +65,7 @@ func newSimCluster(t *testing.T) *simCluster {
 func (c *simCluster) newNode(snapshot []byte) *simNode {
 	src := &simSource{real: &c.real, started: c.real}
 	n := &simNode{src: src, clock: &leaderClock{}, fsm: fsm.New(fsm.Config{})}
-	n.clock.init(src, simMaxOffset, time.Second)
+	n.clock.init(src, simMaxOffset)
 	if snapshot != nil {
 		if err := n.fsm.Restore(nopCloser{bytes.NewReader(snapshot)}); err != nil {
 			c.t.Fatal(err)
@@ -113,7 +113,7 @@ func (c *simCluster) replicate(data []byte) {
 // stamp is the leader's next entry time, or its refusal.
 func (c *simCluster) stamp() (int64, error) {
 	n := c.nodes[c.leader]
-	return n.clock.stamp(c.term, true, n.fsm.GrantsUntil)
+	return n.clock.stamp(c.term, true, n.fsm.GrantsUntil, false)
 }
 
 // hit writes one entry of hits and returns the cluster's time minus real
@@ -131,11 +131,13 @@ func (c *simCluster) clusterNow() int64 { return c.nodes[0].fsm.TimeMark().Now }
 
 // grant writes a grant entry of a 10 s lease on the leased policy.
 func (c *simCluster) grant() {
-	now, err := c.stamp()
+	n := c.nodes[c.leader]
+	now, err := n.clock.stamp(c.term, true, n.fsm.GrantsUntil, true)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.replicate(fsm.EncodeGrant(now, "app:x", 10_000, []fsm.GrantItem{{Policy: "lw", Client: "k", Want: 1}}))
+	n.clock.grantDone()
 }
 
 // elect makes node i the leader of a new term.
@@ -287,11 +289,23 @@ func TestClusterTimeAfterAWholeClusterRestart(t *testing.T) {
 		if d := c.clusterNow() - before; d > 20 && before+10 < grantAt+10_000 {
 			t.Fatalf("cluster time jumped %d ms while a grant was outstanding", d)
 		}
+		if n := c.nodes[0]; c.real-31_000 > 100 && before+10 < grantAt+10_000 {
+			if _, err := n.clock.stamp(c.term, true, n.fsm.GrantsUntil, true); !errors.Is(err, errCatchingUp) {
+				t.Fatalf("a grant was stamped while cluster time waits to catch up (err %v)", err)
+			}
+		}
 		if restarted := c.real - 31_000; restarted > 100 && before+10 < grantAt+10_000 && !c.nodes[0].clock.grantsPaused() {
 			t.Fatalf("%d ms after the restart: grants are not paused while cluster time waits to catch up", restarted)
 		}
 	}
-	// Then it catches up with real time and keeps it.
+	// Then it catches up with real time and keeps it; a grant is
+	// written again.
+	if n := c.nodes[0]; true {
+		if _, err := n.clock.stamp(c.term, true, n.fsm.GrantsUntil, true); err != nil {
+			t.Fatalf("a grant after the catch-up: %v", err)
+		}
+		n.clock.grantDone()
+	}
 	c.flow(2*time.Second, 20, 10_000, 0.99)
 	c.flow(2*time.Second, 20, 20, 0.99)
 }

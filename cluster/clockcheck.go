@@ -38,10 +38,13 @@ import (
 // and log format for the version gate (gate.go); releases before the gate
 // send neither, and older readers ignore them.
 type ClockReading struct {
-	ID      string     `json:"id"`
-	NowMs   int64      `json:"nowMs"`
-	Version string     `json:"version,omitempty"`
-	Format  fsm.Format `json:"format,omitempty"`
+	ID    string `json:"id"`
+	NowMs int64  `json:"nowMs"`
+	// ClusterNowMs is the node's estimate of cluster time (0: none yet),
+	// a lower bound a restarted node continues from (cluster/clock.go).
+	ClusterNowMs int64      `json:"clusterNowMs,omitempty"`
+	Version      string     `json:"version,omitempty"`
+	Format       fsm.Format `json:"format,omitempty"`
 }
 
 // ErrClockSkew marks refusals caused by a clock too far off.
@@ -78,19 +81,23 @@ func (c *clockCheck) checkNow() {
 
 // ClockReading reports this node's clock (with any debug skew).
 func (n *Node) ClockReading() ClockReading {
-	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), Version: n.cfg.Version, Format: n.format()}
+	cluster, _ := n.clock.clusterNowMs()
+	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.format()}
 }
 
 // stampNow is the time of the next entry this leader writes, or why it
 // may not stamp one: its clock is not confirmed by a majority (or
 // stepped since it was; the check then runs at once), or as a new leader
 // it has not applied the cluster's time yet.
-func (n *Node) stampNow() (int64, error) {
+//
+// grant: the entry is a lease grant; call n.clock.grantDone once it
+// applied or failed.
+func (n *Node) stampNow(grant bool) (int64, error) {
 	if n.clockCheck.skewed.Load() {
 		return 0, ErrClockSkew
 	}
 	term := n.raft.CurrentTerm()
-	now, err := n.clock.stamp(term, n.readyTerm.Load() == term, n.fsm.GrantsUntil)
+	now, err := n.clock.stamp(term, n.readyTerm.Load() == term, n.fsm.GrantsUntil, grant)
 	if errors.Is(err, errClockStepped) {
 		n.clockCheck.checkNow()
 	}
@@ -188,6 +195,7 @@ func (n *Node) readClock(addr string) (ClockReading, peerOffset, bool) {
 	if err != nil || rd.ID == "" {
 		return rd, peerOffset{}, false
 	}
+	n.clock.observePeer(rd.ClusterNowMs, n.clock.src.Mono())
 	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2 // the wall clock as the leader clock reads it
 	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, true
 }

@@ -37,7 +37,7 @@ func checkCounter(c Counter) error {
 }
 
 func (n *Node) writeCounter(_ context.Context, c Counter) (CheckResult, error) {
-	now, err := n.stampNow()
+	now, err := n.stampNow(false)
 	if err != nil {
 		return CheckResult{}, errors.Join(ErrNotLeader, err)
 	}

@@ -224,12 +224,7 @@ func (g Grant) err() error {
 
 // grantLocal writes the grant entry on the leader.
 func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
-	res, err := n.applyLease(func(now int64) []byte {
-		if n.clock.grantsPaused() {
-			return nil // cluster time waits to catch up: no new grant
-		}
-		return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items)
-	})
+	res, err := n.applyLease(true, func(now int64) []byte { return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items) })
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +348,7 @@ func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnIte
 
 // returnLocal writes the return entry on the leader.
 func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, error) {
-	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
+	res, err := n.applyLease(false, func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
 	if err != nil {
 		return nil, err
 	}
@@ -371,16 +366,22 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 
 // applyLease writes one lease entry stamped by the leader clock, never
 // with a clock that is off.
-func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
-	now, err := n.stampNow()
+//
+// grant: the entry lends units; the leader clock counts it in flight
+// until it applied or failed, and refuses it (not counted) while cluster
+// time waits to catch up after an outage.
+func (n *Node) applyLease(grant bool, encode func(now int64) []byte) (any, error) {
+	now, err := n.stampNow(grant)
+	if errors.Is(err, errCatchingUp) {
+		return nil, notCounted(nil, err)
+	}
 	if err != nil {
 		return nil, notCounted(ErrNotLeader, err)
 	}
-	data := encode(now)
-	if data == nil {
-		return nil, notCounted(nil, errCatchingUp)
+	if grant {
+		defer n.clock.grantDone()
 	}
-	f := n.apply(data, n.cfg.ApplyTimeout)
+	f := n.apply(encode(now), n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}

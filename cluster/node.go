@@ -95,7 +95,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("invalid node config: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
-	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset, cfg.ApplyTimeout)
+	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
