@@ -91,9 +91,9 @@ type leaderClock struct {
 	applied timeMark
 	// The last clock judgment: whether a majority confirmed the wall
 	// clock, and both clocks when it did.
-	confirmed   bool
-	judgedWall  int64
-	judgedAt    time.Duration
+	confirmed  bool
+	judgedWall int64
+	judgedAt   time.Duration
 	// peer is the best lower bound of cluster time a peer reported (its
 	// own estimate when this node read its clock), and when it was read.
 	peer timeMark
