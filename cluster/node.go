@@ -99,6 +99,7 @@ func Open(cfg Config) (*Node, error) {
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.clockCheck.kick = make(chan struct{}, 1)
 	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
+	n.clockCheck.monitor.wallMs = n.clock.src.WallMs
 	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.formats = newPeerFormats(time.Now)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
