@@ -260,24 +260,32 @@ func (nm *nemesis) clockStep(ctx context.Context, rec *faultRecord) (healFunc, e
 	behind, ahead := followers[0], followers[1]
 	rec.Targets = append(rec.Targets, names[behind], names[ahead])
 	rec.Detail += fmt.Sprintf("; leadership to %s (clock -%s), then to %s (clock +%s)", names[behind], within, names[ahead], within)
-	if err := step(behind, -within); err != nil {
-		return heal, err
-	}
-	if err := step(ahead, within); err != nil {
-		return heal, err
-	}
-	_ = sleepCtx(ctx, 1500*time.Millisecond) // let every node read the new clocks
-	from := l
-	for _, to := range []int{behind, ahead} {
-		cur, err := nm.leader(ctx)
-		if err == nil {
+	// The lead goes to the follower behind; then its clock is set right
+	// (a step on a leader) and the one ahead gets the lead: a leader
+	// refuses a target more than the bound from its own clock, so the
+	// two are never both off at a transfer.
+	for _, to := range []struct {
+		i   int
+		off time.Duration
+	}{{behind, -within}, {ahead, within}} {
+		if err := step(to.i, to.off); err != nil {
+			return heal, err
+		}
+		_ = sleepCtx(ctx, 1500*time.Millisecond) // let every node read the new clock
+		from := l
+		if cur, err := nm.leader(ctx); err == nil {
 			from = cur
 		}
-		if err := nm.adm.transferLeadership(ctx, nm.cl.specs[from].url(), names[to]); err != nil {
+		if err := nm.adm.transferLeadership(ctx, nm.cl.specs[from].url(), names[to.i]); err != nil {
 			rec.Extra["transferError"] = err.Error()
-			nm.log.Printf("clock-step: leadership transfer to %s failed: %v", names[to], err)
+			nm.log.Printf("clock-step: leadership transfer to %s failed: %v", names[to.i], err)
 		}
 		_ = sleepCtx(ctx, hold)
+		if to.i == behind {
+			if err := step(behind, 0); err != nil {
+				return heal, err
+			}
+		}
 	}
 	return heal, nil
 }

@@ -104,7 +104,7 @@ func healAllowance(name string) time.Duration {
 	case nemMembership:
 		return 6 * time.Second
 	case nemClockStep: // its steps and transfers run before the hold
-		return 6 * time.Second
+		return 8 * time.Second
 	default:
 		return 500 * time.Millisecond
 	}
