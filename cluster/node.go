@@ -47,7 +47,7 @@ type Node struct {
 	raftRef    atomic.Pointer[raft.Raft]
 	peerIPs    atomic.Pointer[map[string]bool]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
-	clockCheck clockCheck
+	clockCheck *clockCheck
 	formats    *peerFormats // members' formats, for the version gate
 	// formatMark is the format the data dir records (storage.FormatFile);
 	// formatMu makes raising it one step.
@@ -97,11 +97,8 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.clockCheck.kick = make(chan struct{}, 1)
-	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
-	n.clockCheck.monitor.wallMs = n.clock.src.WallMs
-	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.formats = newPeerFormats(time.Now)
+	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
@@ -172,7 +169,7 @@ func (n *Node) open() error {
 	n.logWatch = &writeWatch{LogStore: data.Log}
 	var r *raft.Raft
 	err = storage.Guard(data.LogPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, data.Stable, data.Snaps, voteGate{n.transport, n})
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, data.Stable, data.Snaps, voteGate{n.transport, &n.clockCheck.skewed})
 		return err
 	})
 	if err != nil {
