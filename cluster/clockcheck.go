@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,10 +102,17 @@ type clockCheck struct {
 	// kick asks for a check now (on gaining leadership, or a leader
 	// clock that stepped) rather than at the next tick.
 	kick chan struct{}
+	// continues: when each member last reported its estimate of cluster
+	// time, which only releases that stamp by the continuous rule
+	// (clock.go) do; while some voter has not, a leader of an earlier
+	// release may still move cluster time to its own clock.
+	contMu    sync.Mutex
+	continues map[string]time.Time
 }
 
 func newClockCheck(self string, maxOff time.Duration, peers clockPeers, formats *peerFormats, clock *leaderClock, log hclog.Logger) *clockCheck {
-	c := &clockCheck{self: self, maxOff: maxOff, peers: peers, formats: formats, clock: clock, log: log, kick: make(chan struct{}, 1)}
+	c := &clockCheck{self: self, maxOff: maxOff, peers: peers, formats: formats, clock: clock, log: log, kick: make(chan struct{}, 1),
+		continues: map[string]time.Time{}}
 	c.monitor = newClockMonitor(self, maxOff, time.Now)
 	c.monitor.wallMs = clock.src.WallMs
 	c.skewed.Store(true) // until the clock check has judged (round)
@@ -184,6 +192,33 @@ func (c *clockCheck) record(rd ClockReading, o peerOffset) {
 	c.monitor.record(rd.ID, o.offsetMs, o.boundMs)
 	c.formats.record(rd)
 	c.clock.observePeer(rd.ClusterNowMs, c.clock.src.Mono())
+	if rd.ClusterNowMs > 0 {
+		c.contMu.Lock()
+		c.continues[rd.ID] = time.Now()
+		c.contMu.Unlock()
+	}
+}
+
+// votersContinueTime reports whether every other voter recently reported
+// an estimate of cluster time, so whoever leads next stamps by the
+// continuous rule and moves no window's end (lease.UsableFor then needs
+// no clock-offset allowance at a window's end).
+func (c *clockCheck) votersContinueTime() bool {
+	servers, ok := c.peers.servers()
+	if !ok {
+		return false
+	}
+	c.contMu.Lock()
+	defer c.contMu.Unlock()
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == c.self {
+			continue
+		}
+		if at, ok := c.continues[string(s.ID)]; !ok || time.Since(at) > clockReadingTTL {
+			return false
+		}
+	}
+	return true
 }
 
 // judge decides whether this node may lead: only while a majority of

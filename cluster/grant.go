@@ -76,10 +76,11 @@ type Grant struct {
 	Valid  time.Duration `json:"valid"`
 	// UsableFor is how long after sending its request the holder may spend
 	// the units: Valid less the margin for clock rate error, and less the
-	// leader's --max-clock-offset where the grant ends with its window or
-	// a token bucket's cap (lease.UsableFor: a leader of an earlier
-	// release moves cluster time to its clock at a failover). 0 or less:
-	// not usable at all (give the units back).
+	// leader's --max-clock-offset where the grant ends with a token
+	// bucket's cap, or with its window while some voter runs an earlier
+	// release (lease.UsableFor: such a leader moves cluster time to its
+	// clock at a failover). 0 or less: not usable at all (give the units
+	// back).
 	UsableFor time.Duration `json:"usableFor"`
 	// WindowStart and ResetAt describe the most constraining limit after
 	// the grant (ResetAt: when its window ends; a token bucket: when it is
@@ -246,7 +247,11 @@ func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem)
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
-				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toWindowEnd(gr.Now, r.Parts), n.cfg.MaxClockOffset)
+				toEnd := toWindowEnd(gr.Now, r.Parts)
+				if n.clockCheck.votersContinueTime() {
+					toEnd = 0 // no leader can move the window's end: no allowance there
+				}
+				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toEnd, n.cfg.MaxClockOffset)
 			}
 			if r.Main >= 0 && r.Main < len(r.Parts) {
 				m := r.Parts[r.Main]

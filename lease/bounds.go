@@ -45,12 +45,13 @@ func margin(d time.Duration) time.Duration { return d/1_000_000*MarginPPM + Marg
 // grant valid for valid (from the grant entry's time to its expiry, in
 // cluster time): valid less the margin, and less the cluster's maximum
 // clock offset wherever the grant ends with what cluster time may be
-// moved against: a token bucket's cap lifts at the expiry; a fixed or
+// moved against. A token bucket's cap lifts at the expiry; a fixed or
 // sliding window's units belong to a window that ends toWindowEnd after
-// the entry (0: not window-bounded). Cluster time never steps while a
+// the entry (0: no allowance there). Cluster time never steps while a
 // grant is outstanding (cluster/clock.go), but a leader of an earlier
 // release (a rolling upgrade) still moves it to its own clock, by up to
-// that bound, when it takes over. 0 or less: not usable at all.
+// that bound, when it takes over: the leader passes toWindowEnd while
+// some voter may be such a release. 0 or less: not usable at all.
 func UsableFor(valid time.Duration, bucket bool, toWindowEnd, maxClockOffset time.Duration) time.Duration {
 	d := valid - margin(valid)
 	switch {
