@@ -141,16 +141,16 @@ func (n *Node) applyBatch(reqs []group, from []trace.SpanContext) func() []outco
 		hits = append(hits, g...)
 		sizes[i] = len(g)
 	}
-	if n.clockCheck.skewed.Load() {
+	now, err := n.stampNow(false)
+	if err != nil {
 		// Never stamp hits with a clock that is off: not counted, so
 		// the caller's node retries with the next leader.
-		err := notCounted(ErrNotLeader, ErrClockSkew)
+		err := notCounted(ErrNotLeader, err)
 		fail(span, err)
 		span.End()
 		return func() []outcome { return failAll(len(reqs), err) }
 	}
 	n.cfg.Observer.BatchApplied(len(hits))
-	now := n.clock.nowMs(n.raft.CurrentTerm())
 	f := n.apply(fsm.AppendHits(make([]byte, 0, 16+len(hits)*40), now, hits, sizes), n.cfg.ApplyTimeout)
 	return func() []outcome {
 		defer span.End()

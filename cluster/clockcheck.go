@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/fsm"
@@ -38,10 +40,13 @@ import (
 // and log format for the version gate (gate.go); releases before the gate
 // send neither, and older readers ignore them.
 type ClockReading struct {
-	ID      string     `json:"id"`
-	NowMs   int64      `json:"nowMs"`
-	Version string     `json:"version,omitempty"`
-	Format  fsm.Format `json:"format,omitempty"`
+	ID    string `json:"id"`
+	NowMs int64  `json:"nowMs"`
+	// ClusterNowMs is the node's estimate of cluster time (0: none yet),
+	// a lower bound a restarted node continues from (cluster/clock.go).
+	ClusterNowMs int64      `json:"clusterNowMs,omitempty"`
+	Version      string     `json:"version,omitempty"`
+	Format       fsm.Format `json:"format,omitempty"`
 }
 
 // ErrClockSkew marks refusals caused by a clock too far off.
@@ -51,21 +56,67 @@ var ErrClockSkew = errors.New("this node cannot confirm its clock with a majorit
 // taken each second; a few may fail under load).
 const clockReadingTTL = 10 * time.Second
 
-// clockCheck is the node's view of its clock against its peers.
+// clockPeers is what the clock check needs from its node: the Raft
+// configuration, where members answer, one reading of a clock (the I/O),
+// and a way to hand the lead on. The node adapts itself (nodeClockPeers);
+// tests give a fake, so the check runs without a cluster.
+type clockPeers interface {
+	// servers is the Raft configuration (nil, false when unreadable).
+	servers() ([]raft.Server, bool)
+	// httpAddr is member id's HTTP address, when known.
+	httpAddr(id string) (string, bool)
+	// joinAddrs are the --join addresses, read when a member's address is
+	// unknown; learnAddr keeps one found there.
+	joinAddrs() []string
+	learnAddr(id, addr string)
+	// readClock reads the node at addr: its answer, and its offset from
+	// this node's clock (known within half the round trip).
+	readClock(addr string) (ClockReading, peerOffset, bool)
+	// isLeader and transfer: stepping down for a clock that is off.
+	isLeader() bool
+	transfer(to raft.Server) error
+}
+
+// clockCheck is the clock discipline: this node's clock against its
+// peers' (measured once a second), the verdict whether it may lead, and
+// the step-down when it may not. It owns the readings (monitor) and
+// tells the version gate each member's format (formats) and the leader
+// clock each judgment (clock).
 type clockCheck struct {
+	self    string
+	maxOff  time.Duration
+	peers   clockPeers
+	formats *peerFormats
+	clock   *leaderClock
+	log     hclog.Logger
 	// monitor holds the readings and judges them (clockmonitor.go).
 	monitor *clockMonitor
 	// skewed is set while this node is a voter that cannot establish its
 	// clock with a majority of the voters: it must not lead. It starts set
-	// (Open), so a restarted node does not stand before its first
+	// (newClockCheck), so a restarted node does not stand before its first
 	// judgment; judged records that one was made (clock goroutine only).
 	skewed atomic.Bool
 	judged bool
 	// estimate is this node's offset from the median peer (ms).
 	estimate atomic.Int64
-	// kick asks for a check now (on gaining leadership) rather than at
-	// the next tick.
+	// kick asks for a check now (on gaining leadership, or a leader
+	// clock that stepped) rather than at the next tick.
 	kick chan struct{}
+	// continues: when each member last reported its estimate of cluster
+	// time, which only releases that stamp by the continuous rule
+	// (clock.go) do; while some voter has not, a leader of an earlier
+	// release may still move cluster time to its own clock.
+	contMu    sync.Mutex
+	continues map[string]time.Time
+}
+
+func newClockCheck(self string, maxOff time.Duration, peers clockPeers, formats *peerFormats, clock *leaderClock, log hclog.Logger) *clockCheck {
+	c := &clockCheck{self: self, maxOff: maxOff, peers: peers, formats: formats, clock: clock, log: log, kick: make(chan struct{}, 1),
+		continues: map[string]time.Time{}}
+	c.monitor = newClockMonitor(self, maxOff, time.Now)
+	c.monitor.wallMs = clock.src.WallMs
+	c.skewed.Store(true) // until the clock check has judged (round)
+	return c
 }
 
 // checkNow asks the clock check to run at once; it never blocks.
@@ -76,9 +127,192 @@ func (c *clockCheck) checkNow() {
 	}
 }
 
+// round is one pass: read every member's clock, then judge this node's.
+// Both clocks are read first: the leader clock refuses to stamp once
+// the wall clock moved against the monotonic one since then (a step the
+// next judgment has not seen yet).
+func (c *clockCheck) round() {
+	wall, mono := c.clock.src.WallMs(), c.clock.src.Mono()
+	c.measure()
+	c.judge(wall, mono)
+}
+
+func (c *clockCheck) measure() {
+	servers, ok := c.peers.servers()
+	if !ok {
+		return
+	}
+	members := map[string]bool{}
+	unknown := false
+	for _, s := range servers {
+		if id := string(s.ID); id != c.self {
+			members[id] = true
+			if addr, ok := c.peers.httpAddr(id); ok {
+				c.measurePeer(id, addr)
+			} else {
+				unknown = true
+			}
+		}
+	}
+	if unknown {
+		c.probeJoinAddrs(members)
+	}
+}
+
+// probeJoinAddrs reads the clocks behind the --join addresses and keeps
+// the readings, and the addresses, of members whose address was unknown.
+func (c *clockCheck) probeJoinAddrs(members map[string]bool) {
+	for _, addr := range c.peers.joinAddrs() {
+		rd, off, ok := c.peers.readClock(addr)
+		if !ok || !members[rd.ID] {
+			continue
+		}
+		if _, known := c.peers.httpAddr(rd.ID); known {
+			continue
+		}
+		c.record(rd, off)
+		c.peers.learnAddr(rd.ID, addr)
+	}
+}
+
+// measurePeer takes one reading of member id's clock at addr and records
+// it; false when the peer could not be read.
+func (c *clockCheck) measurePeer(id, addr string) bool {
+	rd, off, ok := c.peers.readClock(addr)
+	if !ok || rd.ID != id {
+		return false
+	}
+	c.record(rd, off)
+	return true
+}
+
+// record keeps a reading: the offset for the monitor, the format for the
+// gate, the peer's estimate of cluster time for the leader clock.
+func (c *clockCheck) record(rd ClockReading, o peerOffset) {
+	c.monitor.record(rd.ID, o.offsetMs, o.boundMs)
+	c.formats.record(rd)
+	c.clock.observePeer(rd.ClusterNowMs, c.clock.src.Mono())
+	if rd.ClusterNowMs > 0 {
+		c.contMu.Lock()
+		c.continues[rd.ID] = time.Now()
+		c.contMu.Unlock()
+	}
+}
+
+// votersContinueTime reports whether every other voter recently reported
+// an estimate of cluster time, so whoever leads next stamps by the
+// continuous rule and moves no window's end (lease.UsableFor then needs
+// no clock-offset allowance at a window's end).
+func (c *clockCheck) votersContinueTime() bool {
+	servers, ok := c.peers.servers()
+	if !ok {
+		return false
+	}
+	c.contMu.Lock()
+	defer c.contMu.Unlock()
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == c.self {
+			continue
+		}
+		if at, ok := c.continues[string(s.ID)]; !ok || time.Since(at) > clockReadingTTL {
+			return false
+		}
+	}
+	return true
+}
+
+// judge decides whether this node may lead: only while a majority of
+// the voters, itself included, have a recent reading (clockReadingTTL)
+// that agrees with its clock within MaxClockOffset (plus the reading's
+// bound). Missing and stale readings count against it. A node that is not
+// a voter cannot lead anyway and is never marked. wall and mono are both
+// clocks when the readings were taken (round).
+func (c *clockCheck) judge(wall int64, mono time.Duration) {
+	servers, ok := c.peers.servers()
+	if !ok {
+		return
+	}
+	voters := map[string]bool{}
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			voters[string(s.ID)] = true
+		}
+	}
+	v := c.monitor.judge(voters)
+	if v.haveEstimate {
+		c.estimate.Store(v.estimateMs)
+	}
+	skewed := v.skewed
+	was := c.skewed.Swap(skewed) && c.judged
+	c.judged = true
+	c.clock.confirm(!skewed, wall, mono)
+	args := []any{"offset", time.Duration(c.estimate.Load()) * time.Millisecond, "max", c.maxOff,
+		"agreeing_voters", len(v.agreeing), "voters", v.voters, "need", v.quorum, "agreeing", v.agreeing}
+	switch {
+	case skewed && !was:
+		c.log.Error("CLOCK: this node cannot confirm its clock with a majority of the voters (a clock off by more than --max-clock-offset, "+
+			"or voters down or unreadable: missing readings count against it); it refuses to lead and to stamp hits until it can (check NTP and the other voters)", args...)
+	case !skewed && was:
+		c.log.Warn("clock confirmed by a majority of the voters; this node may lead again", args...)
+	}
+	if skewed && c.peers.isLeader() {
+		c.stepDown()
+	}
+}
+
+// stepDown hands leadership to the peer whose clock agrees best with
+// this node's, if one agrees at all; a peer that disagrees could not
+// confirm its own clock either (and refuses to stand). Without one the
+// node stays leader in Raft's eyes but stamps nothing.
+func (c *clockCheck) stepDown() {
+	target, ok := c.bestPeer()
+	if !ok {
+		c.log.Error("CLOCK: no voter's clock agrees with this leader's; not stamping hits until a majority does")
+		return
+	}
+	c.log.Error("CLOCK: stepping down as leader", "to", target.ID)
+	if err := c.peers.transfer(target); err != nil {
+		c.log.Error("CLOCK SKEW: leadership transfer failed; still refusing to stamp hits", "error", err)
+	}
+}
+
+// bestPeer is the voter (not this node) with a recent reading that
+// agrees with this node's clock, closest to the median of the peers'.
+func (c *clockCheck) bestPeer() (raft.Server, bool) {
+	servers, ok := c.peers.servers()
+	if !ok {
+		return raft.Server{}, false
+	}
+	return c.monitor.best(servers, -c.estimate.Load())
+}
+
+// peerSkewed reports whether this node measures id's clock as off by more
+// than MaxClockOffset from its own (used to refuse a transfer to it).
+func (c *clockCheck) peerSkewed(id string) (bool, int64) { return c.monitor.peerSkewed(id) }
+
 // ClockReading reports this node's clock (with any debug skew).
 func (n *Node) ClockReading() ClockReading {
-	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), Version: n.cfg.Version, Format: n.format()}
+	cluster, _ := n.clock.clusterNowMs()
+	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.format()}
+}
+
+// stampNow is the time of the next entry this leader writes, or why it
+// may not stamp one: its clock is not confirmed by a majority (or
+// stepped since it was; the check then runs at once), or as a new leader
+// it has not applied the cluster's time yet.
+//
+// grant: the entry is a lease grant; call n.clock.grantDone once it
+// applied or failed.
+func (n *Node) stampNow(grant bool) (int64, error) {
+	if n.clockCheck.skewed.Load() {
+		return 0, ErrClockSkew
+	}
+	term := n.raft.CurrentTerm()
+	now, err := n.clock.stamp(term, n.readyTerm.Load() == term, n.fsm.GrantsUntil, grant)
+	if errors.Is(err, errClockStepped) {
+		n.clockCheck.checkNow()
+	}
+	return now, err
 }
 
 // ClockSkewed reports whether this node refuses to lead because of its clock.
@@ -98,8 +332,7 @@ func (n *Node) runClockCheck() {
 			case <-n.clockCheck.kick:
 			}
 		}
-		n.measureClocks()
-		n.judgeClock()
+		n.clockCheck.round()
 		n.noteClusterFormat()
 		if tick%5 == 0 {
 			// Host names may need DNS: not every second.
@@ -108,163 +341,58 @@ func (n *Node) runClockCheck() {
 	}
 }
 
-func (n *Node) measureClocks() {
-	cf := n.raft.GetConfiguration()
+// nodeClockPeers is the node as its clock check sees it.
+type nodeClockPeers struct{ n *Node }
+
+func (p nodeClockPeers) servers() ([]raft.Server, bool) {
+	cf := p.n.raft.GetConfiguration()
 	if cf.Error() != nil {
-		return
+		return nil, false
 	}
-	members := map[string]bool{}
-	unknown := false
-	for _, s := range cf.Configuration().Servers {
-		if id := string(s.ID); id != n.cfg.ID {
-			members[id] = true
-			if addr, ok := n.peerHTTPAddr(id); ok {
-				n.measurePeer(id, addr)
-			} else {
-				unknown = true
-			}
-		}
-	}
-	if unknown {
-		n.probeJoinAddrs(members)
-	}
+	return cf.Configuration().Servers, true
 }
 
-// probeJoinAddrs reads the clocks behind the --join addresses and keeps
-// the readings, and the addresses, of members whose address was unknown.
-func (n *Node) probeJoinAddrs(members map[string]bool) {
-	for _, addr := range n.cfg.JoinAddrs {
-		rd, off, ok := n.readClock(addr)
-		if !ok || !members[rd.ID] {
-			continue
-		}
-		if _, known := n.peerHTTPAddr(rd.ID); known {
-			continue
-		}
-		n.recordOffset(rd.ID, off)
-		n.formats.record(rd)
-		n.peerAddrs.merge(map[string]string{rd.ID: addr})
-	}
+func (p nodeClockPeers) httpAddr(id string) (string, bool) { return p.n.peerHTTPAddr(id) }
+func (p nodeClockPeers) joinAddrs() []string               { return p.n.cfg.JoinAddrs }
+func (p nodeClockPeers) learnAddr(id, addr string) {
+	p.n.peerAddrs.merge(map[string]string{id: addr})
+}
+func (p nodeClockPeers) isLeader() bool { return p.n.IsLeader() }
+func (p nodeClockPeers) transfer(to raft.Server) error {
+	return p.n.raft.LeadershipTransferToServer(to.ID, to.Address).Error()
 }
 
-// measurePeer takes one reading of member id's clock at addr and records
-// it; false when the peer could not be read.
-func (n *Node) measurePeer(id, addr string) bool {
-	rd, off, ok := n.readClock(addr)
-	if !ok || rd.ID != id {
-		return false
-	}
-	n.recordOffset(id, off)
-	n.formats.record(rd)
-	return true
-}
-
-// readClock reads the clock of the node at addr: its answer, and its
-// offset from this node's clock (known within half the round trip).
-func (n *Node) readClock(addr string) (ClockReading, peerOffset, bool) {
+func (p nodeClockPeers) readClock(addr string) (ClockReading, peerOffset, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
 	var rd ClockReading
-	err := n.fwd.peers.getJSON(ctx, BaseURL(addr)+ClockPath, &rd)
+	err := p.n.fwd.peers.getJSON(ctx, BaseURL(addr)+ClockPath, &rd)
 	rtt := time.Since(start)
 	if err != nil || rd.ID == "" {
 		return rd, peerOffset{}, false
 	}
-	mid := start.UnixMilli() + n.clock.debugOffset.Load() + rtt.Milliseconds()/2
+	mid := start.UnixMilli() + p.n.clock.debugOffset.Load() + rtt.Milliseconds()/2 // the wall clock as the leader clock reads it
 	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, true
 }
-
-// recordOffset keeps a reading of member id's clock (the monitor stamps
-// it with its own clock).
-func (n *Node) recordOffset(id string, o peerOffset) {
-	n.clockCheck.monitor.record(id, o.offsetMs, o.boundMs)
-}
-
-// judgeClock decides whether this node may lead: only while a majority of
-// the voters, itself included, have a recent reading (clockReadingTTL)
-// that agrees with its clock within MaxClockOffset (plus the reading's
-// bound). Missing and stale readings count against it. A node that is not
-// a voter cannot lead anyway and is never marked.
-func (n *Node) judgeClock() {
-	cf := n.raft.GetConfiguration()
-	if cf.Error() != nil {
-		return
-	}
-	voters := map[string]bool{}
-	for _, s := range cf.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters[string(s.ID)] = true
-		}
-	}
-	v := n.clockCheck.monitor.judge(voters)
-	if v.haveEstimate {
-		n.clockCheck.estimate.Store(v.estimateMs)
-	}
-	skewed := v.skewed
-	was := n.clockCheck.skewed.Swap(skewed) && n.clockCheck.judged
-	n.clockCheck.judged = true
-	args := []any{"offset", time.Duration(n.clockCheck.estimate.Load()) * time.Millisecond, "max", n.cfg.MaxClockOffset,
-		"agreeing_voters", len(v.agreeing), "voters", v.voters, "need", v.quorum, "agreeing", v.agreeing}
-	switch {
-	case skewed && !was:
-		n.log.Error("CLOCK: this node cannot confirm its clock with a majority of the voters (a clock off by more than --max-clock-offset, "+
-			"or voters down or unreadable: missing readings count against it); it refuses to lead and to stamp hits until it can (check NTP and the other voters)", args...)
-	case !skewed && was:
-		n.log.Warn("clock confirmed by a majority of the voters; this node may lead again", args...)
-	}
-	if skewed && n.IsLeader() {
-		n.stepDownForClock()
-	}
-}
-
-// stepDownForClock hands leadership to the peer whose clock agrees best
-// with this node's, if one agrees at all; a peer that disagrees could not
-// confirm its own clock either (and refuses to stand). Without one the
-// node stays leader in Raft's eyes but stamps nothing.
-func (n *Node) stepDownForClock() {
-	target, ok := n.bestClockPeer()
-	if !ok {
-		n.log.Error("CLOCK: no voter's clock agrees with this leader's; not stamping hits until a majority does")
-		return
-	}
-	n.log.Error("CLOCK: stepping down as leader", "to", target.ID)
-	if err := n.raft.LeadershipTransferToServer(raft.ServerID(target.ID), target.Address).Error(); err != nil {
-		n.log.Error("CLOCK SKEW: leadership transfer failed; still refusing to stamp hits", "error", err)
-	}
-}
-
-// bestClockPeer is the voter (not this node) with a recent reading that
-// agrees with this node's clock, closest to the median of the peers'.
-func (n *Node) bestClockPeer() (raft.Server, bool) {
-	cf := n.raft.GetConfiguration()
-	if cf.Error() != nil {
-		return raft.Server{}, false
-	}
-	return n.clockCheck.monitor.best(cf.Configuration().Servers, -n.clockCheck.estimate.Load())
-}
-
-// peerSkewed reports whether this node measures id's clock as off by more
-// than MaxClockOffset from its own (used to refuse a transfer to it).
-func (n *Node) peerSkewed(id string) (bool, int64) { return n.clockCheck.monitor.peerSkewed(id) }
 
 // voteGate is the node's Raft transport with one change: while the
 // node's clock is off it does not ask for votes, so it cannot win an
 // election (it still answers others' requests and votes for them).
 type voteGate struct {
 	*raft.NetworkTransport
-	n *Node
+	skewed *atomic.Bool // the clock check's verdict
 }
 
 func (g voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if g.n.clockCheck.skewed.Load() {
+	if g.skewed.Load() {
 		return fmt.Errorf("not asking %s for a vote: %w", id, ErrClockSkew)
 	}
 	return g.NetworkTransport.RequestVote(id, target, args, resp)
 }
 
 func (g voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if g.n.clockCheck.skewed.Load() {
+	if g.skewed.Load() {
 		return fmt.Errorf("not asking %s for a pre-vote: %w", id, ErrClockSkew)
 	}
 	return g.NetworkTransport.RequestPreVote(id, target, args, resp)

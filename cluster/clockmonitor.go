@@ -17,6 +17,13 @@ type clockMonitor struct {
 	self  string
 	maxMs int64 // MaxClockOffset
 	now   func() time.Time
+	// wallMs, when set, is this node's wall clock as it reads peers'
+	// (with the testing skew): a reading taken before this node's own
+	// clock stepped is corrected by the step (wall against monotonic
+	// since the reading). Without it a node whose clock just stepped 20 s
+	// still counted the readings of a peer it could no longer reach (a
+	// killed leader) as agreeing, and could win the election (issue 34).
+	wallMs func() int64
 
 	mu      sync.Mutex
 	offsets map[string]peerOffset
@@ -26,6 +33,7 @@ type peerOffset struct {
 	offsetMs int64 // peer minus this node
 	boundMs  int64 // half the round trip
 	at       time.Time
+	wallAt   int64 // wallMs when recorded
 }
 
 func newClockMonitor(self string, maxOffset time.Duration, now func() time.Time) *clockMonitor {
@@ -37,14 +45,28 @@ func newClockMonitor(self string, maxOffset time.Duration, now func() time.Time)
 func (m *clockMonitor) record(id string, offsetMs, boundMs int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.offsets[id] = peerOffset{offsetMs: offsetMs, boundMs: boundMs, at: m.now()}
+	o := peerOffset{offsetMs: offsetMs, boundMs: boundMs, at: m.now()}
+	if m.wallMs != nil {
+		o.wallAt = m.wallMs()
+	}
+	m.offsets[id] = o
+}
+
+// offset is a reading's offset now: as recorded, less how far this
+// node's wall clock moved against its monotonic clock since.
+func (m *clockMonitor) offset(o peerOffset) int64 {
+	if m.wallMs == nil {
+		return o.offsetMs
+	}
+	stepped := (m.wallMs() - o.wallAt) - m.now().Sub(o.at).Milliseconds()
+	return o.offsetMs - stepped
 }
 
 // usable reports whether a reading is recent and agrees with this node's
 // clock within the bound.
 func (m *clockMonitor) usable(o peerOffset) (recent, agrees bool) {
 	recent = m.now().Sub(o.at) <= clockReadingTTL
-	return recent, recent && abs(o.offsetMs)-o.boundMs <= m.maxMs
+	return recent, recent && abs(m.offset(o))-o.boundMs <= m.maxMs
 }
 
 // clockVerdict is a judgement of this node's clock.
@@ -80,7 +102,7 @@ func (m *clockMonitor) judge(voters map[string]bool) clockVerdict {
 		if !recent {
 			continue
 		}
-		offs = append(offs, o.offsetMs)
+		offs = append(offs, m.offset(o))
 		if agrees {
 			v.agreeing = append(v.agreeing, id)
 		}
@@ -111,7 +133,7 @@ func (m *clockMonitor) best(servers []raft.Server, medianMs int64) (raft.Server,
 		if _, agrees := m.usable(o); !agrees {
 			continue
 		}
-		if d := abs(o.offsetMs - medianMs); bestDist < 0 || d < bestDist {
+		if d := abs(m.offset(o) - medianMs); bestDist < 0 || d < bestDist {
 			best, bestDist = s, d
 		}
 	}
@@ -127,7 +149,8 @@ func (m *clockMonitor) peerSkewed(id string) (bool, int64) {
 	if !ok {
 		return false, 0
 	}
-	return abs(o.offsetMs)-o.boundMs > m.maxMs, o.offsetMs
+	off := m.offset(o)
+	return abs(off)-o.boundMs > m.maxMs, off
 }
 
 func abs(x int64) int64 {

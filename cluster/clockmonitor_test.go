@@ -89,3 +89,31 @@ func TestClockMonitorBestPeerAndPeerSkew(t *testing.T) {
 		t.Fatal("a stale reading chosen for a transfer")
 	}
 }
+
+// A node whose own wall clock steps after it read its peers judges those
+// readings by the step: a peer it can no longer reach (a killed leader)
+// must not keep confirming a clock that is now 20 s off (issue 34, where
+// such a node won the election and moved cluster time 20 s on).
+func TestClockMonitorCorrectsReadingsForItsOwnStep(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)} // the monotonic clock
+	var step int64
+	m := newClockMonitor("n1", 500*time.Millisecond, clock.now)
+	m.wallMs = func() int64 { return clock.t.UnixMilli() + step }
+	three := voterSet("n1", "n2", "n3")
+	m.record("n2", 10, 1)
+	if v := m.judge(three); v.skewed {
+		t.Fatalf("before the step: %+v, want confirmed", v)
+	}
+	step = 20_000
+	clock.t = clock.t.Add(100 * time.Millisecond)
+	if v := m.judge(three); !v.skewed || v.estimateMs < 19_000 {
+		t.Fatalf("after this node's clock stepped 20 s: %+v, want skewed, about 20 s off", v)
+	}
+	if off, ms := m.peerSkewed("n2"); !off || ms > -19_000 {
+		t.Fatalf("n2 as seen after the step: skewed %v by %d ms; want about -20 s", off, ms)
+	}
+	step = 0
+	if v := m.judge(three); v.skewed {
+		t.Fatalf("step undone: %+v, want confirmed again", v)
+	}
+}

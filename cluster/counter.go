@@ -37,10 +37,10 @@ func checkCounter(c Counter) error {
 }
 
 func (n *Node) writeCounter(_ context.Context, c Counter) (CheckResult, error) {
-	if n.clockCheck.skewed.Load() {
-		return CheckResult{}, errors.Join(ErrNotLeader, ErrClockSkew)
+	now, err := n.stampNow(false)
+	if err != nil {
+		return CheckResult{}, errors.Join(ErrNotLeader, err)
 	}
-	now := n.clock.nowMs(n.raft.CurrentTerm())
 	res, err := n.applyAdmin(fsm.EncodeCounter(now, c))
 	if err != nil {
 		return CheckResult{}, fmt.Errorf("%s/%s: %w", c.Policy, c.Client, err)

@@ -78,7 +78,7 @@ func (n *Node) requireLeaderFormat(need fsm.Format) error {
 	}
 	pf, ok := n.formats.get(id)
 	if !ok && addr != "" {
-		if rd, _, read := n.readClock(addr); read && rd.ID == id {
+		if rd, _, read := n.clockCheck.peers.readClock(addr); read && rd.ID == id {
 			n.formats.record(rd)
 			pf, ok = peerFormat{version: rd.Version, format: rd.Format}, true
 		}
@@ -193,7 +193,7 @@ func (n *Node) checkJoinerFormat(j JoinRequest) error {
 	if mark <= fsm.OldestFormat || j.HTTPAddr == "" {
 		return nil
 	}
-	rd, _, ok := n.readClock(j.HTTPAddr)
+	rd, _, ok := n.clockCheck.peers.readClock(j.HTTPAddr)
 	if !ok || rd.ID != j.ID {
 		n.log.Warn("joining server not reachable at its HTTP address: its log format is unknown until it answers", "id", j.ID, "http_addr", j.HTTPAddr)
 		return nil

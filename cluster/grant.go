@@ -69,11 +69,12 @@ type Grant struct {
 	Expiry int64         `json:"expiry"`
 	Valid  time.Duration `json:"valid"`
 	// UsableFor is how long after sending its request the holder may spend
-	// the units: Valid less the margin for clock rate error, and for a
-	// token bucket less the leader's --max-clock-offset too (the bucket's
-	// cap lifts at Expiry in cluster time, which a failover to a leader
-	// whose clock is ahead moves earlier by up to that bound). 0 or less:
-	// not usable at all (give the units back).
+	// the units: Valid less the margin for clock rate error, and less the
+	// leader's --max-clock-offset where the grant ends with a token
+	// bucket's cap, or with its window while some voter runs an earlier
+	// release (lease.UsableFor: such a leader moves cluster time to its
+	// clock at a failover). 0 or less: not usable at all (give the units
+	// back).
 	UsableFor time.Duration `json:"usableFor"`
 	// WindowStart and ResetAt describe the most constraining limit after
 	// the grant (ResetAt: when its window ends; a token bucket: when it is
@@ -102,10 +103,28 @@ func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 	return min(usable, lease.MaxLease)
 }
 
-// usableFor is Valid less the lease margin (and the clock bound for a
-// token bucket).
-func usableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
-	return lease.UsableFor(valid, bucket, maxClockOffset)
+// usableFor is Valid less the lease margin, and the clock bound where
+// the grant ends with its window or the bucket's cap (lease.UsableFor).
+func usableFor(valid time.Duration, bucket bool, toWindowEnd, maxClockOffset time.Duration) time.Duration {
+	return lease.UsableFor(valid, bucket, toWindowEnd, maxClockOffset)
+}
+
+// toWindowEnd is how long after now the earliest window of a grant's
+// parts ends: the fixed and sliding windows its units belong to (the
+// state machine cuts the grant's expiry there too). 0 for a token bucket.
+func toWindowEnd(now int64, parts []window.Result) time.Duration {
+	end := int64(0)
+	for _, p := range parts {
+		if p.WindowMs > 0 && p.WindowStart > 0 {
+			if e := p.WindowStart + p.WindowMs; end == 0 || e < end {
+				end = e
+			}
+		}
+	}
+	if end == 0 {
+		return 0
+	}
+	return time.Duration(max(1, end-now)) * time.Millisecond
 }
 
 // ReturnRequest gives back Units of grant ID that Holder has not spent and
@@ -200,7 +219,7 @@ func (g Grant) err() error {
 
 // grantLocal writes the grant entry on the leader.
 func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantItem) ([]Grant, error) {
-	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeGrant(now, holder, leaseLen.Milliseconds(), items) })
+	res, err := n.applyLease(true, func(now int64) []byte { return fsm.EncodeGrant(now, holder, leaseLen.Milliseconds(), items) })
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +241,11 @@ func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantIt
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
-				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), n.cfg.MaxClockOffset)
+				toEnd := toWindowEnd(gr.Now, r.Parts)
+				if n.clockCheck.votersContinueTime() {
+					toEnd = 0 // no leader can move the window's end: no allowance there
+				}
+				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toEnd, n.cfg.MaxClockOffset)
 			}
 			if r.Main >= 0 && r.Main < len(r.Parts) {
 				m := r.Parts[r.Main]
@@ -324,7 +347,7 @@ func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnIte
 
 // returnLocal writes the return entry on the leader.
 func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, error) {
-	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
+	res, err := n.applyLease(false, func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
 	if err != nil {
 		return nil, err
 	}
@@ -342,11 +365,22 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 
 // applyLease writes one lease entry stamped by the leader clock, never
 // with a clock that is off.
-func (n *Node) applyLease(encode func(now int64) []byte) (any, error) {
-	if n.clockCheck.skewed.Load() {
-		return nil, notCounted(ErrNotLeader, ErrClockSkew)
+//
+// grant: the entry lends units; the leader clock counts it in flight
+// until it applied or failed, and refuses it (not counted) while cluster
+// time waits to catch up after an outage.
+func (n *Node) applyLease(grant bool, encode func(now int64) []byte) (any, error) {
+	now, err := n.stampNow(grant)
+	if errors.Is(err, errCatchingUp) {
+		return nil, notCounted(nil, err)
 	}
-	f := n.apply(encode(n.clock.nowMs(n.raft.CurrentTerm())), n.cfg.ApplyTimeout)
+	if err != nil {
+		return nil, notCounted(ErrNotLeader, err)
+	}
+	if grant {
+		defer n.clock.grantDone()
+	}
+	f := n.apply(encode(now), n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, classifyApply(err)
 	}

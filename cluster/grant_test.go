@@ -42,7 +42,7 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	// A token bucket's grant is usable for less: its cap lifts at expiry in
 	// cluster time, which a clock jump at a failover can move earlier.
 	gb, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lb", Client: "k", Holder: "app-1", Want: 3, Lease: 2 * time.Second})
-	if want := 2*time.Second - 2*time.Millisecond - lease.MarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
+	if want := 2*time.Second - 2*time.Millisecond*lease.MarginPPM/1000 - lease.MarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
 		t.Fatalf("token bucket grant: %+v %v; want usable for %s", gb, err, want)
 	}
 	g2, err := leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})

@@ -192,7 +192,7 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 	var res TransferResult
 	id := r.ID
 	var f raft.Future
-	if best, ok := n.bestClockPeer(); id == "" && ok {
+	if best, ok := n.clockCheck.bestPeer(); id == "" && ok {
 		// Hand over to the peer whose clock agrees best, never to one
 		// whose clock is off.
 		id = string(best.ID)
@@ -225,9 +225,9 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 		// target would refuse to stand for election and only disturb
 		// the cluster.
 		if httpAddr, ok := n.peerHTTPAddr(id); ok {
-			n.measurePeer(id, httpAddr)
+			n.clockCheck.measurePeer(id, httpAddr)
 		}
-		if off, ms := n.peerSkewed(id); off {
+		if off, ms := n.clockCheck.peerSkewed(id); off {
 			return res, fmt.Errorf("transfer leadership to %s: %s's clock is %s off from this leader's, more than --max-clock-offset allows a leader: %w", id, id, time.Duration(ms)*time.Millisecond, errors.Join(ErrConflict, ErrClockSkew))
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)

@@ -55,7 +55,7 @@ type Node struct {
 	raftRef    atomic.Pointer[raft.Raft]
 	peerIPs    atomic.Pointer[map[string]bool]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
-	clockCheck clockCheck
+	clockCheck *clockCheck
 	formats    *peerFormats // members' formats, for the version gate
 	// formatMark is the format the data dir records (storage.FormatFile);
 	// formatMu makes raising it one step.
@@ -106,11 +106,10 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("invalid node config: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
+	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.clockCheck.kick = make(chan struct{}, 1)
-	n.clockCheck.monitor = newClockMonitor(cfg.ID, cfg.MaxClockOffset, time.Now)
-	n.clockCheck.skewed.Store(true) // until the clock check has judged (runClockCheck)
 	n.formats = newPeerFormats(time.Now)
+	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
@@ -193,7 +192,7 @@ func (n *Node) open() error {
 	n.logWatch = &writeWatch{LogStore: data.Log}
 	var r *raft.Raft
 	err = storage.Guard(data.LogPath(), func() (err error) {
-		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, data.Stable, data.Snaps, voteGate{n.transport, n})
+		r, err = raft.NewRaft(rc, (*raftFSM)(n), n.logWatch, data.Stable, data.Snaps, voteGate{n.transport, &n.clockCheck.skewed})
 		return err
 	})
 	if err != nil {
@@ -244,13 +243,24 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
 		(*Node)(f).rememberPeerAddrs()
 	}
+	if l.Type == raft.LogCommand {
+		f.observeTime()
+	}
 	return res
+}
+
+// observeTime tells the leader clock the applied time and when it was
+// applied here (cluster/clock.go).
+func (f *raftFSM) observeTime() {
+	m := f.fsm.TimeMark()
+	f.clock.observe(m.Term, m.Now, m.Offset)
 }
 
 func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	if err := f.fsm.Restore(rc); err != nil {
 		return err
 	}
+	f.observeTime()
 	(*Node)(f).rememberPeerAddrs()
 	return nil
 }
@@ -381,7 +391,9 @@ func (n *Node) Leader() (id, httpAddr string) {
 	return string(lid), meta.HTTPAddr
 }
 
-// SetClockOffset skews this node's leader clock; testing only.
+// SetClockOffset steps this node's wall clock as its peers and its
+// leader clock see it (what an NTP step does; stamps already taken in a
+// term do not move); testing only.
 func (n *Node) SetClockOffset(d time.Duration) { n.clock.debugOffset.Store(d.Milliseconds()) }
 
 // ClockOffset returns the current debug clock skew.

@@ -228,7 +228,7 @@ func (n *Node) permitLocal(_ context.Context, w permitWire) (Permit, error) {
 	if w.Op == fsm.PermitAcquire {
 		w.ID = newID()
 	}
-	res, err := n.applyLease(func(now int64) []byte {
+	res, err := n.applyLease(false, func(now int64) []byte {
 		return fsm.EncodePermit(fsm.PermitEntry{Now: now, Op: w.Op, ID: w.ID, Owner: w.Owner, Policy: w.Policy, Client: w.Client, TTLMs: w.TTLMs})
 	})
 	if err != nil {

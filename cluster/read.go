@@ -80,7 +80,11 @@ func (n *Node) peek(ctx context.Context, policyName, client string, stale bool) 
 	if !ok {
 		return PeekResult{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 	}
-	now := max(n.clock.wallNowMs(), v.AppliedNow)
+	now, ok := n.clock.clusterNowMs()
+	if !ok {
+		now = n.clock.wallNowMs()
+	}
+	now = max(now, v.AppliedNow)
 	r := PeekResult{Client: client, Policy: policyName, Algorithm: v.Policy.Algorithm,
 		AppliedNow: v.AppliedNow, AppliedIndex: v.AppliedIndex, ServedBy: n.cfg.ID, Stale: stale}
 	alg := v.Policy.Decider()

@@ -153,7 +153,7 @@ func (n *Node) reservationLocal(_ context.Context, w reservationWire) (reservati
 		}
 		w.ID = newID()
 	}
-	res, err := n.applyLease(func(now int64) []byte {
+	res, err := n.applyLease(false, func(now int64) []byte {
 		return fsm.EncodeReservation(fsm.ReservationEntry{Now: now, Op: w.Op, ID: w.ID, Owner: w.Owner, TTLMs: w.TTLMs, Items: w.Items, Units: w.Units})
 	})
 	if err != nil {

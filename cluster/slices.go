@@ -62,12 +62,12 @@ func (n *Node) WriteSlices(items []SliceWrite) ([]int64, error) {
 	if err := n.RequireFormat(fsm.SlicesFormat); err != nil {
 		return nil, err
 	}
-	if n.clockCheck.skewed.Load() {
-		return nil, notCounted(ErrNotLeader, ErrClockSkew)
-	}
 	// The stamp is read first: what is left of each deadline is read
 	// after it, so stamp + usable is never past the deadline.
-	now := n.clock.nowMs(n.raft.CurrentTerm())
+	now, err := n.stampNow(false)
+	if err != nil {
+		return nil, notCounted(ErrNotLeader, err)
+	}
 	t := time.Now()
 	out := make([]int64, len(items))
 	var keep []fsm.SliceItem

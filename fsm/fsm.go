@@ -137,6 +137,11 @@ type FSM struct {
 	lastNow int64
 	term    uint64
 	offset  int64
+	// grantsUntil is the latest expiry of any grant made or restored
+	// (never lowered by returns): until the applied time passes it, a
+	// holder may still be spending. Derived, not state: the leader's
+	// clock reads it before it lets cluster time catch up (GrantsUntil).
+	grantsUntil int64
 
 	appliedIndex uint64
 	halted       error
@@ -170,6 +175,7 @@ func (f *FSM) reset() {
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
+	f.grantsUntil = 0
 }
 
 // Apply applies one committed log entry.
@@ -253,6 +259,32 @@ func (f *FSM) clock(term uint64, stamped int64) int64 {
 	now := max(stamped+f.offset, f.lastNow)
 	f.lastNow = now
 	return now
+}
+
+// TimeMark is the state machine's clock: the applied time, the term of
+// the last timed entry and that term's offset (see clock).
+type TimeMark struct {
+	Term   uint64
+	Now    int64
+	Offset int64
+}
+
+// TimeMark reports the applied time with its term and offset; the node
+// reads it after each entry to continue cluster time from it when it
+// leads (cluster/clock.go).
+func (f *FSM) TimeMark() TimeMark {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return TimeMark{Term: f.term, Now: f.lastNow, Offset: f.offset}
+}
+
+// GrantsUntil is the latest expiry (FSM time) of any lease grant this
+// state machine made or restored: until the applied time passes it a
+// holder may still be spending units, so cluster time must not step.
+func (f *FSM) GrantsUntil() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.grantsUntil
 }
 
 // appendKey builds the map key: a length byte for the policy keeps

@@ -174,6 +174,7 @@ func share(room, want, others int64) int64 {
 
 func (f *FSM) addGrant(key string, g grant) {
 	gs := f.grants[key]
+	f.grantsUntil = max(f.grantsUntil, g.exp)
 	at, _ := slices.BinarySearchFunc(gs, g, cmpGrant)
 	f.grants[key] = slices.Insert(gs, at, g)
 	heap.Push(&f.grantHeap, grantDue{at: g.exp, key: key, index: g.index})

@@ -60,6 +60,7 @@ func (f *FSM) readGrants(r *snapReader) {
 		if r.err == nil {
 			g.epoch = uint32(epoch)
 			f.grants[key] = append(f.grants[key], g)
+			f.grantsUntil = max(f.grantsUntil, g.exp)
 		}
 	}
 }

@@ -185,7 +185,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
-	f.grants, f.grantHeap = fresh.grants, fresh.grantHeap
+	f.grants, f.grantHeap, f.grantsUntil = fresh.grants, fresh.grantHeap, fresh.grantsUntil
 	f.slices = nil // term-bound, never restored (slice.go)
 	f.permits, f.permitKey, f.permitHeap = fresh.permits, fresh.permitKey, fresh.permitHeap
 	f.reservations, f.reservationHeap = fresh.reservations, fresh.reservationHeap

@@ -26,6 +26,8 @@ func (nm *nemesis) apply(ctx context.Context, name string, rec *faultRecord) (he
 		return nm.clockForward(ctx, rec)
 	case nemClockBackward:
 		return nm.clockBackward(ctx, rec)
+	case nemClockStep:
+		return nm.clockStep(ctx, rec)
 	case nemMembership:
 		return nm.membership(ctx, rec)
 	case nemRaiseLimit:
@@ -198,6 +200,92 @@ func (nm *nemesis) clockBackward(ctx context.Context, rec *faultRecord) (healFun
 		nm.log.Printf("clock-skew-backward: leadership transfer to %s failed: %v", name, err)
 	} else {
 		rec.Extra["leaderAfterTransfer"] = name
+	}
+	return heal, nil
+}
+
+// clockStep is issue 34's fault, as NTP steps clocks, with the nodes'
+// own --max-clock-offset in force: the leader's clock steps ahead within
+// the bound, then beyond it (the clock check must keep it from stamping);
+// then the leadership goes to a follower whose clock is 0.9x the bound
+// behind, and then to one 0.9x ahead (reproduction 1). Cluster time must
+// move with none of it: a holder's units are never spent after their
+// window ends, and no window admits more than its limit, judged in
+// cluster time. Each step holds a quarter of the fault.
+func (nm *nemesis) clockStep(ctx context.Context, rec *faultRecord) (healFunc, error) {
+	l, err := nm.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := nm.cl.names()
+	within, beyond := nm.maxOffset*9/10, nm.maxOffset*3
+	var stepped []int
+	heal := func(ctx context.Context) error {
+		var errs []error
+		for _, i := range stepped {
+			if nm.cl.running(i) {
+				errs = append(errs, retry(ctx, 5*time.Second, func() error { return nm.adm.setClockOffset(ctx, nm.cl.specs[i].url(), 0) }))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	step := func(i int, off time.Duration) error {
+		stepped = append(stepped, i)
+		return nm.adm.setClockOffset(ctx, nm.cl.specs[i].url(), off)
+	}
+	hold := nm.fault / 4
+	rec.Targets = []string{names[l]}
+	rec.Detail = fmt.Sprintf("leader %s clock +%s (within --max-clock-offset), then +%s (beyond)", names[l], within, beyond)
+	if err := step(l, within); err != nil {
+		return heal, err
+	}
+	_ = sleepCtx(ctx, hold)
+	if err := step(l, beyond); err != nil {
+		return heal, err
+	}
+	_ = sleepCtx(ctx, hold)
+	if err := step(l, 0); err != nil {
+		return heal, err
+	}
+	var followers []int
+	for _, i := range nm.cl.runningNodes() {
+		if i != l {
+			followers = append(followers, i)
+		}
+	}
+	if len(followers) < 2 {
+		return heal, errors.New("clock-step needs two running followers")
+	}
+	nm.rng.Shuffle(len(followers), func(a, b int) { followers[a], followers[b] = followers[b], followers[a] })
+	behind, ahead := followers[0], followers[1]
+	rec.Targets = append(rec.Targets, names[behind], names[ahead])
+	rec.Detail += fmt.Sprintf("; leadership to %s (clock -%s), then to %s (clock +%s)", names[behind], within, names[ahead], within)
+	// The lead goes to the follower behind; then its clock is set right
+	// (a step on a leader) and the one ahead gets the lead: a leader
+	// refuses a target more than the bound from its own clock, so the
+	// two are never both off at a transfer.
+	for _, to := range []struct {
+		i   int
+		off time.Duration
+	}{{behind, -within}, {ahead, within}} {
+		if err := step(to.i, to.off); err != nil {
+			return heal, err
+		}
+		_ = sleepCtx(ctx, 1500*time.Millisecond) // let every node read the new clock
+		from := l
+		if cur, err := nm.leader(ctx); err == nil {
+			from = cur
+		}
+		if err := nm.adm.transferLeadership(ctx, nm.cl.specs[from].url(), names[to.i]); err != nil {
+			rec.Extra["transferError"] = err.Error()
+			nm.log.Printf("clock-step: leadership transfer to %s failed: %v", names[to.i], err)
+		}
+		_ = sleepCtx(ctx, hold)
+		if to.i == behind {
+			if err := step(behind, 0); err != nil {
+				return heal, err
+			}
+		}
 	}
 	return heal, nil
 }

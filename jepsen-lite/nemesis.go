@@ -23,6 +23,7 @@ const (
 	nemPauseLeader     = "pause-leader"
 	nemClockForward    = "clock-skew-forward"
 	nemClockBackward   = "clock-skew-backward"
+	nemClockStep       = "clock-step"
 	nemMembership      = "membership"
 	nemRaiseLimit      = "raise-limit"
 )
@@ -31,7 +32,7 @@ const (
 var allNemeses = []string{
 	nemPartitionLeader, nemPartitionHalf, nemPartitionRing, nemPartitionBridge,
 	nemKill, nemKillLeader, nemPause, nemPauseLeader,
-	nemClockForward, nemClockBackward, nemMembership, nemRaiseLimit,
+	nemClockForward, nemClockBackward, nemClockStep, nemMembership, nemRaiseLimit,
 }
 
 // aliases expand to several nemeses; "all" is every one that applies.
@@ -102,6 +103,8 @@ func healAllowance(name string) time.Duration {
 		return 2 * time.Second
 	case nemMembership:
 		return 6 * time.Second
+	case nemClockStep: // its steps and transfers run before the hold
+		return 8 * time.Second
 	default:
 		return 500 * time.Millisecond
 	}
@@ -179,7 +182,10 @@ type nemesis struct {
 	fault time.Duration
 	quiet time.Duration
 	skew  time.Duration
-	pols  *policySet // the run's policies; nil without --policies
+	// maxOffset is the nodes' --max-clock-offset (the clock-step fault
+	// steps clocks within and beyond it).
+	maxOffset time.Duration
+	pols      *policySet // the run's policies; nil without --policies
 }
 
 func (nm *nemesis) since() float64 { return time.Since(nm.t0).Seconds() }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,7 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 	}
 
 	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
-		fault: r.o.faultDuration, quiet: r.o.quiet, skew: r.o.skew, pols: r.pols}
+		fault: r.o.faultDuration, quiet: r.o.quiet, skew: r.o.skew, maxOffset: r.maxClockOffset(), pols: r.pols}
 	faults, err := r.faultedPhase(ctx, nm)
 	if err != nil {
 		return 0, "", err
@@ -158,6 +159,16 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 
 	code, verdict = r.judge(history, faults, finalStart, finalEnd)
 	return code, verdict, nil
+}
+
+// maxClockOffset is the nodes' --max-clock-offset: lifted past the skew
+// when a clock-skew fault runs (see newCluster), else rlnode's default,
+// which the clock-step fault steps clocks within and beyond.
+func (r *runner) maxClockOffset() time.Duration {
+	if slices.Contains(r.o.nemeses, nemClockForward) || slices.Contains(r.o.nemeses, nemClockBackward) {
+		return 2*r.o.skew + time.Second
+	}
+	return 500 * time.Millisecond
 }
 
 // newCluster lays out the nodes, sets up their security and the flags
@@ -183,7 +194,7 @@ func (r *runner) newCluster(ctx context.Context, bin string) (*security, error) 
 	// kept from leading and the clamp never tried. The discipline itself is
 	// tested by cmd/rlnode's TestSkewedNodeNeverLeads. --serve-args can
 	// set it back (the last flag wins).
-	common = append(common, "--max-clock-offset", (2*o.skew + time.Second).String())
+	common = append(common, "--max-clock-offset", r.maxClockOffset().String())
 	if o.leased && o.policies {
 		// The workload spreads ~--rate ops over every key and node, far
 		// below the default hot threshold: make leased keys hot at a few

@@ -28,25 +28,37 @@ const (
 )
 
 // The margin a holder's deadline keeps before the grant's expiry: clock
-// rate error (NTP slews a clock by up to 500 ppm; the leader's and the
-// holder's may be slewed in opposite directions, so 1000 ppm of the
-// lease) and a fixed part for whole-ms stamping and timer granularity.
-// For a 2 s lease that is 7 ms.
+// rate error and a fixed part for whole-ms stamping and timer
+// granularity. Rate: NTP slews a clock by up to 500 ppm, the leader's and
+// the holder's may be slewed in opposite directions, and cluster time may
+// slew toward the leader's wall clock by another 500 ppm
+// (cluster/clock.go), so 1500 ppm of the lease. For a 2 s lease that is
+// 8 ms.
 const (
-	MarginPPM   = 1000
+	MarginPPM   = 1500
 	MarginFixed = 5 * time.Millisecond
 )
 
+func margin(d time.Duration) time.Duration { return d/1_000_000*MarginPPM + MarginFixed }
+
 // UsableFor is how long after sending its request a holder may spend a
 // grant valid for valid (from the grant entry's time to its expiry, in
-// cluster time): valid less the margin, and for a token bucket less the
-// cluster's maximum clock offset too (the bucket's cap lifts at the
-// expiry in cluster time, which a failover to a leader whose clock is
-// ahead moves earlier by up to that bound). 0 or less: not usable at all.
-func UsableFor(valid time.Duration, bucket bool, maxClockOffset time.Duration) time.Duration {
-	d := valid - valid/1_000_000*MarginPPM - MarginFixed
-	if bucket {
+// cluster time): valid less the margin, and less the cluster's maximum
+// clock offset wherever the grant ends with what cluster time may be
+// moved against. A token bucket's cap lifts at the expiry; a fixed or
+// sliding window's units belong to a window that ends toWindowEnd after
+// the entry (0: no allowance there). Cluster time never steps while a
+// grant is outstanding (cluster/clock.go), but a leader of an earlier
+// release (a rolling upgrade) still moves it to its own clock, by up to
+// that bound, when it takes over: the leader passes toWindowEnd while
+// some voter may be such a release. 0 or less: not usable at all.
+func UsableFor(valid time.Duration, bucket bool, toWindowEnd, maxClockOffset time.Duration) time.Duration {
+	d := valid - margin(valid)
+	switch {
+	case bucket:
 		d -= maxClockOffset
+	case toWindowEnd > 0:
+		d = min(d, toWindowEnd-margin(toWindowEnd)-maxClockOffset)
 	}
 	return d
 }

@@ -110,6 +110,8 @@ type Config struct {
 	// more, for strict and leased keys alike, so the leased bucket bound
 	// of a span that overlaps one adds its refill.
 	ClockJumps []ClockJump
+	// clock bounds cluster time from the history (Check builds it).
+	clock *clusterClock
 }
 
 // ClockJump is a fault that may move cluster time forward by up to Ms,
@@ -179,6 +181,7 @@ func Check(cfg Config, history []Op) Result {
 	}
 
 	res.Violations = append(res.Violations, wrongStatuses(history)...)
+	cfg.clock = newClusterClock(pols, history)
 	gs, leased, bad := prepare(pols, history)
 	res.Violations = append(res.Violations, bad...)
 	for _, key := range slices.Sorted(maps.Keys(leased)) {

@@ -32,7 +32,11 @@ import (
 const (
 	CheckLeasedOverLimit = "leased-over-limit"
 	CheckLeasedLate      = "leased-spent-after-window"
-	CheckLeasedMulti     = "leased-in-multi"
+	// CheckLeasedLateCluster: the same judged in cluster time (an answer
+	// returned before the check was invoked showed the cluster's time at
+	// or past the window's end).
+	CheckLeasedLateCluster = "leased-spent-after-window-cluster-time"
+	CheckLeasedMulti       = "leased-in-multi"
 )
 
 // LeasedResult is the verdict on one leased key, with its under-admission.
@@ -138,6 +142,10 @@ func leasedWindows(cfg Config, key string, p Policy, ops []Op, res *LeasedResult
 			continue
 		}
 		w.allowed = append(w.allowed, op)
+		if at := cfg.clock.atLeast(op.Invoke); at >= end {
+			out = append(out, Violation{Check: CheckLeasedLateCluster, Key: key, OpIDs: []int{op.ID},
+				Detail: fmt.Sprintf("allowed check invoked when cluster time was already %d ms past its window [%d, %d) (decided %s on %s)", at-end, start, end, decidedWord(op), op.Node)})
+		}
 		if cfg.StartUnixMs > 0 {
 			if late := cfg.StartUnixMs + op.Invoke/1e6 - end; late > cfg.slackMs() {
 				out = append(out, Violation{Check: CheckLeasedLate, Key: key, OpIDs: []int{op.ID},

@@ -133,3 +133,26 @@ func TestLeasedBucketAllowsAClockJump(t *testing.T) {
 		t.Fatal("a clock jump elsewhere excused 3 tokens at once")
 	}
 }
+
+// A local decision of a window after an answer had shown the cluster's time
+// past that window's end is spent late in cluster time, whatever the
+// runner's clock says (issue 34: cluster time jumped ahead at a failover).
+func TestLeasedSpentAfterWindowInClusterTime(t *testing.T) {
+	var h history
+	h = leasedHit(h, "lf", true, 10, t0-500) // window [t0-500, t0+500)
+	// A hit of the next window returns at 101 ms: cluster time reached
+	// t0+500 by then, though the runner's clock says t0+101.
+	h = leasedHit(h, "lf", true, 100, t0+500)
+	h = leasedHit(h, "lf", true, 200, t0-500) // the old window, spent late
+	cfg := leasedCfg
+	cfg.StartUnixMs = 0 // no real-time judgment: cluster time alone
+	if res := Check(cfg, h); !hasViolation(res, CheckLeasedLateCluster) {
+		t.Fatalf("a unit spent after its window ended in cluster time was not caught: %+v", res.Violations)
+	}
+	h = history{}
+	h = leasedHit(h, "lf", true, 10, t0-500)
+	h = leasedHit(h, "lf", true, 100, t0-500)
+	if res := Check(cfg, h); hasViolation(res, CheckLeasedLateCluster) {
+		t.Fatalf("in-window spends judged late: %+v", res.Violations)
+	}
+}
