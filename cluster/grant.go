@@ -20,12 +20,11 @@ import (
 // a fixed part for whole-ms stamping and timer granularity. See
 // cluster/DESIGN.md, "Leases".
 const (
-	DefaultLease       = lease.DefaultLease
-	LeaseMarginPPM     = lease.MarginPPM
-	LeaseMarginFixed   = lease.MarginFixed
-	MaxLease           = lease.MaxLease
-	maxGrantItems      = fsm.MaxGrantItems
-	leaseRetryInterval = 20 * time.Millisecond
+	DefaultLease     = lease.DefaultLease
+	LeaseMarginPPM   = lease.MarginPPM
+	LeaseMarginFixed = lease.MarginFixed
+	MaxLease         = lease.MaxLease
+	maxGrantItems    = fsm.MaxGrantItems
 )
 
 // MaxGrantItems bounds the keys of one Grants call (one log entry).
@@ -402,14 +401,4 @@ var (
 func (n *Node) mountLeaseOps(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
 	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
-}
-
-// leaseError sorts a failed lease-family write (permits and reservations
-// use it in their own loop) the way the leader-operation rule does:
-// a *HitError, not counted or outcome unknown; nil stays nil.
-func leaseError(err error) error {
-	if he := opError(err); he != nil {
-		return he
-	}
-	return nil
 }

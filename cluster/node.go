@@ -56,6 +56,7 @@ type Node struct {
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
+	budgets    *Budgets
 	// top counts the hits clients sent this node, for ClusterTop.
 	top *topkeys.Recorder
 	// tracer is nil when tracing is off (tracing.go).
@@ -103,6 +104,7 @@ func Open(cfg Config) (*Node, error) {
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
+	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {

@@ -92,7 +92,6 @@ type Node interface {
 	Debug
 	TopView
 	CounterAdmin
-	Permitter
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -100,6 +99,9 @@ var _ Node = (*cluster.Node)(nil)
 // Config configures the router.
 type Config struct {
 	Node Node
+	// Budgets serves permits and reservations (default: the node's, when
+	// it has them: *cluster.Node.Budgets).
+	Budgets Permitter
 	// Policy is the policy /check/:client uses (default: policy.Default).
 	Policy string
 	// Token, when set, guards the admin and internal endpoints.
@@ -149,6 +151,9 @@ func New(cfg Config) *API {
 	}
 	if cfg.MaxHolderGrants == 0 {
 		cfg.MaxHolderGrants = DefaultHolderGrants
+	}
+	if b, ok := cfg.Node.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Budgets == nil {
+		cfg.Budgets = b.Budgets()
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()

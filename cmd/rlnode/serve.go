@@ -353,7 +353,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
+	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted, Middleware: tr.Gin()})
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
@@ -479,7 +479,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		stopPprof = servePprof(side.pprof, logger)
 	}
 	if side.grpc != nil {
-		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs,
+		rc := rls.Config{Limiter: node, Permits: node.Budgets(), Token: c.token, Logger: logger.Named("rls"), Observer: obs,
 			Limits: c.grpcBounds.limits(), Refused: obs, ServerOptions: grpcOpts}
 		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
