@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/credential"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
@@ -77,13 +76,11 @@ type (
 // token's, else "anon" (anyone who knows the id; ids from client.Local
 // are random).
 func holderScope(r *http.Request) string {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		sum := sha256.Sum256(r.TLS.PeerCertificates[0].Raw)
-		return "cert-" + hex.EncodeToString(sum[:8])
+	if name, ok := credential.OfTLS(r.TLS); ok {
+		return name
 	}
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
-		sum := sha256.Sum256([]byte(tok))
-		return "token-" + hex.EncodeToString(sum[:8])
+		return credential.Token(tok)
 	}
 	return "anon"
 }
