@@ -40,6 +40,9 @@ type budgetRoute interface {
 // the answer is the state machine's.
 type budgetLog interface {
 	applyLease(encode func(now int64) []byte) (any, error)
+	// RequireFormat is the version gate (gate.go): nil when every voter
+	// applies entries of format need.
+	RequireFormat(need fsm.Format) error
 }
 
 // budgetTable is the replicated state as the budgets read it on the

@@ -35,6 +35,8 @@ func (l *budgetBench) applyLease(encode func(now int64) []byte) (any, error) {
 	return l.apply(encode(l.now)), nil
 }
 
+func (l *budgetBench) RequireFormat(fsm.Format) error { return nil }
+
 func (l *budgetBench) Policy(name string) (policy.Policy, bool) { return l.f.Policy(name) }
 
 // localRoute is the leader's own route: the operation's input check, then

@@ -156,11 +156,16 @@ func errOr(err error) error {
 
 // reservationLocal writes the reservation entry on the leader.
 func (b *Budgets) reservationLocal(w reservationWire) (reservationAnswer, error) {
-	if w.Op == fsm.ReservationReserve {
+	switch {
+	case w.Op == fsm.ReservationReserve:
 		if err := b.requireReservable(w.Single, w.Items); err != nil {
 			return reservationAnswer{}, err
 		}
 		w.ID = b.newID()
+	case w.Op.IsSettle() && b.log.RequireFormat(fsm.FormatR5) == nil:
+		// Every voter applies the bounded settle: a settle never charges
+		// a key past its limit (docs/budgets.md, "Overdraft").
+		w.Op = fsm.ReservationSettleBounded
 	}
 	res, err := b.log.applyLease(func(now int64) []byte {
 		return fsm.EncodeReservation(fsm.ReservationEntry{Now: now, Op: w.Op, ID: w.ID, Owner: w.Owner, TTLMs: w.TTLMs, Items: w.Items, Units: w.Units})
@@ -172,7 +177,7 @@ func (b *Budgets) reservationLocal(w reservationWire) (reservationAnswer, error)
 	if !ok {
 		return reservationAnswer{}, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
-	if w.Op == fsm.ReservationSettle {
+	if w.Op.IsSettle() {
 		switch {
 		case r.NotFound:
 			return reservationAnswer{}, notCounted(nil, fmt.Errorf("%w: reservation %q", ErrNotFound, w.ID))

@@ -168,12 +168,21 @@ func (f *FSM) settleReservation(now int64, e ReservationEntry) *ReservationResul
 			for k, st := range f.liveStates(it.key, p, now) {
 				room = min(room, window.Room(p.alg, p.limits[k], st, now))
 			}
+			room = max(room, 0)
+			charge := extra
+			if e.Op == ReservationSettleBounded {
+				charge = room // never past the limit: the rest is overdraft, not charged
+			}
+			if charge == 0 {
+				res.Overdraft = max(res.Overdraft, extra)
+				continue
+			}
 			client := it.key[1+int(it.key[0]):]
-			hv := hitView{policy: []byte(policyOf(it.key)), client: []byte(client), cost: extra}
+			hv := hitView{policy: []byte(policyOf(it.key)), client: []byte(client), cost: charge}
 			hr := HitResult{Parts: make([]window.Result, len(p.limits))}
 			if f.decide(now, &hv, p.alg, p.limits, p.epoch, &hr, false, stepInc) {
-				res.Charged[i] = extra
-				res.Overdraft = max(res.Overdraft, extra-max(room, 0))
+				res.Charged[i] = charge
+				res.Overdraft = max(res.Overdraft, extra-room)
 			}
 		}
 	}
