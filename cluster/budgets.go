@@ -87,6 +87,9 @@ var (
 	// ErrTTLOverBound: the TTL asked is over this node's --max-permit-ttl
 	// (also ErrBadRequest).
 	ErrTTLOverBound = errors.New("the TTL is over this node's bound")
+	// ErrNeverFits: a reservation that no wait can make: a key's units
+	// (its items summed) above a limit's capacity (422, never retried).
+	ErrNeverFits = errors.New("more than the policy could ever allow")
 	// ErrTooManyPermits: the state machine holds fsm.MaxPermits permits
 	// (across every key); the acquire took nothing. A bound of the
 	// caller's use, not a cluster condition: no other node answers

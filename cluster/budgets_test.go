@@ -156,6 +156,10 @@ func TestBudgetsReservationsWithoutACluster(t *testing.T) {
 		{ReserveRequest{Items: []ReserveItem{{Policy: "in", Client: "", Units: 1}}}, ErrBadRequest, "keys[0].client"},
 		{ReserveRequest{TTL: 3 * time.Hour, Items: []ReserveItem{{Policy: "in", Client: "u", Units: 1}}}, ErrTTLOverBound, "ttl"},
 		{ReserveRequest{}, ErrBadRequest, "keys"},
+		// Never fits (issue 35, item 11): units above the limit, or
+		// items of one key summing above it.
+		{ReserveRequest{Single: true, Items: []ReserveItem{{Policy: "in", Client: "u", Units: 1001}}}, ErrNeverFits, "units"},
+		{ReserveRequest{Items: []ReserveItem{{Policy: "usd", Client: "u", Units: 6}, {Policy: "usd", Client: "u", Units: 5}}}, ErrNeverFits, "keys[1].units"},
 	} {
 		_, err := b.Reserve(ctx, c.req)
 		var re *RequestError

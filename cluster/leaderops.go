@@ -138,7 +138,7 @@ const opRetryInterval = 20 * time.Millisecond
 // the same leader or the next would give them again, so the one retry
 // rule returns them at once. Nothing was written for any of them.
 var finals = []error{ErrUnknownPolicy, ErrNotMember, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading,
-	errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits}
+	errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits, ErrNeverFits}
 
 func isFinal(err error) bool {
 	for _, f := range finals {
@@ -388,6 +388,7 @@ var errorCodes = []struct {
 	{ErrAlreadySettled, "already_settled", http.StatusConflict},
 	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
 	{ErrBadRequest, "bad_request", http.StatusBadRequest},
+	{ErrNeverFits, "cost_exceeds_limit", http.StatusUnprocessableEntity},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -226,6 +227,7 @@ func reservationOf(w reservationWire, r *fsm.ReservationResult) *Reservation {
 // the one place a reservation's policy kinds are checked (the state
 // machine answers the same when the table changed meanwhile).
 func (b *Budgets) requireReservable(single bool, items []ReserveItem) error {
+	sums := make(map[[2]string]int64, len(items))
 	for i, it := range items {
 		field := at(single, i) + "policy"
 		p, ok := b.table.Policy(it.Policy)
@@ -238,6 +240,14 @@ func (b *Budgets) requireReservable(single bool, items []ReserveItem) error {
 			return badField(ErrWrongPolicy, field, "%q is leased: reservations need a strict policy", it.Policy)
 		case p.IsShadow():
 			return badField(ErrWrongPolicy, field, "%q: %s", it.Policy, fsm.ReasonShadow)
+		}
+		// Items of one key count together: a sum above a limit's
+		// capacity can never be reserved, however long the caller waits.
+		k := [2]string{it.Policy, it.Client}
+		sums[k] = min(sums[k]+it.Units, policy.MaxLimit+1)
+		if l, never := p.NeverAllows(sums[k]); never {
+			return badField(ErrNeverFits, at(single, i)+"units", "%d units of %q for client %q: a limit of %d can never allow them; do not retry",
+				sums[k], it.Policy, it.Client, p.Limits[l].Capacity())
 		}
 	}
 	return nil

@@ -159,6 +159,7 @@ var answerRows = []struct {
 	{cluster.ErrUnknownPolicy, http.StatusNotFound, CodeUnknownPolicy, ""},
 	{cluster.ErrWrongPolicy, http.StatusBadRequest, CodeWrongPolicy, ""},
 	{cluster.ErrBadRequest, http.StatusBadRequest, CodeInvalidRequest, ""},
+	{cluster.ErrNeverFits, http.StatusUnprocessableEntity, CodeCostExceedsLimit, ""},
 	{cluster.ErrConflict, http.StatusConflict, CodeConflict, ""},
 	{policy.ErrTooManyPolicies, http.StatusConflict, CodeTooManyPolicies, ""},
 	{cluster.ErrUnknownServer, http.StatusNotFound, CodeNotFound, ""},

@@ -51,13 +51,14 @@ func (a *API) reserve(c *gin.Context) {
 	}
 	c.Header("Cache-Control", "no-store")
 	if !r.Reserved {
-		retryMs := int64(0)
+		retryMs, never := int64(0), false
 		for _, k := range r.Keys {
 			if !k.Allowed {
 				retryMs = max(retryMs, k.RetryAfterMs)
+				never = never || k.RetryAfterMs < 0
 			}
 		}
-		if retryMs < 0 {
+		if never {
 			writeProblem(c, http.StatusUnprocessableEntity, CodeCostExceedsLimit, "units exceed what a policy could ever allow: this reservation can never be made, do not retry")
 			return
 		}
