@@ -25,6 +25,10 @@ type Budgets struct {
 	table budgetTable
 	// maxTTL is this node's --max-permit-ttl.
 	maxTTL time.Duration
+	// caps bound each credential (credentialcaps.go); counts are what
+	// they are checked against (nil: no caps).
+	caps   CredentialCaps
+	counts budgetCounts
 	// newID draws ids on the leader (crypto/rand; a test may count).
 	newID func() string
 }
@@ -40,6 +44,8 @@ type budgetRoute interface {
 // the answer is the state machine's.
 type budgetLog interface {
 	applyLease(encode func(now int64) []byte) (any, error)
+	// leaderNow is the time the next entry would be stamped with.
+	leaderNow() int64
 	// RequireFormat is the version gate (gate.go): nil when every voter
 	// applies entries of format need.
 	RequireFormat(need fsm.Format) error
@@ -52,9 +58,23 @@ type budgetTable interface {
 	Policy(name string) (policy.Policy, bool)
 }
 
-func newBudgets(route budgetRoute, log budgetLog, table budgetTable, maxTTL time.Duration) *Budgets {
-	return &Budgets{route: route, log: log, table: table, maxTTL: maxTTL, newID: newID}
+func newBudgets(route budgetRoute, log budgetLog, table budgetTable, maxTTL time.Duration, caps CredentialCaps, counts budgetCounts) *Budgets {
+	return &Budgets{route: route, log: log, table: table, maxTTL: maxTTL, caps: caps.withDefaults(), counts: counts, newID: newID}
 }
+
+// leaderNow is the leader clock's reading for the next entry.
+func (n *Node) leaderNow() int64 { return n.clock.nowMs(n.raft.CurrentTerm()) }
+
+// stateCounts are the node's budget counts: its state machine's (which
+// Open makes after the budgets).
+type stateCounts struct{ n *Node }
+
+func (c stateCounts) PermitsOfOwner(owner string) int64 { return c.n.fsm.PermitsOfOwner(owner) }
+func (c stateCounts) ReservedBytesOfOwner(owner string) int64 {
+	return c.n.fsm.ReservedBytesOfOwner(owner)
+}
+func (c stateCounts) ReservedBytes() int64      { return c.n.fsm.ReservedBytes() }
+func (c stateCounts) BudgetsDue(now int64) bool { return c.n.fsm.BudgetsDue(now) }
 
 // Budgets is this node's permits and reservations, the value the front
 // ends take.

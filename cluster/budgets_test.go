@@ -37,6 +37,8 @@ func (l *budgetBench) applyLease(encode func(now int64) []byte) (any, error) {
 
 func (l *budgetBench) RequireFormat(fsm.Format) error { return nil }
 
+func (l *budgetBench) leaderNow() int64 { return l.now }
+
 func (l *budgetBench) Policy(name string) (policy.Policy, bool) { return l.f.Policy(name) }
 
 // localRoute is the leader's own route: the operation's input check, then
@@ -65,7 +67,7 @@ func testBudgets(t *testing.T, ps ...policy.Policy) (*Budgets, *budgetBench) {
 			t.Fatal(err)
 		}
 	}
-	b := newBudgets(nil, bench, bench, 5*time.Minute)
+	b := newBudgets(nil, bench, bench, 5*time.Minute, CredentialCaps{}, bench.f)
 	b.route = localRoute{b}
 	return b, bench
 }

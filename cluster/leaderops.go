@@ -138,7 +138,7 @@ const opRetryInterval = 20 * time.Millisecond
 // the same leader or the next would give them again, so the one retry
 // rule returns them at once. Nothing was written for any of them.
 var finals = []error{ErrUnknownPolicy, ErrNotMember, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading,
-	errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits, ErrNeverFits}
+	errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits, ErrNeverFits, ErrCredentialBudget}
 
 func isFinal(err error) bool {
 	for _, f := range finals {
@@ -389,6 +389,7 @@ var errorCodes = []struct {
 	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
 	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 	{ErrNeverFits, "cost_exceeds_limit", http.StatusUnprocessableEntity},
+	{ErrCredentialBudget, "credential_budget", http.StatusTooManyRequests},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -104,7 +104,7 @@ func Open(cfg Config) (*Node, error) {
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	n.leaseObs = leaseObserver(cfg.Observer)
-	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL)
+	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {

@@ -125,6 +125,9 @@ func (b *Budgets) permitLocal(w permitWire) (Permit, error) {
 		}
 	}
 	if w.Op == fsm.PermitAcquire {
+		if err := b.overCap(w.Owner, 1, nil); err != nil {
+			return Permit{}, err
+		}
 		w.ID = b.newID()
 	}
 	res, err := b.log.applyLease(func(now int64) []byte {
@@ -192,20 +195,10 @@ func (n *Node) mountPermitOps(mux *http.ServeMux) {
 // entry it applied), by key then age: for status pages and tests.
 func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
 
-// LivePermitsByPolicy counts the permits live in this node's state per
-// concurrency policy, 0 for a concurrency policy with none (metrics and
-// the operator's views; policies are an admin-defined, bounded set).
-func (n *Node) LivePermitsByPolicy() map[string]int64 {
-	out := map[string]int64{}
-	for _, p := range n.fsm.Policies() {
-		if p.IsConcurrency() {
-			out[p.Name] = 0
-		}
-	}
-	for _, pm := range n.fsm.LivePermits() {
-		if _, ok := out[pm.Policy]; ok {
-			out[pm.Policy]++
-		}
-	}
-	return out
-}
+// LivePermitsByPolicy counts the permits in this node's state per
+// concurrency policy, 0 for a concurrency policy with none (metrics, the
+// operator's views): counts the state machine keeps on apply, so a
+// scrape is O(policies) under its lock, never a scan of the permits
+// (issue 35: at 1M permits a scrape stalled /check for 2.2 s). A permit
+// past its TTL counts until the sweep drops it.
+func (n *Node) LivePermitsByPolicy() map[string]int64 { return n.fsm.PermitsByPolicy() }

@@ -162,6 +162,9 @@ func (b *Budgets) reservationLocal(w reservationWire) (reservationAnswer, error)
 		if err := b.requireReservable(w.Single, w.Items); err != nil {
 			return reservationAnswer{}, err
 		}
+		if err := b.overCap(w.Owner, 0, w.Items); err != nil {
+			return reservationAnswer{}, err
+		}
 		w.ID = b.newID()
 	case w.Op.IsSettle() && b.log.RequireFormat(fsm.FormatR5) == nil:
 		// Every voter applies the bounded settle: a settle never charges

@@ -117,7 +117,7 @@ type FSM struct {
 	// of each permit id, and the heap of their expiries (key, index).
 	permits    map[string][]permit
 	permitKey  map[string]string
-	permitHeap grantHeap
+	permitHeap permitDues
 	// maxPermits bounds the permits stored (MaxPermits; tests lower it,
 	// not state: every replica runs with the same bound).
 	maxPermits int
@@ -125,6 +125,8 @@ type FSM struct {
 	// (the id in key).
 	reservations    map[string]*reservation
 	reservationHeap grantHeap
+	// counts of permits and reservations, kept on apply (budgetcounts.go).
+	counts budgetCounts
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -162,6 +164,7 @@ func (f *FSM) reset() {
 	f.grants, f.grantHeap = make(map[string][]grant), nil
 	f.permits, f.permitKey, f.permitHeap = make(map[string][]permit), make(map[string]string), nil
 	f.reservations, f.reservationHeap = make(map[string]*reservation), nil
+	f.counts = newBudgetCounts()
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0

@@ -134,6 +134,7 @@ func (f *FSM) reserveUnits(now int64, index uint64, e ReservationEntry) *Reserva
 		r.items = append(r.items, rv)
 	}
 	f.reservations[e.ID] = r
+	f.counts.countReservation(r, 1)
 	heap.Push(&f.reservationHeap, grantDue{at: r.exp, key: e.ID, index: index})
 	res.Reserved, res.Exp = true, r.exp
 	return res
@@ -196,6 +197,7 @@ func (f *FSM) expireReservations(now int64, budget int) {
 		it := heap.Pop(&f.reservationHeap).(grantDue)
 		if r := f.reservations[it.key]; r != nil && r.exp <= now {
 			delete(f.reservations, it.key)
+			f.counts.countReservation(r, -1)
 			budget--
 		}
 	}

@@ -187,7 +187,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.index, f.slab, f.free, f.heap, f.nodes = fresh.index, fresh.slab, fresh.free, fresh.heap, fresh.nodes
 	f.grants, f.grantHeap = fresh.grants, fresh.grantHeap
 	f.permits, f.permitKey, f.permitHeap = fresh.permits, fresh.permitKey, fresh.permitHeap
-	f.reservations, f.reservationHeap = fresh.reservations, fresh.reservationHeap
+	f.reservations, f.reservationHeap, f.counts = fresh.reservations, fresh.reservationHeap, fresh.counts
 	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
 	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
@@ -342,6 +342,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	f.rebuildGrantHeap()
 	f.rebuildPermitIndex()
 	f.rebuildReservationHeap()
+	f.rebuildBudgetCounts()
 	return nil
 }
 

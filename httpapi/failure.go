@@ -150,19 +150,21 @@ var answerRows = []struct {
 	status int
 	code   string
 	detail string
+	retry  bool
 }{
-	{cluster.ErrClusterUpgrading, http.StatusConflict, CodeClusterUpgrading, ""},
-	{cluster.ErrTableChanged, http.StatusConflict, CodeTableChanged, ""},
+	{cluster.ErrClusterUpgrading, http.StatusConflict, CodeClusterUpgrading, "", false},
+	{cluster.ErrTableChanged, http.StatusConflict, CodeTableChanged, "", false},
 	{cluster.ErrNotFound, http.StatusNotFound, CodeNotFound,
-		"no such permit or reservation of yours (never made, released, expired, or taken with another credential)"},
-	{cluster.ErrAlreadySettled, http.StatusConflict, CodeAlreadySettled, "the reservation was settled already; nothing changed"},
-	{cluster.ErrUnknownPolicy, http.StatusNotFound, CodeUnknownPolicy, ""},
-	{cluster.ErrWrongPolicy, http.StatusBadRequest, CodeWrongPolicy, ""},
-	{cluster.ErrBadRequest, http.StatusBadRequest, CodeInvalidRequest, ""},
-	{cluster.ErrNeverFits, http.StatusUnprocessableEntity, CodeCostExceedsLimit, ""},
-	{cluster.ErrConflict, http.StatusConflict, CodeConflict, ""},
-	{policy.ErrTooManyPolicies, http.StatusConflict, CodeTooManyPolicies, ""},
-	{cluster.ErrUnknownServer, http.StatusNotFound, CodeNotFound, ""},
+		"no such permit or reservation of yours (never made, released, expired, or taken with another credential)", false},
+	{cluster.ErrAlreadySettled, http.StatusConflict, CodeAlreadySettled, "the reservation was settled already; nothing changed", false},
+	{cluster.ErrUnknownPolicy, http.StatusNotFound, CodeUnknownPolicy, "", false},
+	{cluster.ErrWrongPolicy, http.StatusBadRequest, CodeWrongPolicy, "", false},
+	{cluster.ErrBadRequest, http.StatusBadRequest, CodeInvalidRequest, "", false},
+	{cluster.ErrNeverFits, http.StatusUnprocessableEntity, CodeCostExceedsLimit, "", false},
+	{cluster.ErrCredentialBudget, http.StatusTooManyRequests, CodeCredentialBudget, "", true},
+	{cluster.ErrConflict, http.StatusConflict, CodeConflict, "", false},
+	{policy.ErrTooManyPolicies, http.StatusConflict, CodeTooManyPolicies, "", false},
+	{cluster.ErrUnknownServer, http.StatusNotFound, CodeNotFound, "", false},
 }
 
 // answered matches err against answerRows; detail is the error's words
@@ -173,7 +175,7 @@ func answered(err error, detail string) (failure, bool) {
 			if r.detail != "" {
 				detail = r.detail
 			}
-			return failure{r.status, r.code, detail, false}, true
+			return failure{r.status, r.code, detail, r.retry}, true
 		}
 	}
 	return failure{}, false

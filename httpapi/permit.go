@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/credential"
 )
 
 // Permit and reservation API paths (docs/budgets.md).
@@ -24,6 +25,9 @@ const (
 	CodeWrongPolicy    = "wrong_policy"
 	CodeAlreadySettled = "already_settled"
 	CodeTooManyPermits = "too_many_permits"
+	// CodeCredentialBudget: the caller's credential holds its share
+	// (429; another credential still gets its first).
+	CodeCredentialBudget = "credential_budget"
 )
 
 // Permitter takes concurrency permits and reservations through the log
@@ -61,13 +65,13 @@ type permitAnswer struct {
 	Limit       int64 `json:"limit"`
 }
 
-// owner is the credential identity a permit or reservation is bound to:
-// the client certificate's or bearer token's fingerprint, "" without one.
+// owner is the credential a permit or reservation is bound to and counted
+// against (internal/credential): the client certificate's fingerprint,
+// else the bearer token's, else the source address (one host's anonymous
+// callers are one credential; behind a proxy, all of them are: give
+// applications tokens).
 func owner(r *http.Request) string {
-	if s := holderScope(r); s != "anon" {
-		return s
-	}
-	return ""
+	return credential.Of(r.TLS, r.Header.Get("Authorization"), r.RemoteAddr)
 }
 
 // parseTTL reads a TTL ("30s"; empty: the default), naming the field;
