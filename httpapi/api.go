@@ -118,6 +118,10 @@ type Config struct {
 	// MaxHolderGrants caps the grants one external holder may have
 	// outstanding through this node (default DefaultHolderGrants).
 	MaxHolderGrants int
+	// MaxCredentialGrants caps the grants one credential may have
+	// outstanding through this node over all its holder ids (default
+	// DefaultCredentialGrants).
+	MaxCredentialGrants int
 	// LeaseMetrics, when set, records external grants per policy.
 	LeaseMetrics LeaseObserver
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
@@ -152,6 +156,9 @@ func New(cfg Config) *API {
 	if cfg.MaxHolderGrants == 0 {
 		cfg.MaxHolderGrants = DefaultHolderGrants
 	}
+	if cfg.MaxCredentialGrants == 0 {
+		cfg.MaxCredentialGrants = DefaultCredentialGrants
+	}
 	if b, ok := cfg.Node.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Budgets == nil {
 		cfg.Budgets = b.Budgets()
 	}
@@ -165,7 +172,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants), answers: newAnswerBufs()}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants, cfg.MaxCredentialGrants), answers: newAnswerBufs()}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.Use(cfg.Middleware...)
 	e.NoRoute(func(c *gin.Context) {

@@ -42,6 +42,9 @@ const (
 	DefaultLeaseMs      = lease.DefaultLeaseMs
 	MaxLeaseMs          = lease.MaxLeaseMs
 	DefaultHolderGrants = 1024
+	// DefaultCredentialGrants bounds one credential's grants through a
+	// node over all its holder ids: four holders' worth.
+	DefaultCredentialGrants = 4 * DefaultHolderGrants
 )
 
 // Leaser lends budget to external holders (a follower forwards grants and
@@ -197,9 +200,14 @@ func (a *API) lease(c *gin.Context) {
 		return
 	}
 	holder := externalHolder(c.Request, in.Holder)
-	release, err := a.holders.reserve(holder)
+	release, err := a.holders.reserve(owner(c.Request), holder)
 	if err != nil {
 		a.observeLease(in.Policy, "refused", 0)
+		if errors.Is(err, errCredentialGrants) {
+			c.Header("Retry-After", "1")
+			writeProblem(c, http.StatusTooManyRequests, CodeCredentialBudget, err.Error()+"; nothing was granted")
+			return
+		}
 		writeProblem(c, http.StatusConflict, CodeTooManyGrants, err.Error()+"; nothing was granted")
 		return
 	}
@@ -269,7 +277,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 		a.leaseError(c, in.Policy, err)
 		return
 	}
-	a.holders.forget(holder, in.Grant)
+	a.holders.forget(owner(c.Request), holder, in.Grant)
 	if a.cfg.LeaseMetrics != nil {
 		a.cfg.LeaseMetrics.ObserveLeaseReturn(in.Policy, got)
 	}
