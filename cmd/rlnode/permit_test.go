@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 )
 
 const permitToken = "perm1t"
@@ -41,8 +42,8 @@ func waitClusterFormat4(t *testing.T, nodes []*proctest.Node) {
 	t.Helper()
 	for _, n := range nodes {
 		proctest.Poll(t, 15*time.Second, func() error {
-			if st, err := proctest.Status(n); err != nil || st["clusterFormat"] != float64(4) {
-				return fmt.Errorf("%s: cluster format %v (%v); want 4", n.ID, st["clusterFormat"], err)
+			if st, err := proctest.Status(n); err != nil || st["clusterFormat"] != float64(fsm.CurrentFormat) {
+				return fmt.Errorf("%s: cluster format %v (%v); want %d", n.ID, st["clusterFormat"], err, fsm.CurrentFormat)
 			}
 			return nil
 		})
