@@ -165,6 +165,10 @@ var answerRows = []struct {
 	{cluster.ErrConflict, http.StatusConflict, CodeConflict, "", false},
 	{policy.ErrTooManyPolicies, http.StatusConflict, CodeTooManyPolicies, "", false},
 	{cluster.ErrUnknownServer, http.StatusNotFound, CodeNotFound, "", false},
+	{cluster.ErrNotEmpty, http.StatusConflict, CodeInvalidRequest, "", false},
+	{cluster.ErrInvalidBackup, http.StatusBadRequest, CodeInvalidBackup, "", false},
+	{cluster.ErrOverLimit, http.StatusUnprocessableEntity, CodeOverLimit, "", false},
+	{cluster.ErrNotLeased, http.StatusConflict, CodeNotLeased, "", false},
 }
 
 // answered matches err against answerRows; detail is the error's words
@@ -246,9 +250,12 @@ func adminFailure(what string, err error) failure {
 }
 
 // readFailure answers a failed linearizable read (peek, the policy
-// table); unknownPolicy is answered by the caller.
+// table).
 func readFailure(err error) failure {
 	if f, ok := unavailable(err); ok {
+		return f
+	}
+	if f, ok := answered(err, detailOf(err)); ok {
 		return f
 	}
 	code := CodeNotLeader

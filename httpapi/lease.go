@@ -290,14 +290,11 @@ func (a *API) leaseReturn(c *gin.Context) {
 // leaseError answers a grant or return that failed: the policy changed
 // under the request, or no decision was made.
 func (a *API) leaseError(c *gin.Context, name string, err error) {
-	switch {
-	case errors.Is(err, cluster.ErrUnknownPolicy):
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined; nothing was granted or returned", name))
-	case errors.Is(err, cluster.ErrNotLeased):
-		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: it grants no leases", name))
-	default:
-		a.hitError(c, err)
+	if f, ok := answered(err, fmt.Sprintf("policy %q: %s; nothing was granted or returned", name, detailOf(err))); ok {
+		writeFailure(c, f)
+		return
 	}
+	a.hitError(c, err)
 }
 
 func (a *API) observeLease(policyName, result string, units int64) {
