@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -168,5 +169,52 @@ func TestBudgetsReservationsWithoutACluster(t *testing.T) {
 		if !errors.As(err, &re) || re.Kind != c.kind || re.Field != c.field || !strings.HasPrefix(err.Error(), c.field+": ") {
 			t.Errorf("%+v: %v, want %v naming %s", c.req, err, c.kind, c.field)
 		}
+	}
+}
+
+// TestBudgetsCredentialShares: a credential past its share of permits or
+// reserved bytes is refused before the log (nothing written), another
+// credential still gets its first, and permits that lapsed do not hold
+// their owner back once they are due.
+func TestBudgetsCredentialShares(t *testing.T) {
+	b, bench := testBudgets(t, concurrency("jobs", 1000), policy.Fixed("in", 1_000_000, time.Hour))
+	b.caps = CredentialCaps{Permits: 3, ReservedBytes: 2048, ReservedBytesTotal: 1 << 20}
+	ctx := context.Background()
+	for i := range 3 {
+		if p, err := b.AcquirePermit(ctx, PermitRequest{Policy: "jobs", Client: fmt.Sprint(i), Owner: "addr-10.0.0.1", TTL: time.Second}); err != nil || !p.Acquired {
+			t.Fatalf("acquire %d: %+v %v", i, p, err)
+		}
+	}
+	index := bench.index
+	_, err := b.AcquirePermit(ctx, PermitRequest{Policy: "jobs", Client: "x", Owner: "addr-10.0.0.1", TTL: time.Second})
+	if !errors.Is(err, ErrCredentialBudget) || !errors.Is(err, ErrNotCounted) || !strings.Contains(err.Error(), "addr-10.0.0.1") || bench.index != index {
+		t.Fatalf("a fourth permit of a share of 3: %v (entries written: %d)", err, bench.index-index)
+	}
+	if p, err := b.AcquirePermit(ctx, PermitRequest{Policy: "jobs", Client: "x", Owner: "token-abc"}); err != nil || !p.Acquired {
+		t.Fatalf("another credential's first: %+v %v", p, err)
+	}
+	bench.now += 1000 // the three lapse: due, not swept yet
+	if p, err := b.AcquirePermit(ctx, PermitRequest{Policy: "jobs", Client: "x2", Owner: "addr-10.0.0.1"}); err != nil || !p.Acquired {
+		t.Fatalf("after its permits lapsed: %+v %v", p, err)
+	}
+	long := func(i int) []ReserveItem {
+		return []ReserveItem{{Policy: "in", Client: fmt.Sprintf("%d-%s", i, strings.Repeat("x", 250)), Units: 1}}
+	}
+	made := 0
+	for i := range 10 {
+		_, err := b.Reserve(ctx, ReserveRequest{Owner: "addr-10.0.0.1", TTL: time.Minute, Items: long(i)})
+		if errors.Is(err, ErrCredentialBudget) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		made++
+	}
+	if made == 0 || made > 2048/(250+64) {
+		t.Fatalf("%d reservations of a 250-byte key within 2048 bytes", made)
+	}
+	if _, err := b.Reserve(ctx, ReserveRequest{Owner: "token-abc", TTL: time.Minute, Items: long(99)}); err != nil {
+		t.Fatalf("another credential's reservation: %v", err)
 	}
 }
