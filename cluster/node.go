@@ -57,6 +57,7 @@ type Node struct {
 	leaseObs   LeaseObserver
 	holder     *holder
 	budgets    *Budgets
+	digests    digestCache // Status's state digest, at most once a second
 	// top counts the hits clients sent this node, for ClusterTop.
 	top *topkeys.Recorder
 	// tracer is nil when tracing is off (tracing.go).
@@ -427,7 +428,7 @@ func (n *Node) Status() Status {
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	lid, lhttp := n.Leader()
 	fs := n.fsm.Stats()
-	digest, at := n.fsm.Digest()
+	digest, at := n.digests.get(time.Now(), n.fsm.Digest)
 	s := Status{
 		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.data.Kind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,
