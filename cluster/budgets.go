@@ -18,7 +18,8 @@ import (
 // cluster (budgets_test.go). A request is validated once, here, on the
 // node asked; it then goes to the leader by the one leader-operation rule
 // (one call into the node, retried there only while nothing was written);
-// the leader checks the policy's kind and writes the entry.
+// the leader checks the policy's kind and the caller's share and writes
+// the entry.
 type Budgets struct {
 	route budgetRoute
 	log   budgetLog
@@ -29,7 +30,7 @@ type Budgets struct {
 	// they are checked against (nil: no caps).
 	caps   CredentialCaps
 	counts budgetCounts
-	// newID draws ids on the leader (crypto/rand; a test may count).
+	// newID draws ids on the leader (crypto/rand).
 	newID func() string
 }
 
@@ -51,9 +52,8 @@ type budgetLog interface {
 	RequireFormat(need fsm.Format) error
 }
 
-// budgetTable is the replicated state as the budgets read it on the
-// leader: the policy table and the live counts the state machine keeps on
-// apply (never a scan).
+// budgetTable is the replicated policy table as the budgets read it on
+// the leader.
 type budgetTable interface {
 	Policy(name string) (policy.Policy, bool)
 }
