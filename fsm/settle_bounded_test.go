@@ -36,3 +36,17 @@ func TestBoundedSettleNeverTakesAKeyPastItsLimit(t *testing.T) {
 		t.Fatalf("the old settle changed meaning: %+v", r)
 	}
 }
+
+// The bounded settle's entry decodes as written; an op past it is
+// corrupt (a release that does not know it halts rather than guess).
+func TestBoundedSettleCodec(t *testing.T) {
+	e := ReservationEntry{Now: t0, Op: ReservationSettleBounded, ID: testID(7), Owner: "addr-127.0.0.1", Units: 1 << 40}
+	got, err := decodeReservation(EncodeReservation(e))
+	if err != nil || got.Op != e.Op || got.Units != e.Units || got.ID != e.ID || got.Owner != e.Owner || !got.Op.IsSettle() {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	e.Op = ReservationSettleBounded + 1
+	if _, err := decodeReservation(EncodeReservation(e)); err == nil {
+		t.Fatal("an unknown reservation op decoded")
+	}
+}
