@@ -14,11 +14,11 @@ import (
 // TopPath serves this node's own top keys to the node a user asked.
 const TopPath = "/internal/v1/top"
 
-// recordTop hands a decided check's hits to the top-keys recorder. Only
+// record hands a decided check's hits to the top-keys recorder. Only
 // the node a client asked records (forwarded hits reach the leader's
 // batcher, not CheckAll), so the nodes' counts are disjoint and add up.
 // Every hit of a refused check counts as refused: none of them counted.
-func (n *Node) recordTop(res CheckResult) {
+func (v *Views) record(res CheckResult) {
 	for _, h := range res.Hits {
 		if h.UnknownPolicy {
 			continue
@@ -30,12 +30,12 @@ func (n *Node) recordTop(res CheckResult) {
 		case h.WouldRefuse():
 			o = topkeys.WouldRefuse
 		}
-		n.top.Record(h.Policy, h.Client, o)
+		v.top.Record(h.Policy, h.Client, o)
 	}
 }
 
 // LocalTop is this node's own view: the hits clients sent to it.
-func (n *Node) LocalTop(policyName string) topkeys.Report { return n.top.Top(policyName, 0) }
+func (v *Views) LocalTop(policyName string) topkeys.Report { return v.top.Top(policyName, 0) }
 
 // TopNode says whether a member's counts are in a cluster top list.
 type TopNode struct {
@@ -54,29 +54,24 @@ type ClusterTop struct {
 // ClusterTop collects every member's top keys of policyName ("" for all)
 // over the internal path and merges them, keeping n keys per list. A
 // member that does not answer within a second is named, not waited for.
-func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) ClusterTop {
-	var servers []string
-	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
-		for _, s := range cf.Configuration().Servers {
-			servers = append(servers, string(s.ID))
-		}
-	}
+func (v *Views) ClusterTop(ctx context.Context, policyName string, keep int) ClusterTop {
+	servers := v.members.serverIDs()
 	if len(servers) == 0 {
-		servers = []string{n.cfg.ID}
+		servers = []string{v.id}
 	}
 	reports := make([]topkeys.Report, len(servers))
 	nodes := make([]TopNode, len(servers))
 	var wg sync.WaitGroup
 	for i, id := range servers {
 		nodes[i].ID = id
-		if id == n.cfg.ID {
-			reports[i], nodes[i].OK = n.LocalTop(policyName), true
+		if id == v.id {
+			reports[i], nodes[i].OK = v.LocalTop(policyName), true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reports[i], nodes[i] = n.peerTop(ctx, id, policyName)
+			reports[i], nodes[i] = v.peerTop(ctx, id, policyName)
 		}()
 	}
 	wg.Wait()
@@ -89,17 +84,17 @@ func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) Clus
 	return ClusterTop{Report: topkeys.MergeReports(keep, got...), Nodes: nodes}
 }
 
-func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Report, TopNode) {
+func (v *Views) peerTop(ctx context.Context, id, policyName string) (topkeys.Report, TopNode) {
 	tn := TopNode{ID: id}
-	meta, ok := n.fsm.Node(id)
-	if !ok || meta.HTTPAddr == "" {
+	addr, ok := v.members.httpAddr(id)
+	if !ok {
 		tn.Error = "address unknown"
 		return topkeys.Report{}, tn
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var rep topkeys.Report
-	if err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+TopPath+"?policy="+url.QueryEscape(policyName), &rep); err != nil {
+	if err := v.peers.getJSON(ctx, BaseURL(addr)+TopPath+"?policy="+url.QueryEscape(policyName), &rep); err != nil {
 		tn.Error = err.Error()
 		return rep, tn
 	}
@@ -108,6 +103,6 @@ func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Repo
 }
 
 // serveTop is TopPath: this node's summaries, every key they hold.
-func (n *Node) serveTop(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, n.LocalTop(r.URL.Query().Get("policy")))
+func (v *Views) serveTop(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, v.LocalTop(r.URL.Query().Get("policy")))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // errCredentialGrants: the caller's credential holds its share of grants
@@ -67,7 +68,7 @@ func (h *holderGrants) reserve(cred, holderID string) (release func(g cluster.Gr
 		h.prune(holder, now)
 	}
 	if n := len(h.byHolder[holder]) + h.pending[holder]; n >= h.max {
-		return nil, fmt.Errorf("holder has %d grants outstanding, the most one holder may have on this node; return units it does not need (POST %s) or wait for grants to expire", n, LeaseReturnPath)
+		return nil, fmt.Errorf("holder has %d grants outstanding, the most one holder may have on this node; return units it does not need (POST %s) or wait for grants to expire", n, wire.LeaseReturnPath)
 	}
 	if n := h.byCred[cred]; n >= h.maxPerCred {
 		return nil, fmt.Errorf("%w: credential %s has %d grants outstanding over its holders, the most one credential may have on this node; return units or wait for grants to expire", errCredentialGrants, cred, n)
