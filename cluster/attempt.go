@@ -60,9 +60,9 @@ func (n *Node) forwardBounded(ctx context.Context, call func(context.Context) er
 	for n.hung.avoid(id) {
 		select {
 		case <-ctx.Done():
-			return errors.Join(ErrNotCounted, fmt.Errorf("leader %s did not answer within %s, and no other is known yet: %w", id, GrantAttemptTimeout, ctx.Err()))
+			return notCounted(nil, fmt.Errorf("leader %s did not answer within %s, and no other is known yet: %w", id, GrantAttemptTimeout, ctx.Err()))
 		case <-n.stop:
-			return errors.Join(ErrNotCounted, ErrClosed)
+			return notCounted(nil, ErrClosed)
 		case <-time.After(20 * time.Millisecond):
 		}
 		id, _ = n.Leader()
@@ -72,7 +72,7 @@ func (n *Node) forwardBounded(ctx context.Context, call func(context.Context) er
 	err := call(actx)
 	if err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
 		n.hung.mark(id)
-		return errors.Join(ErrNotCounted, fmt.Errorf("leader %s did not answer within %s (if it applies the grant later, its units lapse unspent): %w", id, GrantAttemptTimeout, err))
+		return notCounted(nil, fmt.Errorf("leader %s did not answer within %s (if it applies the grant later, its units lapse unspent): %w", id, GrantAttemptTimeout, err))
 	}
 	if err == nil {
 		n.hung.clear(id)

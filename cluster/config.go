@@ -142,6 +142,9 @@ type Config struct {
 	// or an unsettled charge (0: the state machine's bound, MaxPermitTTL,
 	// 1h; more is invalid).
 	MaxPermitTTL time.Duration
+	// CredentialCaps bound the permits and reservations one credential
+	// may hold (zero fields: their defaults).
+	CredentialCaps CredentialCaps
 	// Raft is hashicorp/raft's batching and pipelining; zero values mean
 	// DefaultRaftTuning's.
 	Raft RaftTuning
@@ -270,6 +273,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.MaxPermitTTL < time.Millisecond || c.MaxPermitTTL > MaxPermitTTL {
 		errs = append(errs, fmt.Errorf("max permit TTL %s: want 1ms to %s", c.MaxPermitTTL, MaxPermitTTL))
+	}
+	if err := c.CredentialCaps.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is empty"))

@@ -18,8 +18,7 @@ import (
 // (lease.DefaultLease, lease.MaxLease, lease.UsableFor), read there by
 // every holder; see cluster/DESIGN.md, "Leases".
 const (
-	maxGrantItems      = fsm.MaxGrantItems
-	leaseRetryInterval = 20 * time.Millisecond
+	maxGrantItems = fsm.MaxGrantItems
 )
 
 // MaxGrantItems bounds the keys of one Grants call (one log entry).
@@ -430,14 +429,4 @@ var (
 func (n *Node) mountLeaseOps(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
 	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
-}
-
-// leaseError sorts a failed lease-family write (permits and reservations
-// use it in their own loop) the way the leader-operation rule does:
-// a *HitError, not counted or outcome unknown; nil stays nil.
-func leaseError(err error) error {
-	if he := opError(err); he != nil {
-		return he
-	}
-	return nil
 }

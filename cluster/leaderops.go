@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/internal/problem"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -36,6 +37,11 @@ type leaderOp[Req, Resp any] struct {
 	check func(req Req) error
 	// run is the operation on the leader.
 	run func(n *Node, ctx context.Context, req Req) (Resp, error)
+	// format is the log format req needs (nil: the oldest). The version
+	// gate is checked here, once for every operation: on the node asked
+	// (a leader of an older release has no gate and may not know the
+	// operation) and again on the leader before run (gate.go).
+	format func(req Req) fsm.Format
 	// wait says a caller may wait briefly for a leader to be elected (an
 	// admin call); reads fail at once when none is known.
 	wait bool
@@ -57,8 +63,13 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 			return resp, err
 		}
 	}
+	if op.format != nil {
+		if err := n.requireLeaderFormat(op.format(req)); err != nil {
+			return resp, err
+		}
+	}
 	if n.IsLeader() {
-		return op.run(n, ctx, req)
+		return op.lead(n, ctx, req)
 	}
 	if op.bounded {
 		err = n.forwardBounded(ctx, func(ctx context.Context) error {
@@ -70,6 +81,19 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 	return resp, err
 }
 
+// lead runs op on the leader, behind the version gate.
+func (op leaderOp[Req, Resp]) lead(n *Node, ctx context.Context, req Req) (resp Resp, err error) {
+	if op.format != nil {
+		if err := n.RequireFormat(op.format(req)); err != nil {
+			return resp, err
+		}
+	}
+	return op.run(n, ctx, req)
+}
+
+// needs is the format rule of an operation that always needs format f.
+func needs[Req any](f fsm.Format) func(Req) fsm.Format { return func(Req) fsm.Format { return f } }
+
 // retrying is the one retry rule for leader operations on a caller's
 // path that write the log (a grant, a return): run op until it succeeds
 // or fails otherwise than not counted, or budget (or ctx) ends; an
@@ -77,18 +101,22 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 // dial failed, the clock was off) is asked of the next leader (not of a
 // node that says it was removed: not_member is final), and so is a grant
 // the leader did not answer within GrantAttemptTimeout (attempt.go), once
-// a new leader is known. Failures
-// have the hit path's shape: a *HitError, not counted or outcome unknown.
+// a new leader is known. An answer about the request itself is final
+// (isFinal): asking again would get it again. Failures have the hit
+// path's shape: a *HitError, not counted or outcome unknown.
 func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, budget time.Duration) (Resp, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	for {
 		resp, err := op.do(ctx, n, req)
-		he := opError(err)
-		if he == nil {
+		if err == nil {
 			return resp, nil
 		}
-		if !errors.Is(he, ErrNotCounted) || errors.Is(he, ErrUnknownPolicy) || errors.Is(he, ErrNotMember) {
+		if isFinal(err) {
+			return resp, finalError(err)
+		}
+		he := opError(err)
+		if !errors.Is(he, ErrNotCounted) {
 			return resp, he
 		}
 		select {
@@ -103,6 +131,31 @@ func (op leaderOp[Req, Resp]) retrying(ctx context.Context, n *Node, req Req, bu
 
 // opRetryInterval is how long retrying waits before asking again.
 const opRetryInterval = 20 * time.Millisecond
+
+// finals are the answers about a request itself (its policy, its id, its
+// input, its credential's budget, the cluster's format or membership):
+// the same leader or the next would give them again, so the one retry
+// rule returns them at once. Nothing was written for any of them.
+var finals = []error{ErrUnknownPolicy, ErrNotMember, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading,
+	errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits, ErrNeverFits, ErrCredentialBudget}
+
+func isFinal(err error) bool {
+	for _, f := range finals {
+		if errors.Is(err, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// finalError is a final answer as a failure of the one shape: not counted.
+func finalError(err error) *HitError {
+	var he *HitError
+	if errors.As(err, &he) && errors.Is(he, ErrNotCounted) {
+		return he
+	}
+	return notCounted(nil, err)
+}
 
 // opError sorts a failed leader operation into not counted (it never
 // reached the log) or outcome unknown, as a *HitError.
@@ -146,7 +199,7 @@ func (op leaderOp[Req, Resp]) handler(n *Node) http.HandlerFunc {
 			writeError(w, n.cfg.ID, ErrNotLeader)
 			return
 		}
-		resp, err := op.run(n, r.Context(), req)
+		resp, err := op.lead(n, r.Context(), req)
 		if err != nil {
 			writeError(w, n.cfg.ID, err)
 			return
@@ -188,8 +241,9 @@ type (
 
 var (
 	opSetPolicy = leaderOp[policy.Policy, setPolicyResult]{name: "set-policy", wait: true,
-		check: func(p policy.Policy) error { return p.Validate() },
-		run:   onPolicies((*policyWriter).setPolicy)}
+		check:  func(p policy.Policy) error { return p.Validate() },
+		format: fsm.PolicyFormat,
+		run:    onPolicies((*policyWriter).setPolicy)}
 	opDeletePolicy = leaderOp[policyName, none]{name: "delete-policy", wait: true,
 		check: func(r policyName) error {
 			if err := policy.ValidateName(r.Name); err != nil {
@@ -235,12 +289,14 @@ var (
 			}
 			return checkTable(r.Policies)
 		},
-		run: onPolicies((*policyWriter).replacePolicies)}
+		format: func(r replaceRequest) fsm.Format { return fsm.PoliciesFormat(r.Policies) },
+		run:    onPolicies((*policyWriter).replacePolicies)}
 	// opReplacePolicies is the previous release's replace, without a
 	// version: served for its followers during a rolling upgrade (their
 	// API took unconditional writes), never sent.
 	opReplacePolicies = leaderOp[policiesResult, TableChange]{name: "replace-policies", wait: true,
-		check: func(r policiesResult) error { return checkTable(r.Policies) },
+		check:  func(r policiesResult) error { return checkTable(r.Policies) },
+		format: func(r policiesResult) fsm.Format { return fsm.PoliciesFormat(r.Policies) },
 		run: func(n *Node, ctx context.Context, r policiesResult) (TableChange, error) {
 			return n.policyWriter.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
 		}}
@@ -333,6 +389,8 @@ var errorCodes = []struct {
 	{ErrAlreadySettled, "already_settled", http.StatusConflict},
 	{ErrWrongPolicy, "wrong_policy", http.StatusBadRequest},
 	{ErrBadRequest, "bad_request", http.StatusBadRequest},
+	{ErrNeverFits, "cost_exceeds_limit", http.StatusUnprocessableEntity},
+	{ErrCredentialBudget, "credential_budget", http.StatusTooManyRequests},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

@@ -64,6 +64,8 @@ type Node struct {
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
+	budgets    *Budgets
+	digests    digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
 	views *Views
@@ -116,6 +118,7 @@ func Open(cfg Config) (*Node, error) {
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
+	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
@@ -493,7 +496,7 @@ func (n *Node) Status() Status {
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	lid, lhttp := n.Leader()
 	fs := n.fsm.Stats()
-	digest, at := n.fsm.Digest()
+	digest, at := n.digests.get(time.Now(), n.fsm.Digest)
 	s := Status{
 		ID: n.cfg.ID, State: n.raft.State().String(), RaftLog: string(n.data.Kind), Term: n.raft.CurrentTerm(),
 		LeaderID: lid, LeaderHTTPAddr: lhttp,

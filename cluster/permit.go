@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,37 +9,9 @@ import (
 	"github.com/rlnode/rlnode/fsm"
 )
 
-// Errors of permits and reservations (cluster/DESIGN.md, "Permits and
-// reservations").
-var (
-	// ErrNotFound: the id names no live permit or reservation of the
-	// caller (never made, released, expired, or another credential's).
-	ErrNotFound = errors.New("no such permit or reservation")
-	// ErrAlreadySettled: the reservation was settled before.
-	ErrAlreadySettled = errors.New("the reservation is already settled")
-	// ErrWrongPolicy: a permit of a policy that counts hits, or a
-	// reservation of a concurrency or leased policy.
-	ErrWrongPolicy = errors.New("the policy does not take this kind of request")
-	// ErrBadRequest marks a permit or reservation request refused for its
-	// input before the log (a TTL over the bound, a malformed key): the
-	// message names the field.
-	ErrBadRequest = errors.New("bad request")
-	// ErrTooManyPermits: the state machine holds fsm.MaxPermits permits
-	// (across every key); the acquire took nothing. A bound of the
-	// caller's use, not a cluster condition: no other node answers
-	// differently.
-	ErrTooManyPermits = errors.New("the cluster holds the most permits it keeps")
-)
-
-// Permit and reservation TTLs.
-const (
-	DefaultPermitTTL = 30 * time.Second
-	MaxPermitTTL     = fsm.MaxPermitTTLMs * time.Millisecond
-)
-
 // PermitRequest asks for one permit of (Policy, Client), bound to Owner
-// (the caller's credential identity, "" without one), for TTL (0:
-// DefaultPermitTTL, at most MaxPermitTTL).
+// (the caller's credential identity), for TTL (0: DefaultPermitTTL, at
+// most the node's bound).
 type PermitRequest struct {
 	Policy string        `json:"policy"`
 	Client string        `json:"client"`
@@ -70,66 +39,61 @@ type Permit struct {
 	Limit int64 `json:"limit"`
 }
 
-// ValidatePermitTTL checks a TTL a caller asked for (0: the default)
-// against the state machine's bound.
-func ValidatePermitTTL(ttl time.Duration) error { return validateTTL(ttl, MaxPermitTTL) }
-
-// MaxPermitTTL is the longest TTL this node accepts for a permit or a
-// reservation (Config.MaxPermitTTL, rlnode serve --max-permit-ttl).
-func (n *Node) MaxPermitTTL() time.Duration { return n.cfg.MaxPermitTTL }
-
-func validateTTL(ttl, bound time.Duration) error {
-	if ttl < 0 || ttl > bound || (ttl > 0 && ttl < time.Millisecond) {
-		return fmt.Errorf("ttl %s out of range (1ms to %s, this node's --max-permit-ttl)", ttl, bound)
-	}
-	return nil
-}
-
-// ttlFor is the TTL to write for ttl asked (0: DefaultPermitTTL, capped by
-// the node's bound), or an error naming ttl.
-func (n *Node) ttlFor(ttl time.Duration) (int64, error) {
-	if err := validateTTL(ttl, n.cfg.MaxPermitTTL); err != nil {
-		return 0, errors.Join(ErrNotCounted, ErrBadRequest, err)
-	}
-	if ttl == 0 {
-		ttl = min(DefaultPermitTTL, n.cfg.MaxPermitTTL)
-	}
-	return ttl.Milliseconds(), nil
-}
-
 // AcquirePermit takes a permit of a concurrency policy's key through the
 // log, if fewer than the limit are live. A refused acquire is not an
-// error (Acquired false, RetryAt set). Errors: ErrUnknownPolicy,
-// ErrWrongPolicy, bad input, ErrClusterUpgrading, or a failure wrapping
-// ErrNotCounted or ErrOutcomeUnknown (a permit may then be live, unknown
-// to the caller, until its TTL).
-func (n *Node) AcquirePermit(ctx context.Context, req PermitRequest) (Permit, error) {
-	ms, err := n.ttlFor(req.TTL)
+// error (Acquired false, RetryAt set). Errors: a *RequestError (unknown
+// policy, wrong kind, TTL over the bound, bad input), ErrClusterUpgrading,
+// ErrTooManyPermits, or a failure wrapping ErrNotCounted or
+// ErrOutcomeUnknown (a permit may then be live, unknown to the caller,
+// until its TTL).
+func (b *Budgets) AcquirePermit(ctx context.Context, req PermitRequest) (Permit, error) {
+	if err := validKey("", req.Policy, req.Client); err != nil {
+		return Permit{}, err
+	}
+	ms, err := b.ttlMs(req.TTL)
 	if err != nil {
 		return Permit{}, err
 	}
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitAcquire, Owner: req.Owner, Policy: req.Policy, Client: req.Client, TTLMs: ms})
+	return b.route.permit(ctx, permitWire{Op: fsm.PermitAcquire, Owner: req.Owner, Policy: req.Policy, Client: req.Client, TTLMs: ms})
 }
 
 // ReleasePermit ends the permit id of owner. Errors: ErrNotFound (no such
 // live permit of owner), or as AcquirePermit.
-func (n *Node) ReleasePermit(ctx context.Context, id, owner string) (Permit, error) {
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitRelease, ID: id, Owner: owner})
+func (b *Budgets) ReleasePermit(ctx context.Context, id, owner string) (Permit, error) {
+	if err := validID("permit", id); err != nil {
+		return Permit{}, err
+	}
+	return b.route.permit(ctx, permitWire{Op: fsm.PermitRelease, ID: id, Owner: owner})
 }
 
 // RenewPermit moves the permit's end to now + ttl (never earlier).
-func (n *Node) RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (Permit, error) {
-	ms, err := n.ttlFor(ttl)
+func (b *Budgets) RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (Permit, error) {
+	if err := validID("permit", id); err != nil {
+		return Permit{}, err
+	}
+	ms, err := b.ttlMs(ttl)
 	if err != nil {
 		return Permit{}, err
 	}
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitRenew, ID: id, Owner: owner, TTLMs: ms})
+	return b.route.permit(ctx, permitWire{Op: fsm.PermitRenew, ID: id, Owner: owner, TTLMs: ms})
 }
 
 // ReleaseOldestPermit ends the key's oldest live permit, whoever holds it
 // (Envoy's is_negative_hits names no permit). ErrNotFound when none is live.
-func (n *Node) ReleaseOldestPermit(ctx context.Context, policyName, client string) (Permit, error) {
-	return n.permitOp(ctx, permitWire{Op: fsm.PermitReleaseOldest, Policy: policyName, Client: client})
+func (b *Budgets) ReleaseOldestPermit(ctx context.Context, policyName, client string) (Permit, error) {
+	if err := validKey("", policyName, client); err != nil {
+		return Permit{}, err
+	}
+	return b.route.permit(ctx, permitWire{Op: fsm.PermitReleaseOldest, Policy: policyName, Client: client})
+}
+
+// validID refuses a malformed id as naming nothing (404, not 400: ids
+// are the cluster's, and a caller holding a bad one holds nothing).
+func validID(what, id string) error {
+	if err := fsm.ValidateID(id); err != nil {
+		return notCounted(nil, fmt.Errorf("%w: %s %q: %w", ErrNotFound, what, id, err))
+	}
+	return nil
 }
 
 // permitWire is the body of the leader operation "permit"; answers are a
@@ -143,92 +107,30 @@ type permitWire struct {
 	TTLMs  int64        `json:"ttlMs,omitempty"`
 }
 
-// check validates w as the entry would be (with a stand-in id and time
-// where the leader supplies them).
+// check guards the internal endpoint: w as the entry would be (with a
+// stand-in id and time where the leader supplies them).
 func (w permitWire) check() error {
 	e := fsm.PermitEntry{Now: 1, Op: w.Op, ID: w.ID, Owner: w.Owner, Policy: w.Policy, Client: w.Client, TTLMs: w.TTLMs}
 	if w.Op == fsm.PermitAcquire {
 		e.ID = zeroID
 	}
-	if err := e.Validate(); err != nil {
-		if w.Op == fsm.PermitRelease || w.Op == fsm.PermitRenew {
-			if fsm.ValidateID(w.ID) != nil {
-				return fmt.Errorf("%w: %w", ErrNotFound, err) // a malformed id names nothing
-			}
-		}
-		return err
-	}
-	return nil
-}
-
-var zeroID = fmt.Sprintf("%032x", 0)
-
-func (n *Node) permitOp(ctx context.Context, w permitWire) (Permit, error) {
-	if err := w.check(); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return Permit{}, err
-		}
-		return Permit{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
-	}
-	// The node asked checks the leader's format: a leader of an older
-	// release has no gate and no permit operation.
-	if err := n.requireLeaderFormat(fsm.FormatR4); err != nil {
-		return Permit{}, errors.Join(ErrNotCounted, err)
-	}
-	var out Permit
-	err := n.permitCall(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = opPermit.do(ctx, n, w)
-		return err
-	})
-	return out, err
-}
-
-// permitCall is leaseCall for permits and reservations: a write that never
-// reached the log is asked again of the next leader until ApplyTimeout,
-// but an answer about the request itself (unknown policy or id, wrong
-// policy, an upgrading cluster, bad input) is final.
-func (n *Node) permitCall(ctx context.Context, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
-	defer cancel()
-	for {
-		err := leaseError(call(ctx))
-		if err == nil || !errors.Is(err, ErrNotCounted) || isFinal(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-n.stop:
-			return errors.Join(ErrNotCounted, ErrClosed)
-		case <-time.After(leaseRetryInterval):
-		}
-	}
-}
-
-func isFinal(err error) bool {
-	for _, final := range []error{ErrUnknownPolicy, ErrWrongPolicy, ErrNotFound, ErrAlreadySettled, ErrClusterUpgrading, errMalformed, ErrForbidden, ErrBadRequest, ErrConflict, ErrTooManyPermits} {
-		if errors.Is(err, final) {
-			return true
-		}
-	}
-	return false
+	return e.Validate()
 }
 
 // permitLocal writes the permit entry on the leader.
-func (n *Node) permitLocal(_ context.Context, w permitWire) (Permit, error) {
-	if err := n.RequireFormat(fsm.FormatR4); err != nil {
-		return Permit{}, errors.Join(ErrNotCounted, err)
-	}
+func (b *Budgets) permitLocal(w permitWire) (Permit, error) {
 	if w.Op == fsm.PermitAcquire || w.Op == fsm.PermitReleaseOldest {
-		if err := n.requireConcurrency(w.Policy); err != nil {
+		if err := b.requireConcurrency(w.Policy); err != nil {
 			return Permit{}, err
 		}
 	}
 	if w.Op == fsm.PermitAcquire {
-		w.ID = newID()
+		if err := b.overCap(w.Owner, 1, nil); err != nil {
+			return Permit{}, err
+		}
+		w.ID = b.newID()
 	}
-	res, err := n.applyLease(false, func(now int64) []byte {
+	res, err := b.log.applyBudget(func(now int64) []byte {
 		return fsm.EncodePermit(fsm.PermitEntry{Now: now, Op: w.Op, ID: w.ID, Owner: w.Owner, Policy: w.Policy, Client: w.Client, TTLMs: w.TTLMs})
 	})
 	if err != nil {
@@ -236,18 +138,18 @@ func (n *Node) permitLocal(_ context.Context, w permitWire) (Permit, error) {
 	}
 	r, ok := res.(*fsm.PermitResult)
 	if !ok {
-		return Permit{}, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+		return Permit{}, outcomeUnknown(fmt.Errorf("unexpected apply response %T", res))
 	}
 	p := Permit{Policy: r.Policy, Client: r.Client, Now: r.Now, Live: r.Live, Limit: r.Limit, ExpiresAt: r.Exp}
 	switch {
 	case r.UnknownPolicy:
-		return p, fmt.Errorf("%w %q", ErrUnknownPolicy, w.Policy)
+		return p, unknownPolicy("policy", w.Policy)
 	case r.NotConcurrency:
-		return p, fmt.Errorf("%w: %q is not a concurrency policy", ErrWrongPolicy, w.Policy)
+		return p, badField(ErrWrongPolicy, "policy", "%q is not a concurrency policy; permits need one", w.Policy)
 	case r.NotFound:
-		return p, fmt.Errorf("%w: permit %q", ErrNotFound, w.ID)
+		return p, notCounted(nil, fmt.Errorf("%w: permit %q", ErrNotFound, w.ID))
 	case r.Full:
-		return p, errors.Join(ErrNotCounted, fmt.Errorf("%w: %d permits are live across all keys, the most the cluster keeps; release some or wait for their TTLs", ErrTooManyPermits, fsm.MaxPermits))
+		return p, notCounted(nil, fmt.Errorf("%w: %d permits are live across all keys, the most the cluster keeps; release some or wait for their TTLs", ErrTooManyPermits, fsm.MaxPermits))
 	case w.Op == fsm.PermitAcquire && !r.Acquired:
 		p.RetryAt = r.RetryAt
 		return p, nil
@@ -257,29 +159,30 @@ func (n *Node) permitLocal(_ context.Context, w permitWire) (Permit, error) {
 }
 
 // requireConcurrency refuses, before the log, a permit of a policy that
-// is unknown or counts hits.
-func (n *Node) requireConcurrency(name string) error {
-	p, ok := n.fsm.Policy(name)
+// is unknown or counts hits: the one place a permit's policy kind is
+// checked (the state machine answers the same when the table changed
+// meanwhile).
+func (b *Budgets) requireConcurrency(name string) error {
+	p, ok := b.table.Policy(name)
 	switch {
 	case !ok:
-		return errors.Join(ErrNotCounted, fmt.Errorf("%w %q", ErrUnknownPolicy, name))
+		return unknownPolicy("policy", name)
 	case !p.IsConcurrency():
-		return errors.Join(ErrNotCounted, fmt.Errorf("%w: policy %q is %s, permits need a concurrency policy", ErrWrongPolicy, name, p.Algorithm))
+		return badField(ErrWrongPolicy, "policy", "%q is a %s policy; permits need a concurrency policy ({\"algorithm\":\"concurrency\",\"limits\":[{\"limit\":N}]})", name, p.Algorithm)
 	}
 	return nil
 }
 
-// newID draws a permit or reservation id on the leader: 16 bytes of
-// crypto/rand in hex, carried in the entry so every replica stores it.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails on Linux (Go 1.24: it cannot)
-	return hex.EncodeToString(b[:])
+func unknownPolicy(field, name string) *RequestError {
+	return badField(ErrUnknownPolicy, field, "%q is not defined (GET /v1/policies lists them)", name)
 }
 
 var opPermit = leaderOp[permitWire, Permit]{name: "permit",
-	check: permitWire.check,
-	run:   (*Node).permitLocal}
+	check:  permitWire.check,
+	format: needs[permitWire](fsm.FormatR4),
+	run: func(n *Node, _ context.Context, w permitWire) (Permit, error) {
+		return n.budgets.permitLocal(w)
+	}}
 
 // mountPermitOps serves the permit and reservation operations for other
 // nodes.
@@ -292,20 +195,10 @@ func (n *Node) mountPermitOps(mux *http.ServeMux) {
 // entry it applied), by key then age: for status pages and tests.
 func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
 
-// LivePermitsByPolicy counts the permits live in this node's state per
-// concurrency policy, 0 for a concurrency policy with none (metrics and
-// the operator's views; policies are an admin-defined, bounded set).
-func (n *Node) LivePermitsByPolicy() map[string]int64 {
-	out := map[string]int64{}
-	for _, p := range n.fsm.Policies() {
-		if p.IsConcurrency() {
-			out[p.Name] = 0
-		}
-	}
-	for _, pm := range n.fsm.LivePermits() {
-		if _, ok := out[pm.Policy]; ok {
-			out[pm.Policy]++
-		}
-	}
-	return out
-}
+// LivePermitsByPolicy counts the permits in this node's state per
+// concurrency policy, 0 for a concurrency policy with none (metrics, the
+// operator's views): counts the state machine keeps on apply, so a
+// scrape is O(policies) under its lock, never a scan of the permits
+// (issue 35: at 1M permits a scrape stalled /check for 2.2 s). A permit
+// past its TTL counts until the sweep drops it.
+func (n *Node) LivePermitsByPolicy() map[string]int64 { return n.fsm.PermitsByPolicy() }

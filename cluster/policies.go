@@ -30,13 +30,18 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (string, error) {
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
-	// The node asked checks the leader's format: a leader of an older
-	// release has no gate and might misread what it does not know.
-	if err := n.requireLeaderFormat(fsm.PolicyFormat(p)); err != nil {
-		return "", fmt.Errorf("set policy %s: %w", p.Name, err)
-	}
+	// The version gate is the operation's (leaderOp.format).
 	res, err := opSetPolicy.do(ctx, n, p)
-	return res.Result, err
+	return res.Result, gateContext("set policy "+p.Name, err)
+}
+
+// gateContext says what a write the version gate refused was.
+func gateContext(what string, err error) error {
+	var ue *UpgradingError
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return err
 }
 
 // policyWriter writes the policy table on the leader: the leader side of
@@ -132,10 +137,8 @@ type PolicyTable struct {
 // version is another, nothing is written and the error is
 // ErrTableChanged. On a follower it goes to the leader.
 func (n *Node) ReplacePolicies(ctx context.Context, ps []policy.Policy, ifMatch string) (TableChange, error) {
-	if err := n.requireLeaderFormat(fsm.PoliciesFormat(ps)); err != nil { // as SetPolicy
-		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
-	}
-	return opReplaceTable.do(ctx, n, replaceRequest{Policies: ps, IfMatch: ifMatch})
+	tc, err := opReplaceTable.do(ctx, n, replaceRequest{Policies: ps, IfMatch: ifMatch})
+	return tc, gateContext("replace the policy table", err)
 }
 
 // checkTable refuses a table no replace may write: invalid or repeated

@@ -19,8 +19,9 @@ const (
 	FormatR3 Format = 3
 	// FormatR4 adds this round's entry kinds and policy options.
 	FormatR4 Format = 4
-	// FormatR5 adds round 5's entry kinds and policy options (regions:
-	// scope global, mirrored, the slice entry).
+	// FormatR5 adds round 5's entry kinds and policy options: regions
+	// (scope global, mirrored, the slice entry) and the bounded settle
+	// (ReservationSettleBounded).
 	FormatR5 Format = 5
 	// CurrentFormat is what this build writes and reads.
 	CurrentFormat = FormatR5

@@ -117,7 +117,7 @@ type FSM struct {
 	// of each permit id, and the heap of their expiries (key, index).
 	permits    map[string][]permit
 	permitKey  map[string]string
-	permitHeap grantHeap
+	permitHeap permitDues
 	// A region's slices of its parent's global budgets (slice.go); not
 	// in snapshots (a slice is spent only in the term that wrote it).
 	slices    map[string]*sliceKey
@@ -129,6 +129,8 @@ type FSM struct {
 	// (the id in key).
 	reservations    map[string]*reservation
 	reservationHeap grantHeap
+	// counts of permits and reservations, kept on apply (budgetcounts.go).
+	counts budgetCounts
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -171,6 +173,7 @@ func (f *FSM) reset() {
 	f.grants, f.grantHeap = make(map[string][]grant), nil
 	f.permits, f.permitKey, f.permitHeap = make(map[string][]permit), make(map[string]string), nil
 	f.reservations, f.reservationHeap = make(map[string]*reservation), nil
+	f.counts = newBudgetCounts()
 	f.policies = make(map[string]*tablePolicy)
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0

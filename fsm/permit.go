@@ -18,6 +18,8 @@ type permit struct {
 	index uint64
 	exp   int64
 	epoch uint32
+	// due is the permit's item in the expiry heap.
+	due *permitDue
 }
 
 // PermitResult is what Apply returns for a permit entry.
@@ -101,9 +103,11 @@ func (f *FSM) acquirePermit(now int64, index uint64, e PermitEntry) *PermitResul
 		return res
 	}
 	pm := permit{id: e.ID, owner: e.Owner, index: index, exp: now + e.TTLMs, epoch: p.epoch}
+	pm.due = &permitDue{at: pm.exp, key: key, index: index}
+	heap.Push(&f.permitHeap, pm.due)
 	f.permits[key] = append(live, pm) // index order: index grows with the log
 	f.permitKey[e.ID] = key
-	heap.Push(&f.permitHeap, grantDue{at: pm.exp, key: key, index: index})
+	f.counts.countPermit(key, pm, 1)
 	res.Acquired, res.Exp, res.Live = true, pm.exp, res.Live+1
 	return res
 }
@@ -133,6 +137,8 @@ func (f *FSM) livePermits(key string, now int64) []permit {
 			rest = append(rest, pm)
 		} else {
 			delete(f.permitKey, pm.id)
+			f.unschedule(pm)
+			f.counts.countPermit(key, pm, -1)
 		}
 	}
 	clear(ps[len(rest):])
@@ -174,7 +180,10 @@ func (f *FSM) releaseOrRenew(now int64, e PermitEntry) *PermitResult {
 	if e.Op == PermitRenew {
 		pm := &live[j]
 		pm.exp = max(pm.exp, now+e.TTLMs)
-		heap.Push(&f.permitHeap, grantDue{at: pm.exp, key: key, index: pm.index})
+		if pm.due.at != pm.exp { // the permit's one heap item moves with it
+			pm.due.at = pm.exp
+			heap.Fix(&f.permitHeap, pm.due.pos)
+		}
 		res.Exp, res.Live = pm.exp, int64(len(live))
 		return res
 	}
@@ -203,6 +212,8 @@ func (f *FSM) releaseOldest(now int64, e PermitEntry) *PermitResult {
 
 func (f *FSM) dropPermit(key string, live []permit, j int) {
 	delete(f.permitKey, live[j].id)
+	f.unschedule(live[j])
+	f.counts.countPermit(key, live[j], -1)
 	rest := slices.Delete(live, j, j+1)
 	if len(rest) == 0 {
 		delete(f.permits, key)
@@ -212,11 +223,12 @@ func (f *FSM) dropPermit(key string, live []permit, j int) {
 }
 
 // expirePermits drops up to budget keys' dead permits whose expiry came
-// due. Heap items of permits gone or renewed are skipped without
-// counting, so the budget covers the same keys on every replica.
+// due. Every heap item is a stored permit's (release and renew move or
+// remove theirs), so the budget covers the same keys on every replica, as
+// the skipped stale items of earlier releases did.
 func (f *FSM) expirePermits(now int64, budget int) {
 	for budget > 0 && len(f.permitHeap) > 0 && f.permitHeap[0].at <= now {
-		it := heap.Pop(&f.permitHeap).(grantDue)
+		it := heap.Pop(&f.permitHeap).(*permitDue)
 		if !slices.ContainsFunc(f.permits[it.key], func(pm permit) bool { return pm.index == it.index && pm.exp == it.at }) {
 			continue
 		}
@@ -230,9 +242,10 @@ func (f *FSM) expirePermits(now int64, budget int) {
 func (f *FSM) rebuildPermitIndex() {
 	f.permitHeap = f.permitHeap[:0]
 	for key, ps := range f.permits {
-		for _, pm := range ps {
-			f.permitKey[pm.id] = key
-			f.permitHeap = append(f.permitHeap, grantDue{at: pm.exp, key: key, index: pm.index})
+		for i := range ps {
+			f.permitKey[ps[i].id] = key
+			ps[i].due = &permitDue{at: ps[i].exp, key: key, index: ps[i].index, pos: len(f.permitHeap)}
+			f.permitHeap = append(f.permitHeap, ps[i].due)
 		}
 	}
 	heap.Init(&f.permitHeap)

@@ -153,7 +153,18 @@ type ReservationOp byte
 const (
 	ReservationReserve ReservationOp = 1
 	ReservationSettle  ReservationOp = 2
+	// ReservationSettleBounded (FormatR5) settles as ReservationSettle
+	// but charges each key at most the room its limits have: a settle
+	// never takes a key past its limit, so no settle can lock a key
+	// (a token bucket's debt) beyond one window. What had no room is
+	// the Overdraft, reported and not charged.
+	ReservationSettleBounded ReservationOp = 3
 )
+
+// IsSettle says whether op settles a reservation.
+func (op ReservationOp) IsSettle() bool {
+	return op == ReservationSettle || op == ReservationSettleBounded
+}
 
 // ReserveItem charges Units to (Policy, Client).
 type ReserveItem struct {
@@ -200,7 +211,7 @@ func (e ReservationEntry) Validate() error {
 				return fmt.Errorf("keys[%d].units %d out of range [1, %d]", i, it.Units, int64(MaxLimit))
 			}
 		}
-	case ReservationSettle:
+	case ReservationSettle, ReservationSettleBounded:
 		if e.Units < 0 || e.Units > MaxLimit {
 			return fmt.Errorf("units %d out of range [0, %d]", e.Units, int64(MaxLimit))
 		}
@@ -214,7 +225,7 @@ func (e ReservationEntry) Validate() error {
 //
 //	type 11, version 1, varint now, op, id, owner, then
 //	reserve: uvarint ttlMs, uvarint n, n × (policy, client, uvarint units);
-//	settle: uvarint units
+//	settle, settle-bounded (op 3, FormatR5): uvarint units
 func EncodeReservation(e ReservationEntry) []byte {
 	b := []byte{EntryReservation, codecVersion}
 	b = binary.AppendVarint(b, e.Now)
@@ -230,7 +241,7 @@ func EncodeReservation(e ReservationEntry) []byte {
 			b = appendString(b, it.Client)
 			b = binary.AppendUvarint(b, uint64(it.Units))
 		}
-	case ReservationSettle:
+	case ReservationSettle, ReservationSettleBounded:
 		b = binary.AppendUvarint(b, uint64(e.Units))
 	}
 	return b
@@ -258,7 +269,7 @@ func decodeReservation(buf []byte) (ReservationEntry, error) {
 			it.Units = int64(d.uvarint("units"))
 			e.Items = append(e.Items, it)
 		}
-	case ReservationSettle:
+	case ReservationSettle, ReservationSettleBounded:
 		e.Units = int64(d.uvarint("units"))
 	}
 	if err := d.end(); err != nil {

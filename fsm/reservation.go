@@ -134,6 +134,7 @@ func (f *FSM) reserveUnits(now int64, index uint64, e ReservationEntry) *Reserva
 		r.items = append(r.items, rv)
 	}
 	f.reservations[e.ID] = r
+	f.counts.countReservation(r, 1)
 	heap.Push(&f.reservationHeap, grantDue{at: r.exp, key: e.ID, index: index})
 	res.Reserved, res.Exp = true, r.exp
 	return res
@@ -168,12 +169,21 @@ func (f *FSM) settleReservation(now int64, e ReservationEntry) *ReservationResul
 			for k, st := range f.liveStates(it.key, p, now) {
 				room = min(room, window.Room(p.alg, p.limits[k], st, now))
 			}
+			room = max(room, 0)
+			charge := extra
+			if e.Op == ReservationSettleBounded {
+				charge = room // never past the limit: the rest is overdraft, not charged
+			}
+			if charge == 0 {
+				res.Overdraft = max(res.Overdraft, extra)
+				continue
+			}
 			client := it.key[1+int(it.key[0]):]
-			hv := hitView{policy: []byte(policyOf(it.key)), client: []byte(client), cost: extra}
+			hv := hitView{policy: []byte(policyOf(it.key)), client: []byte(client), cost: charge}
 			hr := HitResult{Parts: make([]window.Result, len(p.limits))}
 			if f.decide(now, &hv, p.alg, p.limits, p.epoch, &hr, false, stepInc) {
-				res.Charged[i] = extra
-				res.Overdraft = max(res.Overdraft, extra-max(room, 0))
+				res.Charged[i] = charge
+				res.Overdraft = max(res.Overdraft, extra-room)
 			}
 		}
 	}
@@ -187,6 +197,7 @@ func (f *FSM) expireReservations(now int64, budget int) {
 		it := heap.Pop(&f.reservationHeap).(grantDue)
 		if r := f.reservations[it.key]; r != nil && r.exp <= now {
 			delete(f.reservations, it.key)
+			f.counts.countReservation(r, -1)
 			budget--
 		}
 	}

@@ -188,7 +188,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.grants, f.grantHeap, f.grantsUntil = fresh.grants, fresh.grantHeap, fresh.grantsUntil
 	f.slices = nil // term-bound, never restored (slice.go)
 	f.permits, f.permitKey, f.permitHeap = fresh.permits, fresh.permitKey, fresh.permitHeap
-	f.reservations, f.reservationHeap = fresh.reservations, fresh.reservationHeap
+	f.reservations, f.reservationHeap, f.counts = fresh.reservations, fresh.reservationHeap, fresh.counts
 	f.policies, f.nextEpoch, f.seeded = fresh.policies, fresh.nextEpoch, fresh.seeded
 	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
@@ -343,6 +343,7 @@ func (f *FSM) readSnapshot(src io.Reader) error {
 	f.rebuildGrantHeap()
 	f.rebuildPermitIndex()
 	f.rebuildReservationHeap()
+	f.rebuildBudgetCounts()
 	return nil
 }
 

@@ -96,7 +96,6 @@ type Node interface {
 	Debug
 	PermitCounter
 	CounterAdmin
-	Permitter
 }
 
 var _ Node = (*cluster.Node)(nil)
@@ -104,6 +103,9 @@ var _ Node = (*cluster.Node)(nil)
 // Config configures the router.
 type Config struct {
 	Node Node
+	// Budgets serves permits and reservations (default: the node's, when
+	// it has them: *cluster.Node.Budgets).
+	Budgets Permitter
 	// Views serves the members and top-keys endpoints (default: the
 	// node's, when it has them: *cluster.Node.Views).
 	Views TopView
@@ -126,6 +128,10 @@ type Config struct {
 	// MaxHolderGrants caps the grants one external holder may have
 	// outstanding through this node (default DefaultHolderGrants).
 	MaxHolderGrants int
+	// MaxCredentialGrants caps the grants one credential may have
+	// outstanding through this node over all its holder ids (default
+	// DefaultCredentialGrants).
+	MaxCredentialGrants int
 	// LeaseMetrics, when set, records external grants per policy.
 	LeaseMetrics LeaseObserver
 	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP
@@ -164,6 +170,12 @@ func New(cfg Config) *API {
 	if cfg.MaxHolderGrants == 0 {
 		cfg.MaxHolderGrants = DefaultHolderGrants
 	}
+	if cfg.MaxCredentialGrants == 0 {
+		cfg.MaxCredentialGrants = DefaultCredentialGrants
+	}
+	if b, ok := cfg.Node.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Budgets == nil {
+		cfg.Budgets = b.Budgets()
+	}
 	if v, ok := cfg.Node.(interface{ Views() *cluster.Views }); ok && cfg.Views == nil {
 		cfg.Views = v.Views()
 	}
@@ -180,7 +192,7 @@ func New(cfg Config) *API {
 	e.RedirectFixedPath = false
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants), answers: newAnswerBufs()}
+	a := &API{cfg: cfg, engine: e, holders: newHolderGrants(cfg.MaxHolderGrants, cfg.MaxCredentialGrants), answers: newAnswerBufs()}
 	e.Use(a.recoverJSON, rejectAmbiguousQuery)
 	e.Use(cfg.Middleware...)
 	e.NoRoute(func(c *gin.Context) {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
@@ -53,14 +52,6 @@ func (a *API) restore(c *gin.Context) {
 	force := c.Query("force") == "true"
 	res, err := a.cfg.Backups.RestoreBackup(c.Request.Context(), c.Request.Body, c.Request.ContentLength, force)
 	if err != nil {
-		if errors.Is(err, cluster.ErrNotEmpty) {
-			writeProblem(c, http.StatusConflict, CodeInvalidRequest, detailOf(err))
-			return
-		}
-		if errors.Is(err, cluster.ErrInvalidBackup) {
-			writeProblem(c, http.StatusBadRequest, CodeInvalidBackup, detailOf(err))
-			return
-		}
 		a.adminError(c, "restore", err)
 		return
 	}

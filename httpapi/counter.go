@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -60,14 +59,7 @@ func (a *API) writeCounter(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	res, err := a.cfg.Node.WriteCounter(ctx, w)
-	switch {
-	case errors.Is(err, cluster.ErrUnknownPolicy):
-		unknownPolicy(c, pol)
-		return
-	case errors.Is(err, cluster.ErrOverLimit):
-		writeProblem(c, http.StatusUnprocessableEntity, CodeOverLimit, firstLine(err))
-		return
-	case err != nil:
+	if err != nil {
 		a.adminError(c, fmt.Sprintf("write %s/%s", pol, client), err)
 		return
 	}

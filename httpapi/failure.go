@@ -141,6 +141,84 @@ func hitFailure(err error) failure {
 	return failure{http.StatusServiceUnavailable, CodeNotCounted, "the hit was not counted" + cause(err), true}
 }
 
+// answerRows is the one table of answers about a request or the
+// cluster's state that every call kind gives the same way (admin calls,
+// permits, reservations): the first row whose error matches. A cluster
+// error a caller can act on gets its row here, never a handler's own
+// errors.Is. detail, when set, replaces the error's words.
+var answerRows = []struct {
+	err    error
+	status int
+	code   string
+	detail string
+	retry  bool
+}{
+	{cluster.ErrClusterUpgrading, http.StatusConflict, CodeClusterUpgrading, "", false},
+	{cluster.ErrTableChanged, http.StatusConflict, CodeTableChanged, "", false},
+	{cluster.ErrNotFound, http.StatusNotFound, CodeNotFound,
+		"no such permit or reservation of yours (never made, released, expired, or taken with another credential)", false},
+	{cluster.ErrAlreadySettled, http.StatusConflict, CodeAlreadySettled, "the reservation was settled already; nothing changed", false},
+	{cluster.ErrUnknownPolicy, http.StatusNotFound, CodeUnknownPolicy, "", false},
+	{cluster.ErrWrongPolicy, http.StatusBadRequest, CodeWrongPolicy, "", false},
+	{cluster.ErrBadRequest, http.StatusBadRequest, CodeInvalidRequest, "", false},
+	{cluster.ErrNeverFits, http.StatusUnprocessableEntity, CodeCostExceedsLimit, "", false},
+	{cluster.ErrCredentialBudget, http.StatusTooManyRequests, CodeCredentialBudget, "", true},
+	{cluster.ErrConflict, http.StatusConflict, CodeConflict, "", false},
+	{policy.ErrTooManyPolicies, http.StatusConflict, CodeTooManyPolicies, "", false},
+	{cluster.ErrUnknownServer, http.StatusNotFound, CodeNotFound, "", false},
+	{cluster.ErrNotEmpty, http.StatusConflict, CodeInvalidRequest, "", false},
+	{cluster.ErrInvalidBackup, http.StatusBadRequest, CodeInvalidBackup, "", false},
+	{cluster.ErrOverLimit, http.StatusUnprocessableEntity, CodeOverLimit, "", false},
+	{cluster.ErrNotLeased, http.StatusConflict, CodeNotLeased, "", false},
+}
+
+// answered matches err against answerRows; detail is the error's words
+// (what the caller sees when the row has none of its own).
+func answered(err error, detail string) (failure, bool) {
+	for _, r := range answerRows {
+		if errors.Is(err, r.err) {
+			if r.detail != "" {
+				detail = r.detail
+			}
+			return failure{r.status, r.code, detail, r.retry}, true
+		}
+	}
+	return failure{}, false
+}
+
+// requestDetail is what a refused request's error says, without the
+// outcome words it travels with: a *cluster.RequestError names the field
+// first; a refusal the leader wrote is its detail.
+func requestDetail(err error) string {
+	var re *cluster.RequestError
+	var he *cluster.HTTPError
+	var hit *cluster.HitError
+	switch {
+	case errors.As(err, &re):
+		return re.Error()
+	case errors.As(err, &he):
+		return he.Detail
+	case errors.As(err, &hit) && hit.Cause != nil:
+		return firstLine(hit.Cause)
+	}
+	return firstLine(err)
+}
+
+// budgetFailure answers a failed permit or reservation call: the table,
+// then a failed hit's rules (the call never reached the log, or may have).
+func budgetFailure(err error) failure {
+	if f, ok := unavailable(err); ok {
+		return f
+	}
+	if f, ok := bound(err); ok {
+		return f
+	}
+	if f, ok := answered(err, requestDetail(err)+"; nothing was taken"); ok {
+		return f
+	}
+	return hitFailure(err)
+}
+
 // adminFailure answers a failed admin call (what: the operation, for the
 // detail).
 func adminFailure(what string, err error) failure {
@@ -153,18 +231,11 @@ func adminFailure(what string, err error) failure {
 		return f
 	}
 	detail := withContext(what, detailOf(err))
+	if f, ok := answered(err, detail); ok {
+		return f
+	}
 	he, refused := leaderRefusal(err)
 	switch {
-	case errors.Is(err, cluster.ErrClusterUpgrading):
-		return failure{http.StatusConflict, CodeClusterUpgrading, detail, false}
-	case errors.Is(err, cluster.ErrTableChanged):
-		return failure{http.StatusConflict, CodeTableChanged, detail, false}
-	case errors.Is(err, cluster.ErrConflict):
-		return failure{http.StatusConflict, CodeConflict, detail, false}
-	case errors.Is(err, policy.ErrTooManyPolicies):
-		return failure{http.StatusConflict, CodeTooManyPolicies, detail, false}
-	case errors.Is(err, cluster.ErrUnknownServer):
-		return failure{http.StatusNotFound, CodeNotFound, detail, false}
 	case errors.Is(err, cluster.ErrNoLeader):
 		return failure{http.StatusServiceUnavailable, CodeNoLeader, detail, true}
 	case errors.Is(err, cluster.ErrNotLeader):
@@ -180,9 +251,12 @@ func adminFailure(what string, err error) failure {
 }
 
 // readFailure answers a failed linearizable read (peek, the policy
-// table); unknownPolicy is answered by the caller.
+// table).
 func readFailure(err error) failure {
 	if f, ok := unavailable(err); ok {
+		return f
+	}
+	if f, ok := answered(err, detailOf(err)); ok {
 		return f
 	}
 	code := CodeNotLeader

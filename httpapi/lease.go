@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/credential"
 	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
@@ -32,10 +31,15 @@ const (
 )
 
 // DefaultHolderGrants bounds an external holder's outstanding grants
-// through one node. The lease bounds themselves (lease.MaxAppHolderLen,
-// lease.MaxLeaseMs, lease.DefaultLeaseMs) are the lease core's, one place
-// for the log, this API, the client and the quota service.
-const DefaultHolderGrants = 1024
+// through one node, DefaultCredentialGrants one credential's over all its
+// holder ids (four holders' worth). The lease bounds themselves
+// (lease.MaxAppHolderLen, lease.MaxLeaseMs, lease.DefaultLeaseMs) are the
+// lease core's, one place for the log, this API, the client and the
+// quota service.
+const (
+	DefaultHolderGrants     = 1024
+	DefaultCredentialGrants = 4 * DefaultHolderGrants
+)
 
 // Leaser lends budget to external holders (a follower forwards grants and
 // returns to the leader).
@@ -69,13 +73,11 @@ type (
 // token's, else "anon" (anyone who knows the id; ids from client.Local
 // are random).
 func holderScope(r *http.Request) string {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		sum := sha256.Sum256(r.TLS.PeerCertificates[0].Raw)
-		return "cert-" + hex.EncodeToString(sum[:8])
+	if name, ok := credential.OfTLS(r.TLS); ok {
+		return name
 	}
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
-		sum := sha256.Sum256([]byte(tok))
-		return "token-" + hex.EncodeToString(sum[:8])
+		return credential.Token(tok)
 	}
 	return "anon"
 }
@@ -196,9 +198,14 @@ func (a *API) lease(c *gin.Context) {
 		return
 	}
 	holder := externalHolder(c.Request, in.Holder)
-	release, err := a.holders.reserve(holder)
+	release, err := a.holders.reserve(owner(c.Request), holder)
 	if err != nil {
 		a.observeLease(in.Policy, "refused", 0)
+		if errors.Is(err, errCredentialGrants) {
+			c.Header("Retry-After", "1")
+			writeProblem(c, http.StatusTooManyRequests, CodeCredentialBudget, err.Error()+"; nothing was granted")
+			return
+		}
 		writeProblem(c, http.StatusConflict, CodeTooManyGrants, err.Error()+"; nothing was granted")
 		return
 	}
@@ -268,7 +275,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 		a.leaseError(c, in.Policy, err)
 		return
 	}
-	a.holders.forget(holder, in.Grant)
+	a.holders.forget(owner(c.Request), holder, in.Grant)
 	if a.cfg.LeaseMetrics != nil {
 		a.cfg.LeaseMetrics.ObserveLeaseReturn(in.Policy, got)
 	}
@@ -281,14 +288,11 @@ func (a *API) leaseReturn(c *gin.Context) {
 // leaseError answers a grant or return that failed: the policy changed
 // under the request, or no decision was made.
 func (a *API) leaseError(c *gin.Context, name string, err error) {
-	switch {
-	case errors.Is(err, cluster.ErrUnknownPolicy):
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined; nothing was granted or returned", name))
-	case errors.Is(err, cluster.ErrNotLeased):
-		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: it grants no leases", name))
-	default:
-		a.hitError(c, err)
+	if f, ok := answered(err, fmt.Sprintf("policy %q: %s; nothing was granted or returned", name, detailOf(err))); ok {
+		writeFailure(c, f)
+		return
 	}
+	a.hitError(c, err)
 }
 
 func (a *API) observeLease(policyName, result string, units int64) {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
-	"github.com/rlnode/rlnode/policy"
+	"github.com/rlnode/rlnode/internal/credential"
 )
 
 // Permit and reservation API paths (docs/budgets.md).
@@ -26,19 +25,23 @@ const (
 	CodeWrongPolicy    = "wrong_policy"
 	CodeAlreadySettled = "already_settled"
 	CodeTooManyPermits = "too_many_permits"
+	// CodeCredentialBudget: the caller's credential holds its share
+	// (429; another credential still gets its first).
+	CodeCredentialBudget = "credential_budget"
 )
 
 // Permitter takes concurrency permits and reservations through the log
-// (a follower forwards them to the leader).
+// (a follower forwards them to the leader): *cluster.Budgets. Each call
+// validates the request once and is one call into the node.
 type Permitter interface {
 	AcquirePermit(ctx context.Context, req cluster.PermitRequest) (cluster.Permit, error)
 	ReleasePermit(ctx context.Context, id, owner string) (cluster.Permit, error)
 	RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (cluster.Permit, error)
 	Reserve(ctx context.Context, req cluster.ReserveRequest) (cluster.Reservation, error)
 	Settle(ctx context.Context, id, owner string, actual int64) (cluster.Settlement, error)
-	// MaxPermitTTL is the longest TTL the node accepts.
-	MaxPermitTTL() time.Duration
 }
+
+var _ Permitter = (*cluster.Budgets)(nil)
 
 // permitIn is the body of POST /v1/permits, .../renew and
 // POST /v1/reservations (one key, or several in keys).
@@ -62,26 +65,24 @@ type permitAnswer struct {
 	Limit       int64 `json:"limit"`
 }
 
-// owner is the credential identity a permit or reservation is bound to:
-// the client certificate's or bearer token's fingerprint, "" without one.
+// owner is the credential a permit or reservation is bound to and counted
+// against (internal/credential): the client certificate's fingerprint,
+// else the bearer token's, else the source address (one host's anonymous
+// callers are one credential; behind a proxy, all of them are: give
+// applications tokens).
 func owner(r *http.Request) string {
-	if s := holderScope(r); s != "anon" {
-		return s
-	}
-	return ""
+	return credential.Of(r.TLS, r.Header.Get("Authorization"), r.RemoteAddr)
 }
 
-// parseTTL reads a TTL ("30s"; empty: the default), naming the field.
-func (a *API) parseTTL(s string) (time.Duration, error) {
+// parseTTL reads a TTL ("30s"; empty: the default), naming the field;
+// its bound is the cluster's to check (cluster.Budgets).
+func parseTTL(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("ttl %q is not a Go duration such as 30s or 5m", s)
-	}
-	if bound := a.cfg.Node.MaxPermitTTL(); d < time.Millisecond || d > bound {
-		return 0, fmt.Errorf("ttl %s: want 1ms to %s (this node's --max-permit-ttl; leave it out for %s)", d, bound, min(cluster.DefaultPermitTTL, bound))
 	}
 	return d, nil
 }
@@ -94,28 +95,19 @@ func (a *API) acquirePermit(c *gin.Context) {
 	if !bindJSON(c, &in, false) {
 		return
 	}
-	ttl, err := a.parseTTL(in.TTL)
-	switch {
-	case err != nil:
-	case policy.ValidateName(in.Policy) != nil:
-		err = fmt.Errorf("policy: %w", policy.ValidateName(in.Policy))
-	case cluster.ValidateClient(in.Client) != nil:
-		err = fmt.Errorf("client: %w", cluster.ValidateClient(in.Client))
-	case in.Units != 0 || len(in.Keys) != 0:
+	ttl, err := parseTTL(in.TTL)
+	if err == nil && (in.Units != 0 || len(in.Keys) != 0) {
 		err = errors.New("units, keys: a permit takes neither (POST " + ReservationsPath + " reserves units)")
 	}
 	if err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, err.Error()+"; no permit was taken")
 		return
 	}
-	if !a.concurrencyPolicy(c, in.Policy) {
-		return
-	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	p, err := a.cfg.Node.AcquirePermit(ctx, cluster.PermitRequest{Policy: in.Policy, Client: in.Client, Owner: owner(c.Request), TTL: ttl})
+	p, err := a.cfg.Budgets.AcquirePermit(ctx, cluster.PermitRequest{Policy: in.Policy, Client: in.Client, Owner: owner(c.Request), TTL: ttl})
 	if err != nil {
-		a.permitError(c, err)
+		writeFailure(c, budgetFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -134,29 +126,13 @@ func (a *API) acquirePermit(c *gin.Context) {
 		Policy: p.Policy, Client: p.Client, ExpiresAt: msTime(p.ExpiresAt), ExpiresAtMs: p.ExpiresAt, Live: p.Live, Limit: p.Limit}})
 }
 
-// concurrencyPolicy answers 404 or 400 itself unless name is a
-// concurrency policy (in this node's table, else the leader's).
-func (a *API) concurrencyPolicy(c *gin.Context, name string) bool {
-	p, found, ok := a.findPolicy(c, name)
-	switch {
-	case !ok:
-	case !found:
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); no permit was taken", name))
-	case !p.IsConcurrency():
-		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("policy: %q is a %s policy; permits need a concurrency policy ({\"algorithm\":\"concurrency\",\"limits\":[{\"limit\":N}]})", name, p.Algorithm))
-	default:
-		return true
-	}
-	return false
-}
-
 // releasePermit is DELETE /v1/permits/:id.
 func (a *API) releasePermit(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	p, err := a.cfg.Node.ReleasePermit(ctx, c.Param("id"), owner(c.Request))
+	p, err := a.cfg.Budgets.ReleasePermit(ctx, c.Param("id"), owner(c.Request))
 	if err != nil {
-		a.permitError(c, err)
+		writeFailure(c, budgetFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -169,7 +145,7 @@ func (a *API) renewPermit(c *gin.Context) {
 	if !bindJSON(c, &in, true) {
 		return
 	}
-	ttl, err := a.parseTTL(in.TTL)
+	ttl, err := parseTTL(in.TTL)
 	if err == nil && (in.Policy != "" || in.Client != "" || in.Units != 0 || len(in.Keys) != 0) {
 		err = errors.New("a renew takes only ttl (the permit names its key)")
 	}
@@ -179,50 +155,12 @@ func (a *API) renewPermit(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	p, err := a.cfg.Node.RenewPermit(ctx, c.Param("id"), owner(c.Request), ttl)
+	p, err := a.cfg.Budgets.RenewPermit(ctx, c.Param("id"), owner(c.Request), ttl)
 	if err != nil {
-		a.permitError(c, err)
+		writeFailure(c, budgetFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
 	c.Render(http.StatusOK, jsonRender{contentType: "application/json; charset=utf-8", v: permitAnswer{Permit: p.ID,
 		Policy: p.Policy, Client: p.Client, ExpiresAt: msTime(p.ExpiresAt), ExpiresAtMs: p.ExpiresAt, Live: p.Live, Limit: p.Limit}})
-}
-
-// permitError answers a permit or reservation call that failed.
-func (a *API) permitError(c *gin.Context, err error) {
-	detail := firstLine(err)
-	switch {
-	case errors.Is(err, cluster.ErrNotFound):
-		writeProblem(c, http.StatusNotFound, CodeNotFound, "no such permit or reservation of yours (never made, released, expired, or taken with another credential)")
-	case errors.Is(err, cluster.ErrAlreadySettled):
-		writeProblem(c, http.StatusConflict, CodeAlreadySettled, "the reservation was settled already; nothing changed")
-	case errors.Is(err, cluster.ErrUnknownPolicy):
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, detail+"; nothing was taken")
-	case errors.Is(err, cluster.ErrWrongPolicy):
-		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, detail+"; nothing was taken")
-	case errors.Is(err, cluster.ErrBadRequest):
-		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
-	case errors.Is(err, cluster.ErrClusterUpgrading):
-		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
-	case errors.Is(err, cluster.ErrTooManyPermits):
-		f, _ := bound(err)
-		writeFailure(c, f)
-	case errors.Is(err, cluster.ErrConflict):
-		writeProblem(c, http.StatusConflict, CodeConflict, detail+"; nothing was reserved")
-	default:
-		a.hitError(c, err)
-	}
-}
-
-// badInput is the message of a request the cluster refused for its input,
-// without the outcome words it was joined with.
-func badInput(err error) string {
-	var parts []string
-	for _, line := range strings.Split(err.Error(), "\n") {
-		if line != cluster.ErrNotCounted.Error() && line != cluster.ErrBadRequest.Error() {
-			parts = append(parts, line)
-		}
-	}
-	return strings.Join(parts, "; ")
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,10 +32,6 @@ func (a *API) peek(c *gin.Context, policyName, client string) {
 	defer cancel()
 	res, err := a.cfg.Node.Peek(ctx, policyName, client, stale)
 	if err != nil {
-		if errors.Is(err, cluster.ErrUnknownPolicy) {
-			unknownPolicy(c, policyName)
-			return
-		}
 		writeFailure(c, readFailure(err))
 		return
 	}
@@ -176,10 +171,6 @@ func (a *API) deletePolicy(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
 	if err := a.cfg.Node.DeletePolicy(ctx, name); err != nil {
-		if errors.Is(err, cluster.ErrUnknownPolicy) {
-			unknownPolicy(c, name)
-			return
-		}
 		a.adminError(c, "delete policy "+name, err)
 		return
 	}
@@ -196,10 +187,6 @@ func (a *API) resetKey(c *gin.Context) {
 	defer cancel()
 	found, err := a.cfg.Node.ResetKey(ctx, pol, client)
 	if err != nil {
-		if errors.Is(err, cluster.ErrUnknownPolicy) {
-			unknownPolicy(c, pol)
-			return
-		}
 		a.adminError(c, "reset "+pol+"/"+client, err)
 		return
 	}

@@ -26,8 +26,8 @@ func (a *API) reserve(c *gin.Context) {
 	if !bindJSON(c, &in, false) {
 		return
 	}
-	ttl, err := a.parseTTL(in.TTL)
-	items := in.Keys
+	ttl, err := parseTTL(in.TTL)
+	req := cluster.ReserveRequest{Owner: owner(c.Request), TTL: ttl, Items: in.Keys}
 	switch {
 	case err != nil:
 	case len(in.Keys) > 0 && (in.Policy != "" || in.Client != "" || in.Units != 0):
@@ -36,52 +36,29 @@ func (a *API) reserve(c *gin.Context) {
 		if in.Policy == "" {
 			in.Policy = a.cfg.Policy
 		}
-		items = []cluster.ReserveItem{{Policy: in.Policy, Client: in.Client, Units: in.Units}}
-	case len(in.Keys) > cluster.MaxReservationKeys:
-		err = fmt.Errorf("keys: %d keys, at most %d", len(in.Keys), cluster.MaxReservationKeys)
-	}
-	for i, it := range items {
-		if err != nil {
-			break
-		}
-		at := ""
-		if len(in.Keys) > 0 {
-			at = fmt.Sprintf("keys[%d].", i)
-		}
-		switch {
-		case policy.ValidateName(it.Policy) != nil:
-			err = fmt.Errorf("%spolicy: %w", at, policy.ValidateName(it.Policy))
-		case cluster.ValidateClient(it.Client) != nil:
-			err = fmt.Errorf("%sclient: %w", at, cluster.ValidateClient(it.Client))
-		case it.Units < 1 || it.Units > policy.MaxLimit:
-			err = fmt.Errorf("%sunits %d: reserve 1 to %d", at, it.Units, int64(policy.MaxLimit))
-		}
+		req.Items, req.Single = []cluster.ReserveItem{{Policy: in.Policy, Client: in.Client, Units: in.Units}}, true
 	}
 	if err != nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, err.Error()+"; nothing was reserved")
 		return
 	}
-	for i, it := range items {
-		if !a.reservablePolicy(c, i, len(in.Keys) > 0, it) {
-			return
-		}
-	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	r, err := a.cfg.Node.Reserve(ctx, cluster.ReserveRequest{Owner: owner(c.Request), TTL: ttl, Items: items})
+	r, err := a.cfg.Budgets.Reserve(ctx, req)
 	if err != nil {
-		a.permitError(c, err)
+		writeFailure(c, budgetFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
 	if !r.Reserved {
-		retryMs := int64(0)
+		retryMs, never := int64(0), false
 		for _, k := range r.Keys {
 			if !k.Allowed {
 				retryMs = max(retryMs, k.RetryAfterMs)
+				never = never || k.RetryAfterMs < 0
 			}
 		}
-		if retryMs < 0 {
+		if never {
 			writeProblem(c, http.StatusUnprocessableEntity, CodeCostExceedsLimit, "units exceed what a policy could ever allow: this reservation can never be made, do not retry")
 			return
 		}
@@ -98,28 +75,6 @@ func (a *API) reserve(c *gin.Context) {
 		Reservation: r.ID, ExpiresAt: msTime(r.ExpiresAt), ExpiresAtMs: r.ExpiresAt, Keys: r.Keys}})
 }
 
-// reservablePolicy answers 404 or 400 itself unless the item's policy is
-// a strict windowed one (in this node's table, else the leader's).
-func (a *API) reservablePolicy(c *gin.Context, i int, many bool, it cluster.ReserveItem) bool {
-	at := "policy"
-	if many {
-		at = fmt.Sprintf("keys[%d].policy", i)
-	}
-	p, found, ok := a.findPolicy(c, it.Policy)
-	switch {
-	case !ok:
-	case !found:
-		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("%s: policy %q is not defined (GET /v1/policies lists them); nothing was reserved", at, it.Policy))
-	case p.IsConcurrency():
-		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%s: %q is a concurrency policy: it counts permits (POST %s), not units; nothing was reserved", at, it.Policy, PermitsPath))
-	case p.IsLeased():
-		writeProblem(c, http.StatusBadRequest, CodeWrongPolicy, fmt.Sprintf("%s: %q is leased: reservations need a strict policy; nothing was reserved", at, it.Policy))
-	default:
-		return true
-	}
-	return false
-}
-
 // settle is POST /v1/reservations/:id/settle {"units": ACTUAL}.
 func (a *API) settle(c *gin.Context) {
 	var in struct {
@@ -128,15 +83,15 @@ func (a *API) settle(c *gin.Context) {
 	if !bindJSON(c, &in, false) {
 		return
 	}
-	if in.Units == nil || *in.Units < 0 || *in.Units > policy.MaxLimit {
+	if in.Units == nil {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("units: the actual units used, 0 to %d; nothing was settled", int64(policy.MaxLimit)))
 		return
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	s, err := a.cfg.Node.Settle(ctx, c.Param("id"), owner(c.Request), *in.Units)
+	s, err := a.cfg.Budgets.Settle(ctx, c.Param("id"), owner(c.Request), *in.Units)
 	if err != nil {
-		a.permitError(c, err)
+		writeFailure(c, budgetFailure(err))
 		return
 	}
 	c.Header("Cache-Control", "no-store")

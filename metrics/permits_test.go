@@ -26,7 +26,7 @@ func TestPermitsLivePerPolicy(t *testing.T) {
 	metrics.New(reg).WatchPermits(node)
 	var first cluster.Permit
 	for i := range 3 {
-		p, err := node.AcquirePermit(context.Background(), cluster.PermitRequest{Policy: "jobs", Client: "u", TTL: time.Minute})
+		p, err := node.Budgets().AcquirePermit(context.Background(), cluster.PermitRequest{Policy: "jobs", Client: "u", TTL: time.Minute})
 		if err != nil || !p.Acquired {
 			t.Fatalf("acquire %d: %+v %v", i, p, err)
 		}
@@ -37,7 +37,7 @@ func TestPermitsLivePerPolicy(t *testing.T) {
 	if got := permitsLive(t, reg); len(got) != 2 || got["jobs"] != 3 || got["idle"] != 0 {
 		t.Fatalf("rlnode_permits_live with 3 of jobs live: %v", got)
 	}
-	if _, err := node.ReleasePermit(context.Background(), first.ID, ""); err != nil {
+	if _, err := node.Budgets().ReleasePermit(context.Background(), first.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := permitsLive(t, reg); got["jobs"] != 2 {

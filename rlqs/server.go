@@ -7,9 +7,7 @@ package rlqs
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"net"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/credential"
 	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
@@ -192,12 +191,14 @@ func (s *Server) OpenStreams() int { return s.guard.Open() }
 func (s *Server) Buckets() int     { return s.buckets.Held() }
 
 // scope names the credentials a stream came with (the client
-// certificate's fingerprint, else "token" or "anon"), part of its holder id.
+// certificate's fingerprint, internal/credential, else "envoy"), part of
+// its holder id.
 func scope(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			sum := sha256.Sum256(ti.State.PeerCertificates[0].Raw)
-			return "cert-" + hex.EncodeToString(sum[:8])
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			if name, ok := credential.OfTLS(&ti.State); ok {
+				return name
+			}
 		}
 	}
 	return "envoy"

@@ -138,13 +138,3 @@ func TestShouldRateLimitUnavailable(t *testing.T) {
 		}
 	}
 }
-
-func (f *fakeLimiter) AcquirePermit(context.Context, cluster.PermitRequest) (cluster.Permit, error) {
-	return cluster.Permit{}, errors.New("not in this test")
-}
-func (f *fakeLimiter) ReleasePermit(context.Context, string, string) (cluster.Permit, error) {
-	return cluster.Permit{}, errors.New("not in this test")
-}
-func (f *fakeLimiter) ReleaseOldestPermit(context.Context, string, string) (cluster.Permit, error) {
-	return cluster.Permit{}, errors.New("not in this test")
-}

@@ -26,7 +26,7 @@ func (s *Server) releasePermits(ctx context.Context, plan []planned) error {
 		if !p.release {
 			continue
 		}
-		if _, err := s.cfg.Limiter.ReleaseOldestPermit(ctx, p.hit.Policy, p.hit.Client); err != nil && !errors.Is(err, cluster.ErrNotFound) {
+		if _, err := s.cfg.Permits.ReleaseOldestPermit(ctx, p.hit.Policy, p.hit.Client); err != nil && !errors.Is(err, cluster.ErrNotFound) {
 			return status.Errorf(codes.Unavailable, "release a permit: %v", err)
 		}
 	}
@@ -42,7 +42,7 @@ func (s *Server) takePermits(ctx context.Context, plan []planned) (bool, error) 
 		if !p.permit {
 			continue
 		}
-		pm, err := s.cfg.Limiter.AcquirePermit(ctx, cluster.PermitRequest{Policy: p.hit.Policy, Client: p.hit.Client, Owner: PermitOwner, TTL: s.cfg.PermitTTL})
+		pm, err := s.cfg.Permits.AcquirePermit(ctx, cluster.PermitRequest{Policy: p.hit.Policy, Client: p.hit.Client, Owner: PermitOwner, TTL: s.cfg.PermitTTL})
 		if err != nil {
 			s.givePermitsBack(plan)
 			return false, status.Errorf(codes.Unavailable, "take a permit: %v", err)
@@ -63,7 +63,7 @@ func (s *Server) givePermitsBack(plan []planned) {
 	defer cancel()
 	for i := range plan {
 		if p := &plan[i]; p.permitted {
-			if _, err := s.cfg.Limiter.ReleasePermit(ctx, p.permitOf.ID, PermitOwner); err == nil {
+			if _, err := s.cfg.Permits.ReleasePermit(ctx, p.permitOf.ID, PermitOwner); err == nil {
 				p.permitted = false
 			}
 		}

@@ -37,14 +37,19 @@ type Limiter interface {
 	// Refund takes each hit's cost off its key's current window, never
 	// below zero (a descriptor's is_negative_hits).
 	Refund(ctx context.Context, hits []cluster.Hit) ([]int64, error)
-	// AcquirePermit, ReleasePermit and ReleaseOldestPermit serve a
-	// concurrency policy's descriptors (permit.go).
+}
+
+var _ Limiter = (*cluster.Node)(nil)
+
+// Permits serve a concurrency policy's descriptors (permit.go):
+// *cluster.Budgets.
+type Permits interface {
 	AcquirePermit(ctx context.Context, req cluster.PermitRequest) (cluster.Permit, error)
 	ReleasePermit(ctx context.Context, id, owner string) (cluster.Permit, error)
 	ReleaseOldestPermit(ctx context.Context, policyName, client string) (cluster.Permit, error)
 }
 
-var _ Limiter = (*cluster.Node)(nil)
+var _ Permits = (*cluster.Budgets)(nil)
 
 // Observer records what the service decided, per descriptor. result is one
 // of ok, over_limit, shadow_over_limit, unlimited, no_match (and
@@ -69,6 +74,9 @@ var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateL
 // Config configures the service.
 type Config struct {
 	Limiter Limiter
+	// Permits serves concurrency policies (default: the limiter's
+	// budgets, when it has them: *cluster.Node.Budgets).
+	Permits Permits
 	// Token, when set, must arrive as gRPC metadata "authorization: Bearer
 	// <token>" on every ShouldRateLimit call (health checks need none).
 	Token string
@@ -138,6 +146,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if b, ok := cfg.Limiter.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Permits == nil {
+		cfg.Permits = b.Budgets()
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
 	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,

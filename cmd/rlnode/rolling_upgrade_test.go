@@ -298,7 +298,7 @@ func versionsShown(t *testing.T, n *proctest.Node, newBin string, upgraded map[s
 		t.Fatalf("rlnode peers of a mixed cluster: exit %d\n%s%s", code, out, stderr)
 	}
 	metrics := proctest.MustGet(t, n.URL()+"/metrics")
-	if want := fmt.Sprintf(`rlnode_build_info{format="%d",oldest_format="3",version="r4-test"} 1`, fsm.CurrentFormat); !strings.Contains(string(metrics.Raw), want) {
+	if want := fmt.Sprintf(`rlnode_build_info{format="%d",oldest_format="%d",version="r4-test"} 1`, fsm.CurrentFormat, fsm.OldestFormat); !strings.Contains(string(metrics.Raw), want) {
 		t.Fatalf("metrics of %s lack %s", n.ID, want)
 	}
 	if want := "rlnode_cluster_log_format 3"; !strings.Contains(string(metrics.Raw), want) {

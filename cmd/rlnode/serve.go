@@ -62,6 +62,7 @@ type serveConfig struct {
 	rlqsAddr                                             string
 	rlqsLease, rlqsTransit                               time.Duration
 	grpcBounds                                           grpcBounds
+	budgetCaps                                           budgetCaps
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -130,6 +131,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "", "serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) and gRPC health on this address; off by default")
 	c.rlsOpt.flags(fs)
 	c.grpcBounds.flags(fs)
+	c.budgetCaps.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	c.httpLimits.flags(fs)
@@ -157,6 +159,7 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, lease.MaxLease))
 	}
 	errs = append(errs, c.grpcBounds.validate()...)
+	errs = append(errs, c.budgetCaps.validate()...)
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log %q: want wal or bolt", c.raftLog))
 	}
@@ -361,7 +364,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
-	api := httpapi.New(httpapi.Config{Node: node, Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
+	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
 		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent})
 	stopRegion, err := c.region.start(node, obs, tlsSrc, logger)
 	if err != nil {
@@ -492,7 +495,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		stopPprof = servePprof(side.pprof, logger)
 	}
 	if side.grpc != nil {
-		rc := rls.Config{Limiter: node, Token: c.token, Logger: logger.Named("rls"), Observer: obs,
+		rc := rls.Config{Limiter: node, Permits: node.Budgets(), Token: c.token, Logger: logger.Named("rls"), Observer: obs,
 			Limits: c.grpcBounds.limits(), Refused: obs, ServerOptions: grpcOpts}
 		c.rlsOpt.apply(&rc)
 		if tlsSrc != nil {
@@ -556,6 +559,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		ID: c.id, RaftBind: c.raftAddr, RaftAdvertise: c.raftAdvertise, HTTPAdvertise: c.httpAdvertise,
 		DataDir: c.dataDir, RaftLog: storage.Kind(c.raftLog), Bootstrap: c.join == "" && !c.waitForJoin,
 		Version: releaseVersion(), RejoinEmpty: c.rejoinEmpty, JoinCatchupTimeout: c.joinCatchupTimeout, BootstrapExpect: c.bootstrapExpect, MaxClockOffset: c.maxClockOffset, JoinAddrs: c.joinAddrs(), MaxPermitTTL: c.maxPermitTTL,
+		CredentialCaps:    c.budgetCaps.caps(),
 		Seed:              seed,
 		SnapshotThreshold: c.snapshotThreshold, SnapshotInterval: c.snapshotInterval, TrailingLogs: c.trailingLogs,
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,

@@ -21,7 +21,7 @@ var serveFlagGroups = []struct {
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
 	{"regions (global budgets: docs/multi-region.md)", []string{"region", "parent", "parent-token", "region-lease", "region-slice-wait"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
-		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl"}},
+		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl", "permits-per-credential", "reserved-bytes-per-credential", "reserved-bytes"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
 		"tls-legacy-node-certs", "insecure", "trusted-proxies", "raft-handshake-timeout", "raft-idle-timeout", "raft-max-conns-per-ip",
 		"raft-max-pending", "raft-max-conns", "http-max-conns", "http-max-conns-per-ip", "http-body-budget", "grpc-max-streams-per-conn", "grpc-max-streams",

@@ -2,9 +2,6 @@ package grpcserve
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"net"
 	"strings"
 	"sync"
 
@@ -13,6 +10,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/rlnode/rlnode/internal/credential"
 )
 
 // Observer counts calls a port refused for its stream budgets. reason is
@@ -42,28 +41,27 @@ func newGuard(cfg Config) *Guard {
 // Open is how many calls and streams the port holds now.
 func (g *Guard) Open() int { return g.streams.Held() }
 
-// Credential names who a call's budget is counted against: the client
-// certificate's fingerprint under mutual TLS, else "token" when the port
-// wants the cluster token (everyone holding it is one credential), else
+// Credential names who a call's budget is counted against
+// (internal/credential, the one fingerprint for HTTP and gRPC): the client
+// certificate's fingerprint under mutual TLS, else the cluster token's
+// when the port wants it (everyone holding it is one credential), else
 // the caller's IP address (an unauthenticated port, loopback by default).
 func Credential(ctx context.Context, token string) string {
 	p, ok := peer.FromContext(ctx)
 	if ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			sum := sha256.Sum256(ti.State.PeerCertificates[0].Raw)
-			return "cert:" + hex.EncodeToString(sum[:8])
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			if name, ok := credential.OfTLS(&ti.State); ok {
+				return name
+			}
 		}
 	}
 	if token != "" {
-		return "token"
+		return credential.Token(token)
 	}
 	if ok && p.Addr != nil {
-		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-			return "addr:" + host
-		}
-		return "addr:" + p.Addr.String()
+		return credential.Addr(p.Addr.String())
 	}
-	return "addr:unknown"
+	return credential.Addr("")
 }
 
 // admit takes one stream of the budgets for ctx's credential; release
