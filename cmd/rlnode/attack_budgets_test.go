@@ -21,7 +21,6 @@ import (
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 )
 
-
 // attackNode is one node on this release's format with the budget flags
 // given, its policies made by the admin (the gates open).
 func attackNode(t *testing.T, extra []string, policies map[string]string) *proctest.Node {
