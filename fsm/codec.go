@@ -143,6 +143,8 @@ func CheckEntry(data []byte) error {
 		_, err = decodePermit(data)
 	case EntryReservation:
 		_, err = decodeReservation(data)
+	case EntryCalls:
+		_, err = decodeCalls(data)
 	}
 	return err
 }

@@ -19,8 +19,10 @@ const (
 	FormatR3 Format = 3
 	// FormatR4 adds this round's entry kinds and policy options.
 	FormatR4 Format = 4
+	// FormatR5 adds round 5's entry kinds (per-call limits).
+	FormatR5 Format = 5
 	// CurrentFormat is what this build writes and reads.
-	CurrentFormat = FormatR4
+	CurrentFormat = FormatR5
 	// OldestFormat is the lowest format this build still reads.
 	OldestFormat = FormatR3
 )

@@ -125,6 +125,8 @@ type FSM struct {
 	// (the id in key).
 	reservations    map[string]*reservation
 	reservationHeap grantHeap
+	// calls counts the stored per-call keys (call.go; derived, not state).
+	calls callCounts
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -163,6 +165,7 @@ func (f *FSM) reset() {
 	f.permits, f.permitKey, f.permitHeap = make(map[string][]permit), make(map[string]string), nil
 	f.reservations, f.reservationHeap = make(map[string]*reservation), nil
 	f.policies = make(map[string]*tablePolicy)
+	f.calls = callCounts{}
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
@@ -216,6 +219,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return f.applyPermit(l)
 	case EntryReservation:
 		return f.applyReservation(l)
+	case EntryCalls:
+		return f.applyCalls(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil
@@ -263,6 +268,9 @@ func policyOf(key string) string { return key[1 : 1+int(key[0])] }
 // policy's own, or for a policy not in the table (only version-1 entries
 // write those) the epoch it would get if created next.
 func (f *FSM) epochOf(name string) uint32 {
+	if isCallPolicy(name) {
+		return callEpoch // per-call keys outlive policy deletes (call.go)
+	}
 	if p := f.policies[name]; p != nil {
 		return p.epoch
 	}
@@ -289,6 +297,7 @@ func (f *FSM) insert(key string) uint32 {
 }
 
 func (f *FSM) remove(idx uint32) {
+	f.callRemoved(f.slab.At(idx))
 	delete(f.index, f.slab.At(idx).key)
 	*f.slab.Mut(idx) = slot{}
 	f.free = append(f.free, idx)
