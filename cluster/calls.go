@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/rlnode/rlnode/fsm"
+)
+
+// Per-call limits (gubernator's V1 API, fsm/DESIGN.md "Per-call
+// limits"): a batch of items, each bringing its own limit, decided one by
+// one through one log entry on the leader.
+
+// CallItem is one per-call item.
+type CallItem = fsm.CallItem
+
+// CallOutcome is the decision on one item.
+type CallOutcome = fsm.CallOutcome
+
+// MaxCallsPerRequest is the most items one request carries (gubernator's
+// batch size).
+const MaxCallsPerRequest = fsm.MaxCallsPerEntry
+
+// Default bounds of stored per-call keys (Config.CallKeys).
+const (
+	DefaultCallKeys              = 1 << 20
+	DefaultCallKeysPerCredential = 1 << 17
+)
+
+// CallKeyBounds bounds the per-call keys the cluster stores, in all and
+// per credential; the leader's bounds travel in each entry.
+type CallKeyBounds struct {
+	Total, PerCredential int64
+}
+
+// Validate checks 1 <= PerCredential <= Total <= fsm.MaxCallKeys.
+func (b CallKeyBounds) Validate() error {
+	if b.PerCredential < 1 || b.PerCredential > b.Total || b.Total > fsm.MaxCallKeys {
+		return fmt.Errorf("per-call key bounds: %d per credential, %d in all: want 1 <= per credential <= in all <= %d", b.PerCredential, b.Total, fsm.MaxCallKeys)
+	}
+	return nil
+}
+
+func (b CallKeyBounds) orDefault() CallKeyBounds {
+	if b == (CallKeyBounds{}) {
+		return CallKeyBounds{Total: DefaultCallKeys, PerCredential: DefaultCallKeysPerCredential}
+	}
+	return b
+}
+
+// CallsRequest is a batch of items of one caller (Owner: its credential
+// identity, "" without one).
+type CallsRequest struct {
+	Owner string     `json:"owner,omitempty"`
+	Items []CallItem `json:"items"`
+}
+
+// CallsAnswer is one outcome per item, in order.
+type CallsAnswer struct {
+	Now      int64         `json:"now"`
+	Items    []CallOutcome `json:"items"`
+	ServedBy string        `json:"servedBy,omitempty"`
+}
+
+func (r CallsRequest) check() error {
+	if len(r.Items) < 1 || len(r.Items) > MaxCallsPerRequest {
+		return fmt.Errorf("%d items, want 1 to %d", len(r.Items), MaxCallsPerRequest)
+	}
+	if len(r.Owner) > fsm.MaxOwnerLen {
+		return fmt.Errorf("owner is %d bytes, longer than %d", len(r.Owner), fsm.MaxOwnerLen)
+	}
+	for i, it := range r.Items {
+		if err := fsm.ValidateCallItem(it); err != nil {
+			return fmt.Errorf("items[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Calls decides every item through one log entry on the leader (forwarded
+// when this node does not lead). Items must be valid (fsm.ValidateCallItem:
+// front ends answer bad ones per item and leave them out). Errors:
+// ErrClusterUpgrading (a voter cannot apply the entry), or a failure
+// wrapping ErrNotCounted or ErrOutcomeUnknown, as a hit's.
+func (n *Node) Calls(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
+	if err := req.check(); err != nil {
+		return CallsAnswer{}, errors.Join(ErrNotCounted, ErrBadRequest, err)
+	}
+	if err := n.requireLeaderFormat(fsm.FormatR5); err != nil {
+		return CallsAnswer{}, errors.Join(ErrNotCounted, err)
+	}
+	var out CallsAnswer
+	err := n.permitCall(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = opCalls.do(ctx, n, req)
+		return err
+	})
+	return out, err
+}
+
+// callsLocal writes the calls entry on the leader.
+func (n *Node) callsLocal(_ context.Context, req CallsRequest) (CallsAnswer, error) {
+	if err := n.RequireFormat(fsm.FormatR5); err != nil {
+		return CallsAnswer{}, errors.Join(ErrNotCounted, err)
+	}
+	b := n.cfg.CallKeys.orDefault()
+	res, err := n.applyLease(func(now int64) []byte {
+		return fsm.EncodeCalls(fsm.CallsEntry{Now: now, Owner: req.Owner, MaxKeys: b.Total, MaxKeysPerOwner: b.PerCredential, Items: req.Items})
+	})
+	if err != nil {
+		return CallsAnswer{}, err
+	}
+	r, ok := res.(*fsm.CallsResult)
+	if !ok {
+		return CallsAnswer{}, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
+	}
+	return CallsAnswer{Now: r.Now, Items: r.Items, ServedBy: n.cfg.ID}, nil
+}
+
+var opCalls = leaderOp[CallsRequest, CallsAnswer]{name: "calls",
+	check: CallsRequest.check,
+	run:   (*Node).callsLocal}
+
+// mountCallOps serves the calls operation for other nodes.
+func (n *Node) mountCallOps(mux *http.ServeMux) {
+	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
+}
