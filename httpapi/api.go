@@ -124,6 +124,15 @@ type Config struct {
 	// Middleware runs on every request before its handler (tracing, when
 	// configured).
 	Middleware []gin.HandlerFunc
+	// Gubernator, when set, serves gubernator's HTTP gateway paths
+	// (POST /v1/GetRateLimits, GET /v1/HealthCheck; gubapi.Gateway).
+	Gubernator GubernatorGateway
+}
+
+// GubernatorGateway is gubernator's HTTP gateway (gubapi.Gateway).
+type GubernatorGateway interface {
+	GetRateLimits(w http.ResponseWriter, r *http.Request)
+	HealthCheck(w http.ResponseWriter, r *http.Request)
 }
 
 // API is the HTTP handler of one node.

@@ -18,6 +18,9 @@ const (
 	TransferPath = "/v1/cluster/transfer-leadership"
 	BackupPath   = "/v1/cluster/backup"
 	RestorePath  = "/v1/cluster/restore"
+	// gubernator's HTTP gateway (Config.Gubernator).
+	GubernatorRateLimitsPath = "/v1/GetRateLimits"
+	GubernatorHealthPath     = "/v1/HealthCheck"
 )
 
 // Guard says who may call a route.
@@ -129,6 +132,11 @@ func (a *API) routes() []Route {
 	}
 	if a.cfg.MetricsHandler != nil {
 		rs = append(rs, Route{Method: get, Path: "/metrics", Handle: gin.WrapH(a.cfg.MetricsHandler)})
+	}
+	if g := a.cfg.Gubernator; g != nil {
+		rs = append(rs,
+			Route{Method: post, Path: GubernatorRateLimitsPath, Handle: gin.WrapF(g.GetRateLimits)},
+			Route{Method: get, Path: GubernatorHealthPath, Handle: gin.WrapF(g.HealthCheck)})
 	}
 	if a.cfg.DebugEndpoints {
 		rs = append(rs,
