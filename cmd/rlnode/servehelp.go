@@ -19,6 +19,7 @@ var serveFlagGroups = []struct {
 		"limit", "window", "policies", "grpc-addr", "config", "log-level", "log-json"}},
 	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata", "rls-permit-ttl"}},
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
+	{"gubernator's V1 API (limits given per call)", []string{"gubernator-addr", "gubernator-max-keys", "gubernator-max-keys-per-credential"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
 		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",
