@@ -189,3 +189,49 @@ func TestGubernatorOneKeyThroughThreeNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestGubernatorKeysBoundedPerCredential: a caller creating new per-call
+// keys without end is refused at its credential's bound, item by item (the
+// batch's other items are decided, its known keys still decide), and
+// cannot take another credential's first key; the cluster's bound holds
+// for everyone.
+func TestGubernatorKeysBoundedPerCredential(t *testing.T) {
+	nodes, clients := gubNodes(t, 1, "--gubernator-max-keys", "15", "--gubernator-max-keys-per-credential", "10")
+	c := clients[nodes[0].ID]
+	item := func(key string) *gubpb.RateLimitReq {
+		return &gubpb.RateLimitReq{Name: "flood", UniqueKey: key, Hits: 1, Limit: 5, Duration: 600_000}
+	}
+	var batch []*gubpb.RateLimitReq
+	for i := 0; i < 14; i++ {
+		batch = append(batch, item(fmt.Sprintf("k%d", i)))
+	}
+	batch = append(batch, item("k0"))
+	got := gubAsk(t, c, batch...)
+	for i, r := range got[:14] {
+		if i < 10 {
+			checkGub(t, fmt.Sprintf("key %d", i), r, gubWant{limit: 5, remaining: 4})
+		} else {
+			checkGub(t, fmt.Sprintf("key %d past the bound", i), r, gubWant{err: "too many rate limit keys"})
+		}
+	}
+	checkGub(t, "a known key in the same batch", got[14], gubWant{limit: 5, remaining: 3})
+	for round := 0; round < 3; round++ {
+		r := gubAsk(t, c, item(fmt.Sprintf("more%d", round)), item("k1"))
+		checkGub(t, "another new key", r[0], gubWant{err: "too many rate limit keys"})
+		checkGub(t, "a known key", r[1], gubWant{limit: 5, remaining: 3 - int64(round)})
+	}
+
+	// Another credential (the gateway counts the source address; the
+	// gRPC calls above were the token's): its first keys are not refused,
+	// until the cluster's bound of 15.
+	for i := 0; i < 6; i++ {
+		resp, err := proctest.DoRaw("POST", nodes[0].URL()+"/v1/GetRateLimits", "", []byte(fmt.Sprintf(`{"requests":[{"name":"flood","unique_key":"h%d","hits":"1","limit":"5","duration":"600000"}]}`, i)))
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("gateway key %d: %v %d %s", i, err, resp.Status, resp.Raw)
+		}
+		full := strings.Contains(string(resp.Raw), "too many rate limit keys")
+		if full != (i == 5) {
+			t.Fatalf("gateway key %d (cluster bound 15, 10 stored by the token): %s", i, resp.Raw)
+		}
+	}
+}
