@@ -416,6 +416,8 @@ type multiRequest struct {
 		Client string `json:"client"`
 		Cost   *int64 `json:"cost"`
 	} `json:"hits"`
+	// Independent decides each hit on its own (independent.go).
+	Independent bool `json:"independent"`
 }
 
 type multiBody struct {
@@ -445,6 +447,10 @@ func (a *API) checkMany(c *gin.Context) {
 	start := time.Now()
 	var req multiRequest
 	if !bindJSON(c, &req, false) {
+		return
+	}
+	if req.Independent {
+		a.checkIndependent(c, &req, start)
 		return
 	}
 	if len(req.Hits) == 0 || len(req.Hits) > cluster.MaxGroup {
