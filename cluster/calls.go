@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/topkeys"
 )
 
 // Per-call limits (gubernator's V1 API, fsm/DESIGN.md "Per-call
@@ -97,7 +98,26 @@ func (n *Node) Calls(ctx context.Context, req CallsRequest) (CallsAnswer, error)
 		out, err = opCalls.do(ctx, n, req)
 		return err
 	})
+	if err == nil {
+		n.recordCallsTop(req.Items, out.Items)
+	}
 	return out, err
+}
+
+// recordCallsTop hands decided items to the top-keys recorder under their
+// name (rlnode top lists them beside policies' keys), on the node a
+// client asked, as recordTop does for checks.
+func (n *Node) recordCallsTop(items []CallItem, outs []CallOutcome) {
+	for i, o := range outs {
+		if i >= len(items) || o.Full || o.Err != "" {
+			continue
+		}
+		r := topkeys.Allowed
+		if o.Over {
+			r = topkeys.Refused
+		}
+		n.top.Record(items[i].Name, items[i].Key, r)
+	}
 }
 
 // callsLocal writes the calls entry on the leader.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -122,10 +123,15 @@ func TestGubernatorAPIThroughAFollower(t *testing.T) {
 
 	// The gateway on the HTTP port, as gubernator's grpc-gateway spells it.
 	resp, err := proctest.DoRaw("POST", leader.URL()+"/v1/GetRateLimits", "", []byte(`{"requests":[{"name":"api","unique_key":"acct:1","hits":"1","limit":"10","duration":"60000"}]}`))
-	if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Raw), `"status":"UNDER_LIMIT","limit":"10","remaining":"8"`) {
+	var gw struct {
+		Responses []map[string]any `json:"responses"`
+	}
+	if err != nil || resp.Status != 200 || json.Unmarshal(resp.Raw, &gw) != nil || len(gw.Responses) != 1 ||
+		gw.Responses[0]["status"] != "UNDER_LIMIT" || gw.Responses[0]["limit"] != "10" || gw.Responses[0]["remaining"] != "8" || gw.Responses[0]["reset_time"] == "0" {
 		t.Fatalf("gateway: %v %d %s", err, resp.Status, resp.Raw)
 	}
-	if resp, err := proctest.Get(follower.URL() + "/v1/HealthCheck"); err != nil || !strings.Contains(string(resp.Raw), `"status":"healthy"`) || !strings.Contains(string(resp.Raw), `"peer_count":3`) {
+	var health map[string]any
+	if resp, err := proctest.Get(follower.URL() + "/v1/HealthCheck"); err != nil || json.Unmarshal(resp.Raw, &health) != nil || health["status"] != "healthy" || health["peer_count"] != float64(3) {
 		t.Fatalf("health: %v %s", err, resp.Raw)
 	}
 
@@ -145,6 +151,12 @@ func TestGubernatorAPIThroughAFollower(t *testing.T) {
 		t.Fatalf("1,001 items: %v", err)
 	}
 	checkGub(t, "nothing of the refused calls counted", gubAsk(t, c, tok(0, 10, 0))[0], gubWant{limit: 10, remaining: 8})
+
+	// rlnode top lists per-call keys by their name.
+	top, err := proctest.Do("GET", leader.URL()+"/v1/top?policy=api", gubToken, nil)
+	if err != nil || top.Status != 200 || !strings.Contains(string(top.Raw), `"policy":"api"`) || !strings.Contains(string(top.Raw), `"key":"acct:1"`) {
+		t.Fatalf("top: %v %d %s", err, top.Status, top.Raw)
+	}
 }
 
 // TestGubernatorOneKeyThroughThreeNodes: one key of 1,000 per minute,
