@@ -74,8 +74,8 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 	for _, n := range c.Live() {
 		clustertest.Poll(t, 10*time.Second, func() error { return n.RequireFormat(fsm.FormatR4) })
 		clustertest.Poll(t, 5*time.Second, func() error {
-			if f, _, err := storage.ReadFormat(n.Dir); err != nil || f != fsm.FormatR4 {
-				return fmt.Errorf("%s: data dir records format %d (%v) with every member new; want 4", n.ID, f, err)
+			if f, _, err := storage.ReadFormat(n.Dir); err != nil || f != fsm.CurrentFormat {
+				return fmt.Errorf("%s: data dir records format %d (%v) with every member new; want %d", n.ID, f, err, fsm.CurrentFormat)
 			}
 			return nil
 		})
@@ -90,7 +90,7 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := c.Nodes[1].Join(ctx, cluster.JoinRequest{ID: stale.ID, RaftAddr: stale.RaftAddr, HTTPAddr: stale.HTTPAddr})
-	if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(fmt.Sprint(err), "may hold format 4 entries and n4 runs log format 3") {
+	if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("may hold format %d entries and n4 runs log format 3", fsm.CurrentFormat)) {
 		t.Fatalf("join of a format-3 node after the gate opened (asked through a member that may not lead): %v; want a conflict naming formats 3 and 4", err)
 	}
 	if _, members := c.Nodes[0].MemberFormats(); len(members) != 3 {
