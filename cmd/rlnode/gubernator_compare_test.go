@@ -90,7 +90,7 @@ type gubAnswer struct {
 // a limit change up and down, more than remains, DRAIN_OVER_LIMIT, the
 // over-limit status kept, RESET_REMAINING, a new key asked for more than
 // its limit, a read of 0 hits, a leaky bucket with leaks, drain, reset and
-// a burst change, a Gregorian day, and a mixed batch with bad items.
+// a burst change, Gregorian days of both, and a mixed batch with bad items.
 func comparisonScript() []gubStep {
 	tok := func(key string, hits, limit int64, behavior int) map[string]any {
 		return map[string]any{"name": "cmp_token", "unique_key": key, "hits": hits, "limit": limit, "duration": 60_000, "behavior": behavior}
@@ -110,6 +110,9 @@ func comparisonScript() []gubStep {
 		{SleepMs: 1500, Requests: []map[string]any{leaky(0, 0, 0)}},
 		one(leaky(10, 0, drain)), one(leaky(1, 0, reset)), one(leaky(1, 15, 0)), one(leaky(20, 15, 0)),
 		one(map[string]any{"name": "cmp_greg", "unique_key": "g", "hits": 1, "limit": 5, "duration": 2, "behavior": gregorian}),
+		one(map[string]any{"name": "cmp_greg", "unique_key": "g", "hits": 1, "limit": 5, "duration": 2, "behavior": gregorian}),
+		one(map[string]any{"name": "cmp_greg", "unique_key": "l", "hits": 1, "limit": 10, "duration": 2, "behavior": gregorian, "algorithm": "LEAKY_BUCKET"}),
+		one(map[string]any{"name": "cmp_greg", "unique_key": "l", "hits": 1, "limit": 10, "duration": 2, "behavior": gregorian, "algorithm": "LEAKY_BUCKET"}),
 		{Requests: []map[string]any{
 			tok("d", 1, 5, 0), {"name": "cmp_token", "hits": 1, "limit": 5, "duration": 1000}, {"unique_key": "x", "hits": 1, "limit": 5, "duration": 1000},
 			leaky(2, 0, 0), tok("d", 4, 5, 0), tok("d", 1, 5, 0),
