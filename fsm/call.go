@@ -91,38 +91,43 @@ func (f *FSM) applyCalls(l *raft.Log) any {
 
 // applyCall decides one item with its own limit and stores what
 // gubernator would store.
+//
+// Every replica must refuse the same new keys, and a replica restored
+// from a snapshot holds only live keys while another may still hold dead
+// ones its expiry budget has not freed. So a slot's expiry never moves
+// earlier (the call state's own ExpireAt says when it decides as new; a
+// token reset writes a fresh state), which keeps its heap item due no
+// later than the slot dies; a dead slot found here is freed first, with
+// every key that came due, so the item decides as on a replica that never
+// had it; and the bound is checked on counts that, after that full
+// expiry, are exactly the live keys.
 func (f *FSM) applyCall(now int64, it CallItem, owner int64, e *CallsEntry) CallOutcome {
 	f.key = append(f.key[:0], byte(1+len(it.Name)), callMarker)
 	f.key = append(append(f.key, it.Name...), it.Key...)
 	idx, found := f.index[string(f.key)]
+	if found && !f.alive(f.slab.At(idx), now) {
+		f.expire(now, len(f.heap))
+		idx, found = f.index[string(f.key)]
+	}
 	var st window.CallState
-	live := false
 	if found {
-		if w := f.slab.At(idx); f.alive(w, now) && w.alg == it.Call.Alg {
-			st, live = readCallState(w), true
+		if w := f.slab.At(idx); w.alg == it.Call.Alg {
+			st = readCallState(w)
 		}
+		owner = f.slab.At(idx).first.windowMs // a live key stays its creator's
 	}
 	r, ns := window.ApplyCall(it.Call, st, now)
 	if r.Forget {
 		if found {
-			w := f.slab.Mut(idx)
-			w.exp, w.epoch = min(w.exp, now), ^uint32(0)
+			writeCallState(f.slab.Mut(idx), it.Call.Alg, window.CallState{}, owner)
 		}
 		return CallOutcome{CallResult: r}
 	}
-	if live {
-		owner = f.slab.At(idx).first.windowMs // a live key stays its creator's
-	} else {
+	if !found {
 		if !f.roomForCall(now, owner, e) {
 			return CallOutcome{Full: true}
 		}
-		// The room check may have freed the slot.
-		i, ok := f.index[string(f.key)]
-		if found = found && ok && i == idx; !found {
-			idx = f.insert(string(f.key))
-		} else if old := f.slab.At(idx); isCallSlot(old) {
-			f.countCall(old.first.windowMs, -1) // a dead slot taken over
-		}
+		idx = f.insert(string(f.key))
 		f.countCall(owner, 1)
 	}
 	w := f.slab.Mut(idx)
@@ -133,19 +138,12 @@ func (f *FSM) applyCall(now int64, it CallItem, owner int64, e *CallsEntry) Call
 	return CallOutcome{CallResult: r}
 }
 
-// roomForCall reports whether an item may store a new key (f.key): a
-// dead slot of the same key is counted already, but may change owner. At
-// the bound it first frees every key that came due.
+// roomForCall reports whether an item may store a new key. Past the
+// bound it first frees every key that came due, so the counts are the
+// live keys, the same on every replica.
 func (f *FSM) roomForCall(now, owner int64, e *CallsEntry) bool {
 	fits := func() bool {
-		held := f.calls.byOwner[owner]
-		if idx, ok := f.index[string(f.key)]; ok {
-			if w := f.slab.At(idx); isCallSlot(w) {
-				// Counted already; it may change owner.
-				return w.first.windowMs == owner || held < e.MaxKeysPerOwner
-			}
-		}
-		return f.calls.total < e.MaxKeys && held < e.MaxKeysPerOwner
+		return f.calls.total < e.MaxKeys && f.calls.byOwner[owner] < e.MaxKeysPerOwner
 	}
 	if fits() {
 		return true
@@ -220,11 +218,13 @@ func writeCallState(w *slot, alg window.Algorithm, s window.CallState, owner int
 	w.first = limState{s: window.State{A: s.Start, B: s.Remaining, C: s.ExpireAt}, windowMs: owner}
 	(*w.more)[0] = limState{s: window.State{A: s.Limit, B: s.Duration, C: s.Burst}, windowMs: flags}
 	(*w.more)[1] = limState{s: window.State{A: s.Frac, B: s.RateMs}, windowMs: 1}
-	// Alive while now <= ExpireAt, as gubernator's cache keeps an item.
-	w.exp = s.ExpireAt + 1
+	// Alive while now <= ExpireAt, as gubernator's cache keeps an item;
+	// never earlier than before (applyCall).
+	exp := s.ExpireAt + 1
 	if s.ExpireAt >= window.MaxTime {
-		w.exp = window.MaxTime
+		exp = window.MaxTime
 	}
+	w.exp = max(w.exp, exp)
 }
 
 // callByPolicy decides an item by the table's policy of its name, as a

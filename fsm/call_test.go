@@ -162,3 +162,34 @@ func TestCallsEntryValidation(t *testing.T) {
 		decodeCalls(flip(b, i))
 	}
 }
+
+// TestCallsBoundSameOnRestoredReplica: a replica restored from a snapshot
+// (which holds live keys only) and one that applied every entry refuse
+// the same new keys at the bound, even after a key's expiry was moved
+// earlier by a shorter duration, and end with the same digest.
+func TestCallsBoundSameOnRestoredReplica(t *testing.T) {
+	orig := newTestFSM(t)
+	orig.calls(t0, "o", 2, 2, tokenItem("a", 1, 5), tokenItem("b", 1, 5))
+	shorter := tokenItem("a", 1, 5)
+	shorter.Call.Duration = 1000
+	orig.calls(t0+500, "o", 2, 2, shorter)
+	restored := newTestFSM(t)
+	if err := restored.f.Restore(io.NopCloser(bytes.NewReader(persistSnapshot(t, orig.f).Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	restored.index = orig.index
+	var full []bool
+	for _, x := range []*testFSM{orig, restored} {
+		r := x.calls(t0+2000, "o", 2, 2, tokenItem("c", 1, 5), tokenItem("a", 1, 5))
+		full = append(full, r.Items[0].Full)
+		if r.Items[1].Full || r.Items[1].Remaining != 4 {
+			t.Fatalf("a, its window ended, starts again: %+v", r.Items[1])
+		}
+	}
+	if full[0] != full[1] {
+		t.Fatalf("the replica that applied every entry refused c: %v, the restored one: %v", full[0], full[1])
+	}
+	if digestOf(orig.f) != digestOf(restored.f) {
+		t.Fatal("digests differ")
+	}
+}
