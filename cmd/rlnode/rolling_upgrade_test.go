@@ -289,16 +289,16 @@ func versionsShown(t *testing.T, n *proctest.Node, newBin string, upgraded map[s
 	for _, raw := range members {
 		m, _ := raw.(map[string]any)
 		id, ver, format := m["id"], m["version"], m["format"]
-		if want := upgraded[fmt.Sprint(id)]; want && (ver != "r4-test" || format != float64(4)) || !want && (ver != "" || format != float64(0)) {
+		if want := upgraded[fmt.Sprint(id)]; want && (ver != "r4-test" || format != float64(fsm.CurrentFormat)) || !want && (ver != "" || format != float64(0)) {
 			t.Fatalf("member %v via %s: version %q format %v; want r4-test and 4 upgraded, none and 0 old", id, n.ID, ver, format)
 		}
 	}
 	out, stderr, code := proctest.Run(t, newBin, nil, "peers", "--addr", n.URL())
-	if code != 0 || !strings.Contains(out, "r4-test (format 4)") || !strings.Contains(out, "older (format 3)") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("r4-test (format %d)", fsm.CurrentFormat)) || !strings.Contains(out, "older (format 3)") {
 		t.Fatalf("rlnode peers of a mixed cluster: exit %d\n%s%s", code, out, stderr)
 	}
 	metrics := proctest.MustGet(t, n.URL()+"/metrics")
-	if want := `rlnode_build_info{format="4",oldest_format="3",version="r4-test"} 1`; !strings.Contains(string(metrics.Raw), want) {
+	if want := fmt.Sprintf(`rlnode_build_info{format="%d",oldest_format="3",version="r4-test"} 1`, fsm.CurrentFormat); !strings.Contains(string(metrics.Raw), want) {
 		t.Fatalf("metrics of %s lack %s", n.ID, want)
 	}
 	if want := "rlnode_cluster_log_format 3"; !strings.Contains(string(metrics.Raw), want) {
