@@ -37,13 +37,12 @@ type Observer interface {
 // refused whole (OUT_OF_RANGE), as gubernator refuses it.
 const MaxBatch = cluster.MaxCallsPerRequest
 
-// The behaviour bits of gubernator's Behavior enum.
+// The behaviour bits that change a decision. NO_BATCHING, GLOBAL and
+// MULTI_REGION change nothing here (DESIGN.md): every item is decided
+// exactly, through the log.
 const (
-	behaviorNoBatching     = int32(gubpb.Behavior_NO_BATCHING)
-	behaviorGlobal         = int32(gubpb.Behavior_GLOBAL)
 	behaviorGregorian      = int32(gubpb.Behavior_DURATION_IS_GREGORIAN)
 	behaviorResetRemaining = int32(gubpb.Behavior_RESET_REMAINING)
-	behaviorMultiRegion    = int32(gubpb.Behavior_MULTI_REGION)
 	behaviorDrain          = int32(gubpb.Behavior_DRAIN_OVER_LIMIT)
 )
 
