@@ -135,6 +135,16 @@ func TestGubernatorAPIThroughAFollower(t *testing.T) {
 		t.Fatalf("health: %v %s", err, resp.Raw)
 	}
 
+	// The gateway's errors are gRPC statuses as grpc-gateway writes them.
+	many := `{"requests":[` + strings.Repeat(`{"name":"api","unique_key":"acct:1","hits":"1","limit":"10","duration":"60000"},`, 1000) + `{}]}`
+	for body, code := range map[string]float64{many: 11, `{"requests":[{"hits":"x"}]}`: 3} {
+		resp, err := proctest.DoRaw("POST", follower.URL()+"/v1/GetRateLimits", "", []byte(body))
+		var st map[string]any
+		if err != nil || resp.Status != 400 || json.Unmarshal(resp.Raw, &st) != nil || st["code"] != code {
+			t.Fatalf("gateway error: %v %d %.200s", err, resp.Status, resp.Raw)
+		}
+	}
+
 	// Without the token, nothing is decided.
 	_, err = c.GetRateLimits(context.Background(), &gubpb.GetRateLimitsReq{Requests: []*gubpb.RateLimitReq{tok(1, 10, 0)}})
 	if grpcstatus.Code(err) != codes.Unauthenticated {
