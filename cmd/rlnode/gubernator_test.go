@@ -121,6 +121,21 @@ func TestGubernatorAPIThroughAFollower(t *testing.T) {
 	checkGub(t, "leaky again", batch[3], gubWant{limit: 10, remaining: 4})
 	checkGub(t, "bad algorithm", batch[4], gubWant{err: "Invalid rate limit algorithm '7'"})
 
+	// A policy of the item's name decides it, not the item's own limit.
+	if r, err := proctest.Do("PUT", leader.URL()+"/v1/policies/pinned", gubToken, map[string]any{
+		"algorithm": "fixed_window", "limits": []map[string]any{{"limit": 2, "window": "1h"}}}); err != nil || r.Status != 200 {
+		t.Fatalf("put policy: %v %d %s", err, r.Status, r.Raw)
+	}
+	pinned := &gubpb.RateLimitReq{Name: "pinned", UniqueKey: "acct:9", Hits: 1, Limit: 100, Duration: 60_000}
+	proctest.Poll(t, 10*time.Second, func() error { // the follower's table may lag; the leader's entry decides anyway
+		if r := gubAsk(t, c, pinned)[0]; r.Limit != 2 {
+			return fmt.Errorf("limit %d, want the policy's 2", r.Limit)
+		}
+		return nil
+	})
+	checkGub(t, "pinned, second", gubAsk(t, c, pinned)[0], gubWant{limit: 2, remaining: 0})
+	checkGub(t, "pinned, third", gubAsk(t, c, pinned)[0], gubWant{over: true, limit: 2, remaining: 0})
+
 	// The gateway on the HTTP port, as gubernator's grpc-gateway spells it.
 	resp, err := proctest.DoRaw("POST", leader.URL()+"/v1/GetRateLimits", "", []byte(`{"requests":[{"name":"api","unique_key":"acct:1","hits":"1","limit":"10","duration":"60000"}]}`))
 	var gw struct {
