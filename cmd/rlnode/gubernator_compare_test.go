@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/internal/testprog"
 )
 
 // gubernatorVersion is the release the comparison runs against.
@@ -146,7 +147,8 @@ func TestGubernatorComparison(t *testing.T) {
 	proctest.Long(t)
 	server, driver, skip := buildGubernator(t, t.TempDir())
 	if skip != "" {
-		t.Skip(skip)
+		// Named with the other missing programs at the end of the run.
+		testprog.Missing(t, "gubernator "+gubernatorVersion, "needs the Go module proxy (GOPROXY) reachable", skip)
 	}
 	gubAddr := startGubernator(t, server)
 	rlAddr := proctest.FreeAddr(t)
