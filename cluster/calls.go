@@ -125,18 +125,7 @@ func (n *Node) callsLocal(_ context.Context, req CallsRequest) (CallsAnswer, err
 	if err := n.RequireFormat(fsm.FormatR5); err != nil {
 		return CallsAnswer{}, errors.Join(ErrNotCounted, err)
 	}
-	b := n.cfg.CallKeys.orDefault()
-	res, err := n.applyLease(func(now int64) []byte {
-		return fsm.EncodeCalls(fsm.CallsEntry{Now: now, Owner: req.Owner, MaxKeys: b.Total, MaxKeysPerOwner: b.PerCredential, Items: req.Items})
-	})
-	if err != nil {
-		return CallsAnswer{}, err
-	}
-	r, ok := res.(*fsm.CallsResult)
-	if !ok {
-		return CallsAnswer{}, errors.Join(ErrOutcomeUnknown, fmt.Errorf("unexpected apply response %T", res))
-	}
-	return CallsAnswer{Now: r.Now, Items: r.Items, ServedBy: n.cfg.ID}, nil
+	return n.callCommit.submit(n, req)
 }
 
 var opCalls = leaderOp[CallsRequest, CallsAnswer]{name: "calls",

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,4 +72,37 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// TestCallsCoalesce: concurrent single-item requests, through the leader
+// and the followers, share entries on the leader and are still decided
+// exactly: one key of 100 allows exactly 100 of 300.
+func TestCallsCoalesce(t *testing.T) {
+	c := clustertest.Start(t, 3, clustertest.Options{})
+	leader := c.WaitReady(10 * time.Second)
+	before := leader.Status().LastLogIndex
+	var mu sync.Mutex
+	allowed, answered := 0, 0
+	var wg sync.WaitGroup
+	for i := range 300 {
+		n := c.Nodes[i%3]
+		wg.Go(func() {
+			ans, err := n.Calls(context.Background(), cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("hot", 1, 100)}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				answered++
+				if !ans.Items[0].Over {
+					allowed++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	entries := leader.Status().LastLogIndex - before
+	t.Logf("%d requests answered by %d entries", answered, entries)
+	if allowed != 100 || answered < 200 {
+		t.Fatalf("%d allowed of %d answered; want exactly 100", allowed, answered)
+	}
+	c.WaitConverged(10 * time.Second)
 }

@@ -39,6 +39,7 @@ type Node struct {
 	internal  http.Handler
 
 	leaderBatch *groupCommit
+	callCommit  callCommitter // per-call items (gubernator's API) on the leader
 	promoter    promoter
 	claimMu     sync.Mutex
 	policyMu    sync.Mutex // held by every policy write while it applies: a check (table size, table version) and its write are one step

@@ -176,6 +176,10 @@ func callsStatus(err error) error {
 	return status.Errorf(codes.Unavailable, "the items may have counted: %v", err)
 }
 
+// readyWait is how long a health check waits for this node to apply
+// what it knows is committed (as /readyz waits).
+const readyWait = 200 * time.Millisecond
+
 // HealthCheck is gubernator's health answer: "healthy" while this node can
 // decide (it knows a leader), with the cluster's member count.
 func (s *Service) HealthCheck() *gubpb.HealthCheckResp {
@@ -183,7 +187,9 @@ func (s *Service) HealthCheck() *gubpb.HealthCheckResp {
 	if peers, err := s.limiter.Peers(); err == nil {
 		r.PeerCount = int32(len(peers))
 	}
-	if err := s.limiter.Ready(0); err != nil {
+	// As /readyz: a follower a moment behind its commit index is not
+	// unhealthy.
+	if err := s.limiter.Ready(readyWait); err != nil {
 		r.Status, r.Message = "unhealthy", err.Error()
 	}
 	return r
