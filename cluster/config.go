@@ -202,6 +202,10 @@ type Config struct {
 	// OnFatal is called when the node can no longer run safely (its state
 	// machine met an entry it cannot apply). Nil means log only.
 	OnFatal func(error)
+	// CallKeys bounds the stored per-call keys (gubernator's API) while
+	// this node leads; zero means DefaultCallKeys and
+	// DefaultCallKeysPerCredential.
+	CallKeys CallKeyBounds
 }
 
 func (c *Config) setDefaults() {

@@ -107,6 +107,7 @@ func (n *Node) internalMux() http.Handler {
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
 	n.mountPermitOps(mux)
+	n.mountCallOps(mux)
 	return n.requireToken(mux)
 }
 

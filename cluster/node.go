@@ -46,6 +46,7 @@ type Node struct {
 	internal  http.Handler
 
 	leaderBatch  *groupCommit
+	callCommit   callCommitter // per-call items (gubernator's API) on the leader
 	promoter     promoter
 	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
 	backups      *Backups      // backup and restore (backup.go)

@@ -145,6 +145,8 @@ func CheckEntry(data []byte) error {
 		_, err = decodeReservation(data)
 	case EntrySlices:
 		_, err = decodeSlices(data)
+	case EntryCalls:
+		_, err = decodeCalls(data)
 	}
 	return err
 }

@@ -20,8 +20,8 @@ const (
 	// FormatR4 adds this round's entry kinds and policy options.
 	FormatR4 Format = 4
 	// FormatR5 adds round 5's entry kinds and policy options: regions
-	// (scope global, mirrored, the slice entry) and the bounded settle
-	// (ReservationSettleBounded).
+	// (scope global, mirrored, the slice entry), the bounded settle
+	// (ReservationSettleBounded) and per-call limits (the calls entry).
 	FormatR5 Format = 5
 	// CurrentFormat is what this build writes and reads.
 	CurrentFormat = FormatR5

@@ -131,6 +131,8 @@ type FSM struct {
 	reservationHeap grantHeap
 	// counts of permits and reservations, kept on apply (budgetcounts.go).
 	counts budgetCounts
+	// calls counts the stored per-call keys (call.go; derived, not state).
+	calls callCounts
 	// sweepLeft slots remain to visit from sweepPos after a delete.
 	sweepLeft, sweepPos int
 
@@ -175,6 +177,7 @@ func (f *FSM) reset() {
 	f.reservations, f.reservationHeap = make(map[string]*reservation), nil
 	f.counts = newBudgetCounts()
 	f.policies = make(map[string]*tablePolicy)
+	f.calls = callCounts{}
 	f.tableVersion.Add(1)
 	f.nextEpoch, f.seeded, f.sweepLeft, f.sweepPos = 0, false, 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = 0, 0, 0, 0
@@ -231,6 +234,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return f.applyReservation(l)
 	case EntrySlices:
 		return f.applySlices(l)
+	case EntryCalls:
+		return f.applyCalls(l)
 	default:
 		if l.Data[0]&IgnoreUnknown != 0 {
 			return nil
@@ -304,6 +309,9 @@ func policyOf(key string) string { return key[1 : 1+int(key[0])] }
 // policy's own, or for a policy not in the table (only version-1 entries
 // write those) the epoch it would get if created next.
 func (f *FSM) epochOf(name string) uint32 {
+	if isCallPolicy(name) {
+		return callEpoch // per-call keys outlive policy deletes (call.go)
+	}
 	if p := f.policies[name]; p != nil {
 		return p.epoch
 	}
@@ -330,6 +338,7 @@ func (f *FSM) insert(key string) uint32 {
 }
 
 func (f *FSM) remove(idx uint32) {
+	f.callRemoved(f.slab.At(idx))
 	delete(f.index, f.slab.At(idx).key)
 	*f.slab.Mut(idx) = slot{}
 	f.free = append(f.free, idx)

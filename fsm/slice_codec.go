@@ -12,7 +12,7 @@ import (
 // (slice.go): parent grants its leader received, the parent's word that
 // a window is spent, and slices withdrawn before their units go back up.
 // Format R5: the leader writes it only when every voter reads it.
-const EntrySlices byte = 20
+const EntrySlices byte = 21
 
 // SliceKind is what one slice item records.
 type SliceKind byte
@@ -68,7 +68,7 @@ const SlicesFormat = FormatR5
 
 // EncodeSlices encodes a slices entry stamped with the leader's now.
 //
-//	type 20, version 1, varint now, uvarint n, n × (kind byte, policy,
+//	type 21, version 1, varint now, uvarint n, n × (kind byte, policy,
 //	client, uvarint grant, uvarint units, uvarint usableMs,
 //	uvarint resetAt, uvarint windowStart, uvarint windowMs)
 func EncodeSlices(now int64, items []SliceItem) []byte {

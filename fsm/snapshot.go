@@ -60,7 +60,10 @@ func (s *fsmSnapshot) alive(w *slot) bool {
 		return false
 	}
 	e, ok := s.epochs[policyOf(w.key)]
-	if !ok {
+	switch {
+	case isCallPolicy(policyOf(w.key)):
+		e = callEpoch
+	case !ok:
 		e = s.nextEpoch
 	}
 	return w.epoch == e
@@ -193,6 +196,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.tableVersion.Add(1)
 	f.sweepLeft, f.sweepPos = 0, 0
 	f.lastNow, f.term, f.offset, f.appliedIndex = fresh.lastNow, fresh.term, fresh.offset, fresh.appliedIndex
+	f.recountCalls()
 	f.halted = nil
 	return nil
 }

@@ -144,6 +144,15 @@ type Config struct {
 	// (rlnode serve --region, --parent): global policies are then the
 	// parent's to write (region.go).
 	Region, Parent string
+	// Gubernator, when set, serves gubernator's HTTP gateway paths
+	// (POST /v1/GetRateLimits, GET /v1/HealthCheck; gubapi.Gateway).
+	Gubernator GubernatorGateway
+}
+
+// GubernatorGateway is gubernator's HTTP gateway (gubapi.Gateway).
+type GubernatorGateway interface {
+	GetRateLimits(w http.ResponseWriter, r *http.Request)
+	HealthCheck(w http.ResponseWriter, r *http.Request)
 }
 
 // API is the HTTP handler of one node.

@@ -25,6 +25,10 @@ import (
 const (
 	MaxBodyCall  = 8 << 10
 	MaxBodyBatch = 64 << 10
+	// MaxBodyItems is a body of up to 1,000 items, each answered on its
+	// own: POST /v1/check with "independent": true, gubernator's
+	// POST /v1/GetRateLimits (its batch size).
+	MaxBodyItems = 1 << 20
 	// MaxBodyPolicy and MaxBodyTable are PUT /v1/policies/:name's and PUT
 	// /v1/policies's (4096 policies).
 	MaxBodyPolicy = 1 << 20

@@ -405,6 +405,10 @@ func (a *API) checkMany(c *gin.Context) {
 	if !bindJSON(c, &req, false) {
 		return
 	}
+	if req.Independent {
+		a.checkIndependent(c, &req, start)
+		return
+	}
 	if len(req.Hits) == 0 || len(req.Hits) > cluster.MaxGroup {
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("hits: %d hits, want 1 to %d", len(req.Hits), cluster.MaxGroup))
 		return

@@ -19,6 +19,9 @@ const (
 	TransferPath = "/v1/cluster/transfer-leadership"
 	BackupPath   = "/v1/cluster/backup"
 	RestorePath  = "/v1/cluster/restore"
+	// gubernator's HTTP gateway (Config.Gubernator).
+	GubernatorRateLimitsPath = "/v1/GetRateLimits"
+	GubernatorHealthPath     = "/v1/HealthCheck"
 )
 
 // Guard says who may call a route.
@@ -88,7 +91,7 @@ func (a *API) routes() []Route {
 		{Method: get, Path: wire.CheckPath + ":a/:b", Query: []string{"cost"}, Handle: a.checkNamed},
 		{Method: get, Path: wire.CheckPath, Query: []string{"cost"}, Handle: a.emptyClient},
 		{Method: get, Path: "/check", Query: []string{"cost"}, Handle: a.emptyClient},
-		{Method: post, Path: wire.CheckManyPath, MaxBody: MaxBodyBatch, Handle: a.checkMany},
+		{Method: post, Path: wire.CheckManyPath, MaxBody: MaxBodyItems, Handle: a.checkMany},
 		{Method: get, Path: wire.PeekPath + ":a", Query: stale, Handle: a.peekDefault},
 		{Method: get, Path: wire.PeekPath + ":a/:b", Query: stale, Handle: a.peekNamed},
 		{Method: get, Path: PoliciesPath, Query: stale, Handle: a.listPolicies},
@@ -134,6 +137,11 @@ func (a *API) routes() []Route {
 	}
 	if a.cfg.MetricsHandler != nil {
 		rs = append(rs, Route{Method: get, Path: "/metrics", Handle: gin.WrapH(a.cfg.MetricsHandler)})
+	}
+	if g := a.cfg.Gubernator; g != nil {
+		rs = append(rs,
+			Route{Method: post, Path: GubernatorRateLimitsPath, MaxBody: MaxBodyItems, Handle: gin.WrapF(g.GetRateLimits)},
+			Route{Method: get, Path: GubernatorHealthPath, Handle: gin.WrapF(g.HealthCheck)})
 	}
 	if a.cfg.DebugEndpoints {
 		rs = append(rs,

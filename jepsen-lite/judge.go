@@ -74,7 +74,7 @@ func (r *runner) collectFailures(res checker.Result, faults []faultRecord) {
 		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("checker: %d violation(s)", len(res.Violations)))
 	}
 	if n := len(r.budgetViolations); n > 0 {
-		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("budgets: %d violation(s)", n))
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("budgets and per-call limits: %d violation(s)", n))
 		r.sum.Violations = append(r.sum.Violations, r.budgetViolations...)
 		for _, v := range r.budgetViolations {
 			r.log.Loudf("violation %s key %s: %s ops %v", v.Check, v.Key, v.Detail, firstN(v.OpIDs, 20))
@@ -138,6 +138,11 @@ func (r *runner) verdictLine(faults []faultRecord) (int, string) {
 		detail += "; BUDGETS SKIPPED: " + b
 	} else if r.sum.Budgets != "" {
 		detail += "; " + r.sum.Budgets
+	}
+	if b, ok := strings.CutPrefix(r.sum.PerCall, "skipped: "); ok {
+		detail += "; PER-CALL LIMITS SKIPPED: " + b
+	} else if r.sum.PerCall != "" {
+		detail += "; " + r.sum.PerCall
 	}
 	if r.sum.Valid {
 		return exitValid, "jepsen-lite: VALID " + detail

@@ -60,6 +60,7 @@ type options struct {
 	policies      bool
 	leased        bool
 	budgets       bool
+	perCall       bool
 	appHolders    int
 	timeout       time.Duration
 	skew          time.Duration
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.peekRatio, "peek-ratio", 0.2, "share of ops that are linearizable peeks of fixed-window keys (GET /v1/status/...)")
 	fs.Float64Var(&o.multiRatio, "multi-ratio", 0.1, "share of ops that are all-or-nothing multi-key checks across a pair of keys (POST /v1/check; needs --policies)")
 	fs.BoolVar(&o.policies, "policies", true, "create a fixed-window, a sliding-window and a two-limit token-bucket policy through the API and spread the keys over them; --policies=false: every key in the default policy (--limit/--window), no multi-key checks, no raise-limit")
+	fs.BoolVar(&o.perCall, "percall", true, "also drive limits given per call (gubernator's API through the HTTP gateway: a token bucket and a leaky bucket key, checked: at most the limit per token window, never more than a full leaky bucket plus what leaked); waits up to 30s for the version gate, then skipped, and said so")
 	fs.BoolVar(&o.budgets, "budgets", true, "with --policies, also drive concurrency permits and reservations (checked: never more than the limit live, the limit holds after settles); waits up to 30s for the version gate, then skipped, and said so, if the cluster still refuses them")
 	fs.IntVar(&o.appHolders, "app-holders", 2, "client workers that decide their leased keys' hits in-process through client.Local (each an application holder), the rest over HTTP")
 	fs.BoolVar(&o.leased, "leased", true, "with --policies, also a leased policy of each algorithm, one key each (nodes decide them from leases; checked for never over the limit, with under-admission measured, not for linearizability)")

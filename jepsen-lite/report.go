@@ -178,6 +178,7 @@ type summary struct {
 	Run              runInfo                   `json:"run"`
 	Partitions       string                    `json:"partitions"`
 	Budgets          string                    `json:"budgets,omitempty"` // the permits and reservations workload, or why it was skipped
+	PerCall          string                    `json:"perCall,omitempty"` // the per-call (gubernator API) workload, or why it was skipped
 	PartitionMethod  string                    `json:"partitionMethod,omitempty"`
 	NemesesRequested []string                  `json:"nemesesRequested"`
 	NemesesSkipped   map[string]string         `json:"nemesesSkipped,omitempty"`

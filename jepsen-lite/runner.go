@@ -34,7 +34,8 @@ type runner struct {
 	adm        *admin
 	pols       *policySet // nil without --policies
 	sum        summary
-	// budgetViolations are the permit and reservation models' findings.
+	// budgetViolations are the permit and reservation models' findings,
+	// and the per-call model's (percall.go).
 	budgetViolations []checker.Violation
 }
 
@@ -135,6 +136,18 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		}
 	}
 
+	var cw *callWorkload
+	if r.o.perCall {
+		var skipped string
+		if cw, skipped = r.startPerCall(ctx, sec); skipped != "" {
+			r.sum.PerCall = "skipped: " + skipped
+			r.log.Loudf("PER-CALL LIMITS SKIPPED: %s", skipped)
+		} else {
+			r.log.Printf("per-call workload started: gubernator's API, a token bucket of %d and a leaky bucket of %d per %s", callTokenLimit, callLeakyLimit, r.o.window)
+			defer cw.stop()
+		}
+	}
+
 	nm := &nemesis{cl: r.cl, net: r.net, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
 		fault: r.o.faultDuration, quiet: r.o.quiet, skew: r.o.skew, maxOffset: r.maxClockOffset(), pols: r.pols}
 	faults, err := r.faultedPhase(ctx, nm)
@@ -154,6 +167,13 @@ func (r *runner) execute(ctx context.Context) (code int, verdict string, err err
 		r.budgetViolations, detail = checkBudgets(permits, reservations, slack)
 		r.sum.Budgets = detail
 		r.log.Printf("budgets: %s; %d violation(s)", detail, len(r.budgetViolations))
+	}
+	if cw != nil {
+		slack := (2*r.o.skew + time.Second).Milliseconds()
+		v, detail := checkPerCall(cw.stop(), r.o.window, slack)
+		r.budgetViolations = append(r.budgetViolations, v...)
+		r.sum.PerCall = detail
+		r.log.Printf("%s; %d violation(s)", detail, len(v))
 	}
 	r.convergeAndStop(ctx)
 

@@ -39,6 +39,7 @@ type Metrics struct {
 	// External holders' grants (the lease API, RLQS) by policy.
 	leases, leaseUnits, leaseReturned *prometheus.CounterVec
 	grpcRefused                       *prometheus.CounterVec
+	gub                               *gubMetrics
 }
 
 // New registers rlnode's collectors on reg.
@@ -78,6 +79,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	m.rlsLimits = newRLSLimits(reg)
 	m.lease = newLeaseMetrics(reg)
 	m.grpcRefused = newGRPCRefused(reg)
+	m.gub = newGubMetrics(reg)
 	reg.MustRegister(m.leases, m.leaseUnits, m.leaseReturned, m.rlsDescriptors, m.checks, m.duration, m.batchHits, m.forwarded, m.served,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

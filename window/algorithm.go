@@ -50,6 +50,10 @@ func (a Algorithm) String() string {
 		return "concurrency"
 	case FixedWindowCalendar:
 		return "fixed_window(calendar)"
+	case CallTokenBucket:
+		return "token_bucket(gubernator)"
+	case LeakyBucket:
+		return "leaky_bucket"
 	default:
 		return fmt.Sprintf("algorithm(%d)", uint8(a))
 	}

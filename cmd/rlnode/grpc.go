@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/gubapi"
 	"github.com/rlnode/rlnode/internal/grpcserve"
 	"github.com/rlnode/rlnode/rlqs"
 	"github.com/rlnode/rlnode/rls"
@@ -23,12 +24,13 @@ import (
 type grpcServer struct {
 	srv   *rls.Server
 	quota *rlqs.Server
+	gub   *gubapi.Server
 	errc  chan error
 }
 
 // startGRPC serves the rate limit service on ln until stop.
 func startGRPC(ln net.Listener, cfg rls.Config, logger hclog.Logger) *grpcServer {
-	g := &grpcServer{srv: rls.New(cfg), errc: make(chan error, 2)}
+	g := &grpcServer{srv: rls.New(cfg), errc: make(chan error, 3)}
 	go func() { g.errc <- g.srv.Serve(ln) }()
 	logger.Info("serving Envoy's rate limit service", "grpc", ln.Addr().String())
 	return g
@@ -37,7 +39,7 @@ func startGRPC(ln net.Listener, cfg rls.Config, logger hclog.Logger) *grpcServer
 // startRLQS adds the quota service on ln to g (nil: a new one).
 func startRLQS(g *grpcServer, ln net.Listener, cfg rlqs.Config, logger hclog.Logger) *grpcServer {
 	if g == nil {
-		g = &grpcServer{errc: make(chan error, 2)}
+		g = &grpcServer{errc: make(chan error, 3)}
 	}
 	g.quota = rlqs.New(cfg)
 	go func() { g.errc <- g.quota.Serve(ln) }()
@@ -56,6 +58,9 @@ func (g *grpcServer) done() <-chan error {
 func (g *grpcServer) stop(ctx context.Context) {
 	if g == nil {
 		return
+	}
+	if g.gub != nil {
+		g.gub.Stop(ctx)
 	}
 	if g.quota != nil {
 		g.quota.Stop(ctx)

@@ -202,7 +202,7 @@ func checkExposure(c *serveConfig, mutualTLS bool) error {
 		return nil
 	}
 	var open []string
-	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}, {"--rlqs-addr", c.rlqsAddr}} {
+	for _, a := range []struct{ flag, v string }{{"--http-addr", c.httpAddr}, {"--raft-addr", c.raftAddr}, {"--grpc-addr", c.grpcAddr}, {"--rlqs-addr", c.rlqsAddr}, {"--gubernator-addr", c.gub.addr}} {
 		if a.v != "" && !isLoopback(a.v) {
 			open = append(open, a.flag+" "+a.v)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/cli"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/gubapi"
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/tracing"
@@ -63,6 +64,7 @@ type serveConfig struct {
 	rlqsLease, rlqsTransit                               time.Duration
 	grpcBounds                                           grpcBounds
 	budgetCaps                                           budgetCaps
+	gub                                                  gubFlags
 	waitForJoin                                          bool
 	rejoinEmpty                                          bool
 	joinCatchupTimeout                                   time.Duration
@@ -132,6 +134,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	c.rlsOpt.flags(fs)
 	c.grpcBounds.flags(fs)
 	c.budgetCaps.flags(fs)
+	c.gub.flags(fs)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's net/http/pprof on this address (e.g. 127.0.0.1:6060) for profiling; off by default")
 	c.sec.flags(fs)
 	c.httpLimits.flags(fs)
@@ -142,7 +145,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 
 // validate reports every problem at once, in words that say how to fix it.
 func (c *serveConfig) validate() error {
-	var errs []error
+	errs := []error{c.gub.validate()}
 	if c.limit < 1 {
 		errs = append(errs, fmt.Errorf("--limit %d: must be at least 1", c.limit))
 	}
@@ -309,8 +312,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("could not raise the file descriptor limit", "error", err)
 	}
 	// The rate limit service and the quota service share the gRPC budget.
-	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "", c.httpLimits.maxConns)
-	c.fds.log(logger, c.grpcAddr != "" || c.rlqsAddr != "")
+	c.fds = planFDs(soft, hard, c.sec.raftLimits, c.grpcAddr != "" || c.rlqsAddr != "" || c.gub.addr != "", c.httpLimits.maxConns)
+	c.fds.log(logger, c.grpcAddr != "" || c.rlqsAddr != "" || c.gub.addr != "")
 
 	// Bind every port first: a busy one should fail before any Raft state
 	// is touched.
@@ -364,8 +367,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
+	gubSvc := gubernatorService(node, obs)
 	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent})
+		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent, Gubernator: gubapi.NewGateway(gubSvc)})
 	stopRegion, err := c.region.start(node, obs, tlsSrc, logger)
 	if err != nil {
 		return err
@@ -389,6 +393,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	stopPprof, grpcSrv := c.startSideServers(side, node, obs, tlsSrc, tr.GRPC(), logger)
 	defer stopPprof()
+	if side.gub != nil {
+		grpcSrv = c.startGubernator(grpcSrv, side.gub, gubSvc, node, obs, tlsSrc, tr.GRPC(), logger)
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -426,7 +433,7 @@ const (
 // sideListeners are the listeners beside the HTTP API that flags ask for
 // (nil when off). Like HTTP's, they are bound before any Raft state is
 // touched: a busy port must not leave behind a bootstrapped data dir.
-type sideListeners struct{ pprof, grpc, rlqs net.Listener }
+type sideListeners struct{ pprof, grpc, rlqs, gub net.Listener }
 
 func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 	var s sideListeners
@@ -458,13 +465,17 @@ func (c *serveConfig) bindSideListeners() (sideListeners, error) {
 		}
 		s.rlqs = connlimit.Wrap(c.refuseHTTPOnGRPC(s.rlqs, "Envoy's rate limit quota service"), quota, min(maxGRPCConnsPerIP, quota))
 	}
+	if s.gub, err = c.bindGubernator(); err != nil {
+		s.close()
+		return sideListeners{}, err
+	}
 	return s, nil
 }
 
 // close releases listeners no server took over (closing one a server
 // already closed does nothing).
 func (s sideListeners) close() {
-	for _, ln := range []net.Listener{s.pprof, s.grpc, s.rlqs} {
+	for _, ln := range []net.Listener{s.pprof, s.grpc, s.rlqs, s.gub} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -565,7 +576,7 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		MaxBatch: c.maxBatch, MaxInflight: c.maxInflight, MaxForwardInflight: c.maxForwardInflight, LeaseHotHits: c.leaseHotHits, Timing: c.raftTiming,
 		Raft:         cluster.RaftTuning{MaxAppendEntries: c.raftTuning.MaxAppendEntries, MaxRPCsInFlight: c.raftTuning.MaxRPCsInFlight, NoBatchApply: !c.raftBatchApply},
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
-		Logger: logger, Observer: obs, SliceWait: c.region.sliceWait,
+		Logger: logger, Observer: obs, SliceWait: c.region.sliceWait, CallKeys: c.gub.bounds(),
 	}
 }
 

@@ -20,6 +20,7 @@ var serveFlagGroups = []struct {
 	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata", "rls-permit-ttl"}},
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
 	{"regions (global budgets: docs/multi-region.md)", []string{"region", "parent", "parent-token", "region-lease", "region-slice-wait"}},
+	{"gubernator's V1 API (limits given per call)", []string{"gubernator-addr", "gubernator-max-keys", "gubernator-max-keys-per-credential"}},
 	{"cluster", []string{"join", "bootstrap-expect", "wait-for-join", "join-catchup-timeout", "rejoin-empty",
 		"leave-on-shutdown", "max-clock-offset", "max-permit-ttl", "permits-per-credential", "reserved-bytes-per-credential", "reserved-bytes"}},
 	{"security", []string{"cluster-token-file", "cluster-token", "tls-cert", "tls-key", "tls-ca", "tls-reload-interval",

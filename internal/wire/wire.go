@@ -73,6 +73,9 @@ type Hit struct {
 // CheckManyRequest is POST /v1/check's body.
 type CheckManyRequest struct {
 	Hits []Hit `json:"hits"`
+	// Independent decides each hit on its own, up to 1,000 of them, each
+	// answered with its decision or its own error (never all or nothing).
+	Independent bool `json:"independent,omitempty"`
 }
 
 // CheckManyAnswer is POST /v1/check's answer (200 or 429): allowed only
