@@ -48,7 +48,7 @@ curl -sf -X POST http://$http/v1/cluster/snapshot >/dev/null
 hit fw bob
 curl -sf http://$http/v1/status | sed -n 's/.*"appliedNow":\([0-9]*\).*/\1/p' >"$work/n1/fixture-applied-now"
 kill -TERM $pid; wait $pid || true
-tar -C "$work" -S -czf "$root/cmd/rlnode/testdata/v3-data.tar.gz" n1
+tar -C "$work" -czf "$root/cmd/rlnode/testdata/v3-data.tar.gz" n1
 cp "$work"/n1/snapshots/*/state.bin "$root/fsm/testdata/v3-snapshot.bin"
 echo "wrote cmd/rlnode/testdata/v3-data.tar.gz ($(wc -c <"$root/cmd/rlnode/testdata/v3-data.tar.gz") bytes), fsm/testdata/v3-snapshot.bin"
 cat "$work/n1/fixture-grants"
