@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	testprog.Report()
+	if line := proctest.LongSkippedLine("cmd/rlnode"); line != "" {
+		testprog.Say(line)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

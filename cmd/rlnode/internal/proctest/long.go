@@ -1,0 +1,48 @@
+package proctest
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+)
+
+// EnvLong names the variable that runs the long process tests (clusters
+// killed and restarted, TLS rotation, corruption, upgrades, Docker):
+// RLNODE_LONG_TESTS=1, which .ci/run sets. Without it a plain
+// `go test ./...` skips them and stays a few minutes, printing a line per
+// package as it goes; together they take longer than go test's default
+// 10-minute timeout on a small machine.
+const EnvLong = "RLNODE_LONG_TESTS"
+
+// longSkipped counts this test binary's long tests skipped, for
+// LongSkippedLine.
+var longSkipped atomic.Int64
+
+// LongEnabled reports whether the long process tests run: RLNODE_LONG_TESTS=1
+// and not -short.
+func LongEnabled() bool {
+	return os.Getenv(EnvLong) == "1" && !testing.Short()
+}
+
+// Long skips a process test that takes seconds unless LongEnabled, and
+// otherwise says every 30 s what it is doing (see progress.go).
+func Long(t testing.TB) {
+	t.Helper()
+	if !LongEnabled() {
+		longSkipped.Add(1)
+		t.Skipf("long process test: runs with %s=1 (as CI does)", EnvLong)
+	}
+	heartbeat(t)
+}
+
+// LongSkippedLine is the one line a package's TestMain shows after its
+// tests when it skipped long ones, so a newcomer knows what did not run
+// and how to run it; "" when none was skipped.
+func LongSkippedLine(pkg string) string {
+	n := longSkipped.Load()
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: %d long process tests skipped; %s=1 go test -timeout 30m ./%s runs them (CI does)", pkg, n, EnvLong, pkg)
+}
