@@ -193,6 +193,8 @@ func (a *API) renewPermit(c *gin.Context) {
 func (a *API) permitError(c *gin.Context, err error) {
 	detail := firstLine(err)
 	switch {
+	case errors.Is(err, cluster.ErrNotFound) && strings.HasSuffix(c.FullPath(), "/settle"):
+		writeProblem(c, http.StatusNotFound, CodeNotFound, "no live reservation of yours with this id: if it expired (its TTL ended before this settle), the units it reserved stayed charged in full and nothing is given back or charged now; else it was never made or was made with another credential. Settle before the TTL, or reserve with a longer ttl (at most 1h)")
 	case errors.Is(err, cluster.ErrNotFound):
 		writeProblem(c, http.StatusNotFound, CodeNotFound, "no such permit or reservation of yours (never made, released, expired, or taken with another credential)")
 	case errors.Is(err, cluster.ErrAlreadySettled):
@@ -204,7 +206,8 @@ func (a *API) permitError(c *gin.Context, err error) {
 	case errors.Is(err, cluster.ErrBadRequest):
 		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, badInput(err)+"; nothing was taken")
 	case errors.Is(err, cluster.ErrClusterUpgrading):
-		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, detail)
+		// Not a hit: say what was not made, without "the hit was not counted".
+		writeProblem(c, http.StatusConflict, CodeClusterUpgrading, upgradingDetail(err)+"; "+notMade(c))
 	case errors.Is(err, cluster.ErrTooManyPermits):
 		f, _ := bound(err)
 		writeFailure(c, f)
@@ -213,6 +216,37 @@ func (a *API) permitError(c *gin.Context, err error) {
 	default:
 		a.hitError(c, err)
 	}
+}
+
+// upgradingDetail is the version gate's refusal (the format needed, the
+// voters behind, what to do) without the hit path's "not counted".
+func upgradingDetail(err error) string {
+	var ue *cluster.UpgradingError
+	if errors.As(err, &ue) {
+		return ue.Error()
+	}
+	d := firstLine(err) // carried back from the leader as text
+	for _, sep := range []string{": ", "; "} {
+		d = strings.ReplaceAll(d, cluster.ErrNotCounted.Error()+sep, "")
+	}
+	return d
+}
+
+// notMade says what a refused permit or reservation call did not do, by
+// its route.
+func notMade(c *gin.Context) string {
+	route := c.FullPath()
+	switch {
+	case strings.HasSuffix(route, "/settle"):
+		return "the reservation was not settled"
+	case strings.HasPrefix(route, ReservationsPath):
+		return "the reservation was not made"
+	case strings.HasSuffix(route, "/renew"):
+		return "the permit was not renewed"
+	case c.Request.Method == http.MethodDelete:
+		return "the permit was not released"
+	}
+	return "no permit was taken"
 }
 
 // badInput is the message of a request the cluster refused for its input,
