@@ -17,16 +17,29 @@ const TopPath = "/internal/v1/top"
 // recordTop hands a decided check's hits to the top-keys recorder. Only
 // the node a client asked records (forwarded hits reach the leader's
 // batcher, not CheckAll), so the nodes' counts are disjoint and add up.
-// Every hit of a refused check counts as refused: none of them counted.
+// A refused check (all or nothing: none of its hits counted) is a refusal
+// of the keys that refused it, not of every key it named: an Envoy request
+// of five descriptors refused by one is one refusal, of that one client,
+// and the four with room are neither refused nor allowed.
 func (n *Node) recordTop(res CheckResult) {
-	for _, h := range res.Hits {
+	refusers := 0
+	if !res.Allowed {
+		for _, h := range res.Hits {
+			if !h.UnknownPolicy && h.Outcome != window.Allowed {
+				refusers++
+			}
+		}
+	}
+	for i, h := range res.Hits {
 		if h.UnknownPolicy {
 			continue
 		}
 		o := topkeys.Allowed
 		switch {
+		case !res.Allowed && h.Outcome == window.Allowed && (refusers > 0 || i > 0):
+			continue // had room; the check was refused by another key
 		case !res.Allowed || h.Outcome != window.Allowed:
-			o = topkeys.Refused
+			o = topkeys.Refused // refused it (or, no key refused by itself, the first stands for the check)
 		case h.WouldRefuse():
 			o = topkeys.WouldRefuse
 		}

@@ -83,3 +83,28 @@ func TestLeaseOfAPolicyThatCannotBeLeasedHintsWhatCan(t *testing.T) {
 		}
 	}
 }
+
+// TestTopCountsAnAllOrNothingRefusalOnce: a check of several keys refused
+// by one of them (as an Envoy request with several descriptors is) is one
+// refusal in the top keys, of the key that refused it; the keys that had
+// room are not listed as refused.
+func TestTopCountsAnAllOrNothingRefusalOnce(t *testing.T) {
+	c := apitest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{policy.Fixed("small", 1, time.Hour), policy.Fixed("big", 100, time.Hour)}})
+	base := c.Leader(5 * time.Second).URL()
+	if r := do(t, "GET", base+"/check/small/x", "", ""); r.status != 200 {
+		t.Fatalf("first hit: %d %s", r.status, r.raw)
+	}
+	body := `{"hits":[{"policy":"big","client":"y"},{"policy":"big","client":"z"},{"policy":"small","client":"x"}]}`
+	if r := do(t, "POST", base+"/v1/check", "", body); r.status != 429 {
+		t.Fatalf("the check small/x refuses: %d %s", r.status, r.raw)
+	}
+	r := do(t, "GET", base+"/v1/top?by=refused", "", "")
+	refused := map[string]any{}
+	for _, p := range r.body["policies"].([]any) {
+		p := p.(map[string]any)
+		refused[p["policy"].(string)] = p["refused"]
+	}
+	if refused["small"] != 1.0 || (refused["big"] != nil && refused["big"] != 0.0) {
+		t.Fatalf("top after one check refused by small/x: refused by policy %v; want small 1 and big none (%s)", refused, r.raw)
+	}
+}
