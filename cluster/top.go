@@ -47,8 +47,15 @@ func (n *Node) recordTop(res CheckResult) {
 	}
 }
 
-// LocalTop is this node's own view: the hits clients sent to it.
-func (n *Node) LocalTop(policyName string) topkeys.Report { return n.top.Top(policyName, 0) }
+// LocalTop is this node's own view: the hits clients sent to it; with
+// history, also their history per step over the last minutes.
+func (n *Node) LocalTop(policyName string, history bool) topkeys.Report {
+	rep := n.top.Top(policyName, 0)
+	if history {
+		rep.History = n.top.History(policyName)
+	}
+	return rep
+}
 
 // TopNode says whether a member's counts are in a cluster top list.
 type TopNode struct {
@@ -65,9 +72,10 @@ type ClusterTop struct {
 }
 
 // ClusterTop collects every member's top keys of policyName ("" for all)
-// over the internal path and merges them, keeping n keys per list. A
-// member that does not answer within a second is named, not waited for.
-func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) ClusterTop {
+// over the internal path and merges them, keeping n keys per list; with
+// history, their histories too (the status page's charts). A member that
+// does not answer within a second is named, not waited for.
+func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int, history bool) ClusterTop {
 	var servers []string
 	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
 		for _, s := range cf.Configuration().Servers {
@@ -83,13 +91,13 @@ func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) Clus
 	for i, id := range servers {
 		nodes[i].ID = id
 		if id == n.cfg.ID {
-			reports[i], nodes[i].OK = n.LocalTop(policyName), true
+			reports[i], nodes[i].OK = n.LocalTop(policyName, history), true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reports[i], nodes[i] = n.peerTop(ctx, id, policyName)
+			reports[i], nodes[i] = n.peerTop(ctx, id, policyName, history)
 		}()
 	}
 	wg.Wait()
@@ -102,7 +110,7 @@ func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int) Clus
 	return ClusterTop{Report: topkeys.MergeReports(keep, got...), Nodes: nodes}
 }
 
-func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Report, TopNode) {
+func (n *Node) peerTop(ctx context.Context, id, policyName string, history bool) (topkeys.Report, TopNode) {
 	tn := TopNode{ID: id}
 	meta, ok := n.fsm.Node(id)
 	if !ok || meta.HTTPAddr == "" {
@@ -112,7 +120,11 @@ func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Repo
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var rep topkeys.Report
-	if err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+TopPath+"?policy="+url.QueryEscape(policyName), &rep); err != nil {
+	q := "?policy=" + url.QueryEscape(policyName)
+	if history {
+		q += "&history=1"
+	}
+	if err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+TopPath+q, &rep); err != nil {
 		tn.Error = err.Error()
 		return rep, tn
 	}
@@ -122,5 +134,5 @@ func (n *Node) peerTop(ctx context.Context, id, policyName string) (topkeys.Repo
 
 // serveTop is TopPath: this node's summaries, every key they hold.
 func (n *Node) serveTop(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, n.LocalTop(r.URL.Query().Get("policy")))
+	writeJSON(w, n.LocalTop(r.URL.Query().Get("policy"), r.URL.Query().Get("history") == "1"))
 }

@@ -243,7 +243,7 @@ func notMade(c *gin.Context) string {
 		return "the reservation was not made"
 	case strings.HasSuffix(route, "/renew"):
 		return "the permit was not renewed"
-	case c.Request.Method == http.MethodDelete:
+	case c.Request != nil && c.Request.Method == http.MethodDelete:
 		return "the permit was not released"
 	}
 	return "no permit was taken"
