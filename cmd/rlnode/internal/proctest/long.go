@@ -5,6 +5,9 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/testprog"
 )
 
 // EnvLong names the variable that runs the long process tests (clusters
@@ -45,4 +48,33 @@ func LongSkippedLine(pkg string) string {
 		return ""
 	}
 	return fmt.Sprintf("%s: %d long process tests skipped; %s=1 go test -timeout 30m ./%s runs them (CI does)", pkg, n, EnvLong, pkg)
+}
+
+// PackageHeartbeat says every HeartbeatEvery (or $RLNODE_TEST_HEARTBEAT)
+// that pkg's tests are still running, through testprog.Say (the
+// terminal): go test prints nothing of a package until it ends, and
+// cmd/rlnode's process tests take minutes even without the long ones. The
+// long tests say more of themselves, so with them it says nothing. stop
+// ends it; call it before the package's closing lines.
+func PackageHeartbeat(pkg string) (stop func()) {
+	if LongEnabled() {
+		return func() {}
+	}
+	every := heartbeatEvery()
+	start := time.Now()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				testprog.Say(fmt.Sprintf("... %s: tests running for %s", pkg, time.Since(start).Round(time.Second)))
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
