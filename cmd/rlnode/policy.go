@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -212,9 +213,6 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if exists {
 		p.Envoy = cur.Envoy // no flag sets it: an Envoy mapping stays
 	}
-	if len(kept) > 0 && !a.json {
-		fmt.Fprintf(stdout, "kept from the current policy: %s\n", strings.Join(kept, ", "))
-	}
 	var res struct {
 		Result string `json:"result"`
 	}
@@ -222,9 +220,12 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if a.json {
-		return printJSON(stdout, map[string]any{"result": res.Result, "policy": p})
+		return printJSON(stdout, map[string]any{"result": res.Result, "policy": p, "kept": kept})
 	}
 	fmt.Fprintf(stdout, "%s %s (%s %s)\n", res.Result, p.Name, p.Algorithm, limitsText(p))
+	if len(kept) > 0 {
+		fmt.Fprintf(stdout, "kept from the current policy: %s\n", strings.Join(kept, ", "))
+	}
 	return nil
 }
 
@@ -265,12 +266,10 @@ func keepUnchanged(cur policy.Policy, given map[string]bool, alg, consistency, a
 			if l.Window != 0 || cur.Algorithm != policy.Concurrency {
 				*windows = append(*windows, l.Window.String())
 			}
-			if l.Burst != 0 {
-				*bursts = append(*bursts, strconv.FormatInt(l.Burst, 10))
-			}
+			*bursts = append(*bursts, strconv.FormatInt(cmp.Or(l.Burst, l.Limit), 10)) // burst 0 is the limit
 		}
-		if len(*bursts) != 0 && len(*bursts) != len(*limits) {
-			*bursts = nil
+		if !slices.ContainsFunc(cur.Limits, func(l policy.Limit) bool { return l.Burst != 0 }) {
+			*bursts = nil // no burst given when it was set: none now either
 		}
 		kept = append(kept, "--limit/--window "+limitsText(cur))
 	}

@@ -40,6 +40,14 @@ func TestPolicySetKeepsWhatItWasNotGiven(t *testing.T) {
 	if got, _, _ := run("policy", "get", "api"); squash(got) != "api sliding_window strict 200/1s" {
 		t.Fatalf("policy get after --consistency strict: %q", got)
 	}
+	// A token bucket's burst is kept with its limits.
+	run("policy", "set", "tb", "--algorithm", "token_bucket", "--limit", "10", "--window", "1s", "--burst", "20")
+	if out, errs, code = run("policy", "set", "tb", "--mode", "shadow"); code != 0 {
+		t.Fatalf("policy set tb --mode shadow: exit %d\n%s%s", code, out, errs)
+	}
+	if got, _, _ := run("policy", "get", "tb"); !strings.Contains(got, "10/1s burst 20") || !strings.Contains(got, "shadow") {
+		t.Fatalf("policy get tb after --mode shadow: %q; want its burst 20 kept, in shadow", got)
+	}
 	run("policy", "set", "api", "--consistency", "leased")
 	_, errs, code = run("policy", "set", "api", "--algorithm", "concurrency", "--limit", "4")
 	if code == 0 || !strings.Contains(errs, "kept from the current policy: --consistency leased") {

@@ -57,7 +57,8 @@ func LongSkippedLine(pkg string) string {
 // long tests say more of themselves, so with them it says nothing. stop
 // ends it; call it before the package's closing lines.
 func PackageHeartbeat(pkg string) (stop func()) {
-	if LongEnabled() {
+	if os.Getenv(EnvLong) == "1" {
+		// (The env var alone: TestMain calls this before -short is parsed.)
 		return func() {}
 	}
 	every := heartbeatEvery()
