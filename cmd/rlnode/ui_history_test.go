@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,5 +113,56 @@ func TestStatusPageOpenedAfterTrafficShowsIt(t *testing.T) {
 		if os.WriteFile(path, png, 0o644) == nil {
 			t.Logf("status page screenshot: %s", path)
 		}
+	}
+}
+
+// TestTopHistoryIsGuardedAndBounded: the rate history behind the charts is
+// admin data like the rest of /v1/top (401 without the token), its
+// parameter takes 0 or 1 only, and a flood of hits on many keys keeps it
+// to one point per 5 s step for the last 10 minutes.
+func TestTopHistoryIsGuardedAndBounded(t *testing.T) {
+	n := proctest.StartNode(t, rlnodeBin, "n1", "--cluster-token", polToken)
+	proctest.WaitReady(t, n, 20*time.Second)
+	for i := 0; i < 300; i++ {
+		proctest.Get(n.URL() + fmt.Sprintf("/check/flood-%d", i))
+	}
+	if r, _ := n.Do("GET", "/v1/top?history=1", "", nil); r.Status != 401 {
+		t.Fatalf("history without the token: %d %s; want 401", r.Status, r.Raw)
+	}
+	for _, q := range []string{"history=2", "history=yes", "History=1"} {
+		if r, _ := n.Do("GET", "/v1/top?"+q, polToken, nil); r.Status != 400 {
+			t.Fatalf("GET /v1/top?%s: %d %s; want 400", q, r.Status, r.Raw)
+		}
+	}
+	var body struct {
+		History []struct {
+			Policy string `json:"policy"`
+			StepMs int64  `json:"stepMs"`
+			Points []struct {
+				Allowed uint64 `json:"allowed"`
+			} `json:"points"`
+		} `json:"history"`
+	}
+	proctest.Poll(t, 10*time.Second, func() error {
+		r, err := n.Do("GET", "/v1/top?history=1", polToken, nil)
+		if err != nil || r.Status != 200 {
+			return fmt.Errorf("GET /v1/top?history=1: %v %d %s", err, r.Status, r.Raw)
+		}
+		if err := json.Unmarshal(r.Raw, &body); err != nil {
+			return err
+		}
+		total := uint64(0)
+		for _, h := range body.History {
+			for _, p := range h.Points {
+				total += p.Allowed
+			}
+		}
+		if len(body.History) != 1 || body.History[0].Policy != "default" || total < 10 {
+			return fmt.Errorf("history %s; want default's allowed hits", r.Raw)
+		}
+		return nil
+	})
+	if h := body.History[0]; h.StepMs != 5000 || len(h.Points) != 120 {
+		t.Fatalf("history of default: step %d ms, %d points; want 5000 and 120 (10 minutes)", h.StepMs, len(h.Points))
 	}
 }
