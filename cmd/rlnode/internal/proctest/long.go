@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -12,8 +13,8 @@ import (
 
 // EnvLong names the variable that runs the long process tests (clusters
 // killed and restarted, TLS rotation, corruption, upgrades, Docker):
-// RLNODE_LONG_TESTS=1, which .ci/run sets. Without it a plain
-// `go test ./...` skips them and stays a few minutes, printing a line per
+// RLNODE_LONG_TESTS=1, which .ci/run sets (or naming them with -run).
+// Without it a plain `go test ./...` skips them and stays a few minutes, printing a line per
 // package as it goes; together they take longer than go test's default
 // 10-minute timeout on a small machine.
 const EnvLong = "RLNODE_LONG_TESTS"
@@ -22,10 +23,19 @@ const EnvLong = "RLNODE_LONG_TESTS"
 // LongSkippedLine.
 var longSkipped atomic.Int64
 
-// LongEnabled reports whether the long process tests run: RLNODE_LONG_TESTS=1
-// and not -short.
+// LongEnabled reports whether the long process tests run: not with
+// -short; else with RLNODE_LONG_TESTS=1, or when the run names tests
+// (-run), so `go test ./cmd/rlnode -run TestComposeCluster`, as the docs
+// show, runs the test it names.
 func LongEnabled() bool {
-	return os.Getenv(EnvLong) == "1" && !testing.Short()
+	if testing.Short() {
+		return false
+	}
+	if os.Getenv(EnvLong) == "1" {
+		return true
+	}
+	f := flag.Lookup("test.run")
+	return f != nil && f.Value.String() != ""
 }
 
 // Long skips a process test that takes seconds unless LongEnabled, and
@@ -34,7 +44,7 @@ func Long(t testing.TB) {
 	t.Helper()
 	if !LongEnabled() {
 		longSkipped.Add(1)
-		t.Skipf("long process test: runs with %s=1 (as CI does)", EnvLong)
+		t.Skipf("long process test: runs with %s=1 (as CI does) or when named with -run", EnvLong)
 	}
 	heartbeat(t)
 }
