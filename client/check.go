@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // Result is the decision for one hit.
@@ -68,29 +70,9 @@ type MultiResult struct {
 	Results []Result
 }
 
-// wireResult is a check's JSON body (200 or 429).
-type wireResult struct {
-	Allowed      bool        `json:"allowed"`
-	Remaining    int64       `json:"remaining"`
-	ResetAt      int64       `json:"resetAt"`
-	Limit        int64       `json:"limit"`
-	WindowMs     int64       `json:"windowMs"`
-	Policy       string      `json:"policy"`
-	Client       string      `json:"client"`
-	RetryAfterMs *int64      `json:"retryAfterMs"`
-	Limits       []wireLimit `json:"limits"`
-	WouldRefuse  bool        `json:"wouldRefuse"`
-}
-
-type wireLimit struct {
-	Limit       int64 `json:"limit"`
-	WindowMs    int64 `json:"windowMs"`
-	Remaining   int64 `json:"remaining"`
-	ResetAt     int64 `json:"resetAt"`
-	WindowStart int64 `json:"windowStart"`
-}
-
-func (w wireResult) result(policy, key, servedBy string) Result {
+// resultOf reads a check's or a read's JSON body (200, or the 429
+// problem document carrying the same members).
+func resultOf(w wire.CheckBody, policy, key, servedBy string) Result {
 	r := Result{Allowed: w.Allowed, Policy: w.Policy, Key: key, Limit: w.Limit, Window: ms(w.WindowMs),
 		Remaining: w.Remaining, ResetAt: msTime(w.ResetAt), ServedBy: servedBy, WouldRefuse: w.WouldRefuse}
 	if r.Policy == "" {
@@ -100,8 +82,12 @@ func (w wireResult) result(policy, key, servedBy string) Result {
 		r.RetryAfter = ms(*w.RetryAfterMs)
 	}
 	for _, l := range w.Limits {
+		var start int64 // absent for a token bucket
+		if l.WindowStart != nil {
+			start = *l.WindowStart
+		}
 		r.Limits = append(r.Limits, Limit{Limit: l.Limit, Window: ms(l.WindowMs), Remaining: l.Remaining,
-			ResetAt: msTime(l.ResetAt), WindowStart: msTime(l.WindowStart)})
+			ResetAt: msTime(l.ResetAt), WindowStart: msTime(start)})
 	}
 	if len(r.Limits) == 1 {
 		r.WindowStart = r.Limits[0].WindowStart
@@ -121,9 +107,9 @@ func msTime(v int64) time.Time {
 // checkPath is GET /check/:policy/:key; the default policy also has the
 // shorter /check/:key, which every rlnode version serves.
 func checkPath(policy, key string, cost int64) string {
-	p := "/check/" + url.PathEscape(key)
+	p := wire.CheckPath + url.PathEscape(key)
 	if policy != "" && policy != "default" {
-		p = "/check/" + url.PathEscape(policy) + "/" + url.PathEscape(key)
+		p = wire.CheckPath + url.PathEscape(policy) + "/" + url.PathEscape(key)
 	}
 	if cost != 1 {
 		p += "?cost=" + strconv.FormatInt(cost, 10)
@@ -148,11 +134,11 @@ func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Res
 	if err != nil {
 		return Result{}, err
 	}
-	var w wireResult
+	var w wire.CheckBody
 	if err := json.Unmarshal(a.body, &w); err != nil {
 		return Result{}, &Error{Node: a.node, Status: a.status, kind: ErrOutcomeUnknown, cause: fmt.Errorf("decode answer: %w", err)}
 	}
-	r := w.result(policy, key, a.header.Get("X-Rlnode-Served-By"))
+	r := resultOf(w, policy, key, a.header.Get("X-Rlnode-Served-By"))
 	if !r.Allowed && r.RetryAfter == 0 {
 		if n, err := strconv.Atoi(a.header.Get("Retry-After")); err == nil {
 			r.RetryAfter = time.Duration(n) * time.Second
@@ -168,20 +154,22 @@ func (c *Client) CheckAll(ctx context.Context, hits ...Hit) (MultiResult, error)
 	if len(hits) == 0 {
 		return MultiResult{}, &Error{kind: ErrInvalid, Detail: "no hits"}
 	}
-	body, err := json.Marshal(struct {
-		Hits []Hit `json:"hits"`
-	}{hits})
+	req := wire.CheckManyRequest{Hits: make([]wire.Hit, len(hits))}
+	for i, h := range hits {
+		req.Hits[i] = wire.Hit{Policy: h.Policy, Client: h.Key}
+		if h.Cost != 0 {
+			req.Hits[i].Cost = &hits[i].Cost
+		}
+	}
+	body, err := json.Marshal(req)
 	if err != nil {
 		return MultiResult{}, &Error{kind: ErrInvalid, cause: err}
 	}
-	a, err := c.call(ctx, http.MethodPost, "/v1/check", body, http.StatusOK, http.StatusTooManyRequests)
+	a, err := c.call(ctx, http.MethodPost, wire.CheckManyPath, body, http.StatusOK, http.StatusTooManyRequests)
 	if err != nil {
 		return MultiResult{}, err
 	}
-	var w struct {
-		Allowed bool         `json:"allowed"`
-		Results []wireResult `json:"results"`
-	}
+	var w wire.CheckManyAnswer
 	if err := json.Unmarshal(a.body, &w); err != nil || len(w.Results) != len(hits) {
 		if err == nil {
 			err = fmt.Errorf("%d results for %d hits", len(w.Results), len(hits))
@@ -191,7 +179,7 @@ func (c *Client) CheckAll(ctx context.Context, hits ...Hit) (MultiResult, error)
 	m := MultiResult{Allowed: w.Allowed, Results: make([]Result, len(hits))}
 	served := a.header.Get("X-Rlnode-Served-By")
 	for i, h := range hits {
-		m.Results[i] = w.Results[i].result(h.Policy, h.Key, served)
+		m.Results[i] = resultOf(w.Results[i], h.Policy, h.Key, served)
 	}
 	return m, nil
 }
@@ -214,11 +202,11 @@ func (c *Client) Peek(ctx context.Context, policy, key string) (Status, error) {
 	if key == "" {
 		return Status{}, &Error{kind: ErrInvalid, Detail: "key is empty"}
 	}
-	a, err := c.call(ctx, http.MethodGet, "/v1/status/"+url.PathEscape(policy)+"/"+url.PathEscape(key), nil, http.StatusOK)
+	a, err := c.call(ctx, http.MethodGet, wire.PeekPath+url.PathEscape(policy)+"/"+url.PathEscape(key), nil, http.StatusOK)
 	if err != nil {
 		return Status{}, err
 	}
-	var w wireResult
+	var w wire.CheckBody
 	var served struct {
 		ServedBy string `json:"servedBy"`
 	}
@@ -226,7 +214,7 @@ func (c *Client) Peek(ctx context.Context, policy, key string) (Status, error) {
 		return Status{}, &Error{Node: a.node, Status: a.status, kind: ErrInvalid, cause: fmt.Errorf("decode answer: %w", err)}
 	}
 	_ = json.Unmarshal(a.body, &served)
-	r := w.result(policy, key, served.ServedBy)
+	r := resultOf(w, policy, key, served.ServedBy)
 	return Status{Policy: r.Policy, Key: key, Limit: r.Limit, Window: r.Window, Remaining: r.Remaining,
 		ResetAt: r.ResetAt, Limits: r.Limits, ServedBy: r.ServedBy}, nil
 }
@@ -237,7 +225,7 @@ func (c *Client) Reset(ctx context.Context, policy, key string) error {
 	if key == "" {
 		return &Error{kind: ErrInvalid, Detail: "key is empty"}
 	}
-	_, err := c.call(ctx, http.MethodDelete, "/v1/windows/"+url.PathEscape(policy)+"/"+url.PathEscape(key), nil,
+	_, err := c.call(ctx, http.MethodDelete, wire.WindowsPath+"/"+url.PathEscape(policy)+"/"+url.PathEscape(key), nil,
 		http.StatusOK, http.StatusNoContent)
 	return err
 }

@@ -43,6 +43,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/problem"
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // Config configures a Client.
@@ -233,7 +236,7 @@ func (c *Client) refresh(ctx context.Context, force bool) {
 	for _, addr := range append(up, down...) {
 		var peers []peer
 		actx, acancel := c.attemptContext(ctx)
-		err := c.getJSON(actx, addr, "/v1/cluster/peers", &peers)
+		err := c.getJSON(actx, addr, wire.PeersPath, &peers)
 		acancel()
 		if err != nil || len(peers) == 0 {
 			continue
@@ -396,7 +399,7 @@ func (c *Client) once(ctx context.Context, addr, method, path string, body []byt
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
 		req.Header["Content-Type"] = acceptJSON
-	} else if method != http.MethodGet || strings.HasPrefix(path, "/check") {
+	} else if method != http.MethodGet || strings.HasPrefix(path, wire.CheckPath) {
 		req.Body = noReplay{}
 	}
 	// Canonical keys set directly: no canonicalizing per call; the value
@@ -489,11 +492,7 @@ func (noReplay) Read([]byte) (int, error) { return 0, io.EOF }
 func (noReplay) Close() error             { return nil }
 
 func problemError(a answer) *Error {
-	var p struct {
-		Code   string `json:"code"`
-		Detail string `json:"detail"`
-		Title  string `json:"title"`
-	}
+	var p problem.Doc // the one problem document every endpoint answers
 	e := &Error{Node: a.node, Status: a.status}
 	if json.Unmarshal(a.body, &p) == nil {
 		e.Code, e.Detail = p.Code, p.Detail

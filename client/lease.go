@@ -8,14 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/lease"
-)
-
-// Lease API paths (POST, JSON bodies), served by every node and forwarded
-// to the leader like other writes.
-const (
-	LeasesPath      = "/v1/leases"
-	LeaseReturnPath = "/v1/leases/return"
 )
 
 // ErrNotLeased: the policy is strict (every hit through the log), so the
@@ -60,10 +54,12 @@ type Grant struct {
 }
 
 // Deadline is when the holder must stop spending the grant: Sent plus
-// ValidFor. It is a reading of this process's monotonic clock: compare it
-// with a fresh time.Now() on every decision, never with a time that came
-// from elsewhere.
-func (g Grant) Deadline() time.Time { return g.Sent.Add(g.ValidFor) }
+// ValidFor, on both of this process's clocks. Ask it with a fresh
+// time.Now() on every decision (Deadline().Passed(time.Now()),
+// Deadline().Left(time.Now())): it has passed once either the monotonic
+// or the wall clock reaches it, so a paused process or a suspended
+// machine wakes up with nothing to spend.
+func (g Grant) Deadline() lease.Deadline { return lease.DeadlineAfter(g.Sent, g.ValidFor) }
 
 // wireLease is the lease API's request and answer (lease's one
 // declaration, which the node reads too).
@@ -91,7 +87,7 @@ func (c *Client) Lease(ctx context.Context, policy, key, holder string, want int
 	// The lease clock starts before the first byte leaves: a retry on
 	// another node only makes the deadline earlier than it could be.
 	sent := time.Now()
-	a, err := c.call(ctx, http.MethodPost, LeasesPath, body, http.StatusOK)
+	a, err := c.call(ctx, http.MethodPost, wire.LeasesPath, body, http.StatusOK)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -120,6 +116,6 @@ func (c *Client) ReturnLease(ctx context.Context, g Grant, units int64) error {
 	if err != nil {
 		return &Error{kind: ErrInvalid, cause: err}
 	}
-	_, err = c.call(ctx, http.MethodPost, LeaseReturnPath, body, http.StatusOK, http.StatusNoContent)
+	_, err = c.call(ctx, http.MethodPost, wire.LeaseReturnPath, body, http.StatusOK, http.StatusNoContent)
 	return err
 }

@@ -42,7 +42,7 @@ func TestLeaseAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	if g.Units != 4 || g.ID == 0 || g.ValidFor <= 0 || g.ValidFor > time.Second || g.Limit != 10 || g.Window != time.Minute ||
-		g.ResetAt.IsZero() || time.Until(g.Deadline()) <= 0 {
+		g.ResetAt.IsZero() || g.Deadline().Left(time.Now()) <= 0 {
 		t.Fatalf("grant %+v: want 4 units of 10 per minute, valid for up to 1s", g)
 	}
 	if st, err := c.Peek(ctx, "api", "k"); err != nil || st.Remaining != 6 {

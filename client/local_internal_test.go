@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // leaseDesk is a stand-in for the cluster's lease endpoints in unit tests
@@ -31,7 +33,7 @@ func (d *leaseDesk) start(t testing.TB) *Client {
 		defer d.mu.Unlock()
 		var in wireLease
 		switch {
-		case r.URL.Path == LeasesPath:
+		case r.URL.Path == wire.LeasesPath:
 			json.NewDecoder(r.Body).Decode(&in)
 			units := min(in.Want, d.budget)
 			d.budget -= units
@@ -43,14 +45,14 @@ func (d *leaseDesk) start(t testing.TB) *Client {
 				out.RetryAfterMs = 5000
 			}
 			json.NewEncoder(w).Encode(out)
-		case r.URL.Path == LeaseReturnPath:
+		case r.URL.Path == wire.LeaseReturnPath:
 			json.NewDecoder(r.Body).Decode(&in)
 			d.returned += in.Units
 			d.budget += in.Units
 			w.WriteHeader(http.StatusNoContent)
-		case strings.HasPrefix(r.URL.Path, "/check/"):
+		case strings.HasPrefix(r.URL.Path, wire.CheckPath):
 			d.checks++
-			json.NewEncoder(w).Encode(wireResult{Allowed: true, Limit: 1000, Remaining: 1, WindowMs: 60000})
+			json.NewEncoder(w).Encode(wire.CheckBody{Allowed: true, Limit: 1000, Remaining: 1, WindowMs: 60000})
 		default:
 			http.NotFound(w, r)
 		}

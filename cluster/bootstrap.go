@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/rlnode/rlnode/cluster/storage"
@@ -63,18 +65,57 @@ func (c BootstrapClaim) same(o BootstrapClaim) bool {
 // ErrClaimRefused is returned when a node will not take part in a claim.
 var ErrClaimRefused = errors.New("bootstrap claim refused")
 
-func (n *Node) self() BootstrapMember {
-	return BootstrapMember{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
+// bootstrapper runs the symmetric bootstrap for one node and answers its
+// peers' questions (who are you, will you accept this claim). It reaches
+// the node through bootstrapNode only, so the claim rules and the claim
+// file are tested without a cluster (bootstrap_test.go).
+type bootstrapper struct {
+	id      string
+	expect  int // --bootstrap-expect; 0: this node takes part in none
+	dataDir string
+	node    bootstrapNode
+	log     hclog.Logger
+	// mu makes check, read and record of a claim one step.
+	mu sync.Mutex
 }
 
-// hasRaftState reports whether the node belongs to a cluster: it has a
-// configuration (bootstrapped, or contacted by a leader).
-func (n *Node) hasRaftState() bool {
-	if n.raft.LastIndex() > 0 {
-		return true
-	}
-	cf := n.raft.GetConfiguration()
-	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
+// bootstrapNode is the node as the bootstrap needs it.
+type bootstrapNode interface {
+	// self is this node's id and addresses (the Raft one once the
+	// transport is open).
+	self() BootstrapMember
+	// hasRaftState reports whether the node belongs to a cluster.
+	hasRaftState() bool
+	// bootstrapCluster bootstraps Raft with servers as its voters.
+	bootstrapCluster(servers []raft.Server) error
+	// JoinAndWait asks addrs to add this node until it is a voter.
+	JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error
+	// setWaiting says what the node, in no cluster yet, waits for.
+	setWaiting(why string)
+	// peerClient is a client for the other nodes' internal endpoints.
+	peerClient() *peerClient
+}
+
+func newBootstrapper(id string, expect int, dataDir string, node bootstrapNode, log hclog.Logger) *bootstrapper {
+	return &bootstrapper{id: id, expect: expect, dataDir: dataDir, node: node, log: log}
+}
+
+// nodeBootstrap is the node as its bootstrapper sees it.
+type nodeBootstrap struct{ n *Node }
+
+func (a nodeBootstrap) self() BootstrapMember {
+	return BootstrapMember{ID: a.n.cfg.ID, RaftAddr: string(a.n.transport.LocalAddr()), HTTPAddr: a.n.cfg.HTTPAdvertise}
+}
+func (a nodeBootstrap) hasRaftState() bool    { return a.n.hasRaftState() }
+func (a nodeBootstrap) setWaiting(why string) { a.n.setWaiting(why) }
+func (a nodeBootstrap) peerClient() *peerClient {
+	return newPeerClient(a.n.cfg.ClusterToken, a.n.cfg.TLS, a.n.cfg.PeerTransport)
+}
+func (a nodeBootstrap) bootstrapCluster(servers []raft.Server) error {
+	return a.n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+}
+func (a nodeBootstrap) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
+	return a.n.JoinAndWait(ctx, addrs, self, log)
 }
 
 // claimedVoter reports whether this node accepted a bootstrap claim that
@@ -82,18 +123,18 @@ func (n *Node) hasRaftState() bool {
 // with it as a voter, so having no Raft state yet means only that the new
 // leader has not reached it, not that it lost its data (the claim would
 // have gone with the data dir).
-func (n *Node) claimedVoter() bool {
-	c, err := n.readClaim()
+func (b *bootstrapper) claimedVoter() bool {
+	c, err := b.readClaim()
 	if err != nil || c == nil {
 		return false
 	}
-	self := n.self()
+	self := b.node.self()
 	return slices.ContainsFunc(c.Members, func(m BootstrapMember) bool { return m.ID == self.ID && m.RaftAddr == self.RaftAddr })
 }
 
-func (n *Node) readClaim() (*BootstrapClaim, error) {
-	path := filepath.Join(n.cfg.DataDir, storage.ClaimFile)
-	b, err := boundedfile.Read(path, storage.MaxMetaFileBytes)
+func (b *bootstrapper) readClaim() (*BootstrapClaim, error) {
+	path := filepath.Join(b.dataDir, storage.ClaimFile)
+	buf, err := boundedfile.Read(path, storage.MaxMetaFileBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -101,27 +142,28 @@ func (n *Node) readClaim() (*BootstrapClaim, error) {
 		return nil, &storage.CorruptError{File: path, Err: err}
 	}
 	var c BootstrapClaim
-	if err := json.Unmarshal(b, &c); err != nil || c.By == "" {
+	if err := json.Unmarshal(buf, &c); err != nil || c.By == "" {
 		return nil, &storage.CorruptError{File: path, Err: fmt.Errorf("not a bootstrap claim: %v", err)}
 	}
 	return &c, nil
 }
 
-// BootstrapInfo describes this node to bootstrapping peers.
-func (n *Node) BootstrapInfo() BootstrapInfo {
-	claim, _ := n.readClaim()
-	return BootstrapInfo{BootstrapMember: n.self(), Expect: n.cfg.BootstrapExpect, HasState: n.hasRaftState(), Claim: claim}
+// info describes this node to bootstrapping peers (BootstrapInfoPath).
+func (b *bootstrapper) info() BootstrapInfo {
+	claim, _ := b.readClaim()
+	return BootstrapInfo{BootstrapMember: b.node.self(), Expect: b.expect, HasState: b.node.hasRaftState(), Claim: claim}
 }
 
-// AcceptClaim records c as the one claim this node takes part in. The same
-// claim again is accepted (a claimer's retry); any other is refused.
-func (n *Node) AcceptClaim(c BootstrapClaim) error {
-	n.claimMu.Lock()
-	defer n.claimMu.Unlock()
-	if err := checkClaim(c, n.cfg.ID, n.cfg.BootstrapExpect, n.hasRaftState()); err != nil {
+// accept records c as the one claim this node takes part in
+// (BootstrapClaimPath). The same claim again is accepted (a claimer's
+// retry); any other is refused.
+func (b *bootstrapper) accept(c BootstrapClaim) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := checkClaim(c, b.id, b.expect, b.node.hasRaftState()); err != nil {
 		return err
 	}
-	have, err := n.readClaim()
+	have, err := b.readClaim()
 	if err != nil {
 		return err
 	}
@@ -131,15 +173,15 @@ func (n *Node) AcceptClaim(c BootstrapClaim) error {
 		}
 		return fmt.Errorf("%w: this node already accepted the claim of %s", ErrClaimRefused, have.By)
 	}
-	b, _ := json.Marshal(c)
-	path := filepath.Join(n.cfg.DataDir, storage.ClaimFile)
-	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+	buf, _ := json.Marshal(c)
+	path := filepath.Join(b.dataDir, storage.ClaimFile)
+	if err := os.WriteFile(path+".tmp", buf, 0o644); err != nil {
 		return fmt.Errorf("record claim: %w", err)
 	}
 	if err := syncRename(path+".tmp", path); err != nil {
 		return fmt.Errorf("record claim: %w", err)
 	}
-	n.log.Info("accepted bootstrap claim", "by", c.By, "members", len(c.Members))
+	b.log.Info("accepted bootstrap claim", "by", c.By, "members", len(c.Members))
 	return nil
 }
 
@@ -179,36 +221,36 @@ func syncRename(tmp, path string) error {
 	return nil
 }
 
-// BootstrapExpect runs the symmetric bootstrap until this node belongs to
-// a cluster, then records its metadata through an ordinary join.
-func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
-	pc := newPeerClient(n.cfg.ClusterToken, n.cfg.TLS, n.cfg.PeerTransport)
+// run is Node.BootstrapExpect.
+func (b *bootstrapper) run(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
+	pc := b.node.peerClient()
 	defer pc.close()
-	self := JoinRequest{ID: n.cfg.ID, RaftAddr: string(n.transport.LocalAddr()), HTTPAddr: n.cfg.HTTPAdvertise}
-	if !n.hasRaftState() {
-		log("no Raft state: forming a cluster with the nodes in --join", "expect", n.cfg.BootstrapExpect)
+	me := b.node.self()
+	self := JoinRequest{ID: me.ID, RaftAddr: me.RaftAddr, HTTPAddr: me.HTTPAddr}
+	if !b.node.hasRaftState() {
+		log("no Raft state: forming a cluster with the nodes in --join", "expect", b.expect)
 	}
 	lastNote := time.Time{}
-	for !n.hasRaftState() {
-		infos, unreached := n.probe(ctx, pc, addrs)
+	for !b.node.hasRaftState() {
+		infos, unreached := b.probe(ctx, pc, addrs)
 		if slices.ContainsFunc(infos, func(i BootstrapInfo) bool { return i.HasState }) {
-			if n.claimedVoter() {
+			if b.claimedVoter() {
 				break // the claimer bootstrapped us in; its leader will call
 			}
 			log("a cluster already exists; asking it to add this node")
-			n.setWaiting("a cluster already exists; asking it to add this node")
-			return n.JoinAndWait(ctx, addrs, self, log)
+			b.node.setWaiting("a cluster already exists; asking it to add this node")
+			return b.node.JoinAndWait(ctx, addrs, self, log)
 		}
-		done, note := n.tryClaim(ctx, pc, infos)
+		done, note := b.tryClaim(ctx, pc, infos)
 		if done {
 			break
 		}
 		if len(unreached) > 0 {
 			note += "; not reached yet: " + strings.Join(unreached, ", ")
 		}
-		n.setWaiting(fmt.Sprintf("forming a cluster of %d (--bootstrap-expect): %s", n.cfg.BootstrapExpect, note))
+		b.node.setWaiting(fmt.Sprintf("forming a cluster of %d (--bootstrap-expect): %s", b.expect, note))
 		if time.Since(lastNote) > 5*time.Second {
-			log("waiting for the cluster to form", "expect", n.cfg.BootstrapExpect, "status", note)
+			log("waiting for the cluster to form", "expect", b.expect, "status", note)
 			lastNote = time.Now()
 		}
 		select {
@@ -219,23 +261,23 @@ func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg
 	}
 	// Members other than the claimer learn of the cluster from its leader;
 	// an ordinary join records this node's HTTP address.
-	if err := n.JoinAndWait(ctx, addrs, self, log); err != nil {
+	if err := b.node.JoinAndWait(ctx, addrs, self, log); err != nil {
 		return err
 	}
-	log("the cluster formed; this node is one of its voters", "voters", n.cfg.BootstrapExpect)
+	log("the cluster formed; this node is one of its voters", "voters", b.expect)
 	return nil
 }
 
 // probe asks every address who it is; the ones that did not answer come
 // back as unreached.
-func (n *Node) probe(ctx context.Context, pc *peerClient, addrs []string) (out []BootstrapInfo, unreached []string) {
+func (b *bootstrapper) probe(ctx context.Context, pc *peerClient, addrs []string) (out []BootstrapInfo, unreached []string) {
 	for _, a := range addrs {
 		var info BootstrapInfo
 		if err := pc.getJSON(ctx, BaseURL(a)+BootstrapInfoPath, &info); err != nil {
 			unreached = append(unreached, a)
 			continue
 		}
-		if info.ID != n.cfg.ID && !slices.ContainsFunc(out, func(i BootstrapInfo) bool { return i.ID == info.ID }) {
+		if info.ID != b.id && !slices.ContainsFunc(out, func(i BootstrapInfo) bool { return i.ID == info.ID }) {
 			out = append(out, info)
 		}
 	}
@@ -267,26 +309,26 @@ func chooseClaim(self BootstrapMember, expect int, infos []BootstrapInfo) (*Boot
 // tryClaim makes or renews this node's claim when it is the claimer, and
 // bootstraps once every member accepted. It reports whether it did and,
 // if not, why.
-func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapInfo) (bool, string) {
-	claim, err := n.readClaim()
+func (b *bootstrapper) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapInfo) (bool, string) {
+	claim, err := b.readClaim()
 	if err != nil {
 		return false, err.Error()
 	}
 	if claim == nil {
-		c, note := chooseClaim(n.self(), n.cfg.BootstrapExpect, infos)
+		c, note := chooseClaim(b.node.self(), b.expect, infos)
 		if c == nil {
 			return false, note
 		}
-		if err := n.AcceptClaim(*c); err != nil {
+		if err := b.accept(*c); err != nil {
 			return false, err.Error()
 		}
 		claim = c
 	}
-	if claim.By != n.cfg.ID {
+	if claim.By != b.id {
 		return false, fmt.Sprintf("accepted the claim of %s; waiting to be contacted", claim.By)
 	}
 	for _, m := range claim.Members {
-		if m.ID == n.cfg.ID {
+		if m.ID == b.id {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -300,10 +342,10 @@ func (n *Node) tryClaim(ctx context.Context, pc *peerClient, infos []BootstrapIn
 	for _, m := range claim.Members {
 		servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Voter})
 	}
-	err = n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	err = b.node.bootstrapCluster(servers)
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return false, fmt.Sprintf("bootstrap: %v", err)
 	}
-	n.log.Info("every member accepted the claim; bootstrapped the cluster", "members", len(servers))
+	b.log.Info("every member accepted the claim; bootstrapped the cluster", "members", len(servers))
 	return true, ""
 }

@@ -98,14 +98,14 @@ func (n *Node) CheckAll(ctx context.Context, hits []Hit) (CheckResult, error) {
 	}
 	if n.holder != nil {
 		if res, ok := n.holder.decide(hits, nil); ok {
-			n.recordTop(res)
+			n.views.record(res)
 			return res, nil
 		}
 		n.holder.countLog(len(hits))
 	}
 	o := n.decide(ctx, group(hits))
 	if o.err == nil {
-		n.recordTop(o.res)
+		n.views.record(o.res)
 	}
 	return o.res, o.err
 }

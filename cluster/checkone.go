@@ -124,7 +124,7 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 		if res.Known && res.Policy.IsLeased() {
 			one := [1]Hit{hit}
 			if r, ok := n.holder.decide(one[:], &res.buf); ok {
-				n.recordTop(r)
+				n.views.record(r)
 				res.CheckResult = r
 				return nil
 			}
@@ -138,7 +138,7 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 	}
 	o := n.decide(ctx, group{hit})
 	if o.err == nil {
-		n.recordTop(o.res)
+		n.views.record(o.res)
 	}
 	res.CheckResult = o.res
 	return o.err

@@ -20,10 +20,10 @@ type DiskUse struct {
 }
 
 // Disk measures the data dir now.
-func (n *Node) Disk() DiskUse {
-	d := DiskUse{LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)), SnapshotBytes: dirBytes(filepath.Join(n.cfg.DataDir, storage.SnapshotDir))}
+func (v *Views) Disk() DiskUse {
+	d := DiskUse{LogBytes: dirBytes(storage.LogPath(v.dataDir)), SnapshotBytes: dirBytes(filepath.Join(v.dataDir, storage.SnapshotDir))}
 	var st syscall.Statfs_t
-	if syscall.Statfs(n.cfg.DataDir, &st) == nil {
+	if syscall.Statfs(v.dataDir, &st) == nil {
 		d.FSFree, d.FSSize = st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize)
 	}
 	return d
@@ -31,7 +31,7 @@ func (n *Node) Disk() DiskUse {
 
 // SnapshotFailures counts snapshots this node failed to write (Raft's own
 // and those asked for), since start.
-func (n *Node) SnapshotFailures() uint64 { return n.snapFailures.Load() }
+func (v *Views) SnapshotFailures() uint64 { return v.snapFailures.Load() }
 
 // countingSnapshot counts a failed Persist: raft only logs it.
 type countingSnapshot struct {

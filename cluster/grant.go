@@ -14,16 +14,10 @@ import (
 	"github.com/rlnode/rlnode/window"
 )
 
-// Lease timing. The holder's deadline is Valid minus a margin for clock
-// rate error (NTP slews a monotonic clock by up to 500 ppm; the leader's
-// and the holder's may be slewed in opposite directions, so 1000 ppm) and
-// a fixed part for whole-ms stamping and timer granularity. See
-// cluster/DESIGN.md, "Leases".
+// Lease timing: the bounds and the holder's margin are the lease core's
+// (lease.DefaultLease, lease.MaxLease, lease.UsableFor), read there by
+// every holder; see cluster/DESIGN.md, "Leases".
 const (
-	DefaultLease       = lease.DefaultLease
-	LeaseMarginPPM     = lease.MarginPPM
-	LeaseMarginFixed   = lease.MarginFixed
-	MaxLease           = lease.MaxLease
 	maxGrantItems      = fsm.MaxGrantItems
 	leaseRetryInterval = 20 * time.Millisecond
 )
@@ -39,7 +33,7 @@ var ErrNotLeased = errors.New("the policy is not leased")
 type GrantItem = fsm.GrantItem
 
 // GrantRequest asks the cluster to lend Holder up to Want units of
-// (Policy, Client) for Lease (0: DefaultLease, at most MaxLease).
+// (Policy, Client) for Lease (0: lease.DefaultLease, at most lease.MaxLease).
 type GrantRequest struct {
 	Policy string `json:"policy"`
 	Client string `json:"client"`
@@ -90,11 +84,11 @@ type Grant struct {
 	Parts       []window.Result `json:"parts"`
 }
 
-// Deadline is the last instant the holder may spend the grant's units:
-// sent (read from the monotonic clock, time.Now(), just before the
-// request was sent) plus UsableFor. The holder must compare a fresh
-// time.Now() with it on every decision, and spend nothing at or after it.
-func (g Grant) Deadline(sent time.Time) time.Time { return sent.Add(g.UsableFor) }
+// Deadline is when the holder must stop spending the grant's units: sent
+// (a time.Now() reading taken just before the request was sent) plus
+// UsableFor, on both clocks. The holder asks it with a fresh time.Now()
+// on every decision and spends nothing once it has passed on either.
+func (g Grant) Deadline(sent time.Time) lease.Deadline { return lease.DeadlineAfter(sent, g.UsableFor) }
 
 // LeaseFor is the lease to ask for so that a grant stays usable for
 // usable: a token bucket's grant is usable the cluster's --max-clock-offset
@@ -105,7 +99,7 @@ func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 	if bucket {
 		usable += n.cfg.MaxClockOffset
 	}
-	return min(usable, MaxLease)
+	return min(usable, lease.MaxLease)
 }
 
 // usableFor is Valid less the lease margin (and the clock bound for a
@@ -145,16 +139,16 @@ func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 // Grants lends units of several keys to one holder in one entry (a node
 // prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
 // is unknown or not leased (Units 0).
-func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, items []GrantItem) (_ []Grant, err error) {
+func (n *Node) Grants(ctx context.Context, holder string, leaseLen time.Duration, items []GrantItem) (_ []Grant, err error) {
 	ctx, span := n.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
 	defer func() { fail(span, err); span.End() }()
-	if err := validateGrants(holder, lease, items); err != nil {
+	if err := validateGrants(holder, leaseLen, items); err != nil {
 		return nil, notCounted(nil, err)
 	}
-	if lease == 0 {
-		lease = DefaultLease
+	if leaseLen == 0 {
+		leaseLen = lease.DefaultLease
 	}
-	req := grantWire{Holder: holder, LeaseMs: lease.Milliseconds(), Items: items}
+	req := grantWire{Holder: holder, LeaseMs: leaseLen.Milliseconds(), Items: items}
 	wire, err := opGrant.retrying(ctx, n, req, n.cfg.ApplyTimeout)
 	if err == nil && len(wire.Grants) != len(items) {
 		err = outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
@@ -163,12 +157,12 @@ func (n *Node) Grants(ctx context.Context, holder string, lease time.Duration, i
 	return wire.Grants, err
 }
 
-func validateGrants(holder string, lease time.Duration, items []GrantItem) error {
+func validateGrants(holder string, leaseLen time.Duration, items []GrantItem) error {
 	if err := fsm.ValidateHolder(holder); err != nil {
 		return err
 	}
-	if lease < 0 || lease > MaxLease || (lease > 0 && lease < time.Millisecond) {
-		return fmt.Errorf("lease %s out of range (1ms to %s)", lease, MaxLease)
+	if leaseLen < 0 || leaseLen > lease.MaxLease || (leaseLen > 0 && leaseLen < time.Millisecond) {
+		return fmt.Errorf("lease %s out of range (1ms to %s)", leaseLen, lease.MaxLease)
 	}
 	if len(items) == 0 || len(items) > maxGrantItems {
 		return fmt.Errorf("%d grant items: want 1 to %d", len(items), maxGrantItems)
@@ -205,8 +199,8 @@ func (g Grant) err() error {
 }
 
 // grantLocal writes the grant entry on the leader.
-func (n *Node) grantLocal(holder string, lease time.Duration, items []GrantItem) ([]Grant, error) {
-	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeGrant(now, holder, lease.Milliseconds(), items) })
+func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantItem) ([]Grant, error) {
+	res, err := n.applyLease(func(now int64) []byte { return fsm.EncodeGrant(now, holder, leaseLen.Milliseconds(), items) })
 	if err != nil {
 		return nil, err
 	}

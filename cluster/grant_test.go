@@ -10,6 +10,7 @@ import (
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cluster/clustertest"
 	"github.com/rlnode/rlnode/httpapi/apitest"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -31,13 +32,17 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	if err != nil || g.Units != 6 || g.ID == 0 || g.Valid != time.Second || g.Remaining != 4 {
 		t.Fatalf("grant via follower: %+v %v", g, err)
 	}
-	if d := g.Deadline(sent); !d.Before(sent.Add(time.Second)) || d.Before(sent.Add(990*time.Millisecond)) {
-		t.Fatalf("deadline %s after send, want a little under 1s", d.Sub(sent))
+	if left := g.Deadline(sent).Left(sent); left >= time.Second || left < 990*time.Millisecond {
+		t.Fatalf("deadline %s after send, want a little under 1s", left)
+	}
+	// A holder paused past the lease finds the deadline passed.
+	if !g.Deadline(sent).Passed(sent.Add(time.Second)) {
+		t.Fatal("the deadline has not passed a second after the send")
 	}
 	// A token bucket's grant is usable for less: its cap lifts at expiry in
 	// cluster time, which a clock jump at a failover can move earlier.
 	gb, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lb", Client: "k", Holder: "app-1", Want: 3, Lease: 2 * time.Second})
-	if want := 2*time.Second - 2*time.Millisecond - cluster.LeaseMarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
+	if want := 2*time.Second - 2*time.Millisecond - lease.MarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
 		t.Fatalf("token bucket grant: %+v %v; want usable for %s", gb, err, want)
 	}
 	g2, err := leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})

@@ -21,7 +21,7 @@ func (h *holder) maybeFetch(id keyID, k *heldKey, now lease.Stamp, need int64) {
 	if !ok {
 		return
 	}
-	d := h.lender.LeaseFor(k.bucket, DefaultLease)
+	d := h.lender.LeaseFor(k.bucket, lease.DefaultLease)
 	h.pending[d] = append(h.pending[d], fsm.GrantItem{Policy: id.policy, Client: id.client, Want: want})
 	select {
 	case h.kick <- struct{}{}:

@@ -75,7 +75,7 @@ func checkLeaseStats(t *testing.T, nodes []*clustertest.Node, local int64) {
 	}
 	var decided, grants uint64
 	for _, n := range nodes {
-		l := n.LocalMemberStatus().Leases
+		l := n.Views().LocalMemberStatus().Leases
 		decided, grants = decided+l.DecidedLocal, grants+l.Grants
 	}
 	if decided != uint64(local) || grants == 0 {

@@ -79,7 +79,7 @@ func (n *Node) internalMux() http.Handler {
 		writeJSON(w, Progress{ID: n.cfg.ID, LastLogIndex: n.raft.LastIndex()})
 	})
 	mux.HandleFunc("GET "+BootstrapInfoPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, n.BootstrapInfo())
+		writeJSON(w, n.boot.info())
 	})
 	mux.HandleFunc("POST "+BootstrapClaimPath, func(w http.ResponseWriter, r *http.Request) {
 		var c BootstrapClaim
@@ -87,7 +87,7 @@ func (n *Node) internalMux() http.Handler {
 			writeProblem(w, http.StatusBadRequest, "invalid_request", "bootstrap claim: "+err.Error())
 			return
 		}
-		if err := n.AcceptClaim(c); err != nil {
+		if err := n.boot.accept(c); err != nil {
 			status := http.StatusInternalServerError
 			if errors.Is(err, ErrClaimRefused) {
 				status = http.StatusConflict
@@ -97,12 +97,13 @@ func (n *Node) internalMux() http.Handler {
 		}
 		writeJSON(w, map[string]string{"accepted": c.By})
 	})
-	mux.HandleFunc("GET "+TopPath, n.serveTop)
+	mux.HandleFunc("GET "+TopPath, n.views.serveTop)
 	mux.HandleFunc("GET "+MemberStatusPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, n.LocalMemberStatus())
+		writeJSON(w, n.views.LocalMemberStatus())
 	})
 	mux.HandleFunc("POST "+JoinPath, n.serveJoin)
-	mux.HandleFunc("POST "+RemovedPath, n.serveRemoved)
+	mux.HandleFunc("GET "+ConfigurationPath, n.serveConfiguration)
+	mux.HandleFunc("POST "+RemovedPath, n.removal.serveNotice)
 	n.mountLeaderOps(mux)
 	n.mountLeaseOps(mux)
 	n.mountPermitOps(mux)

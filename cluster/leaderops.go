@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -190,7 +189,7 @@ type (
 var (
 	opSetPolicy = leaderOp[policy.Policy, setPolicyResult]{name: "set-policy", wait: true,
 		check: func(p policy.Policy) error { return p.Validate() },
-		run:   (*Node).setPolicy}
+		run:   onPolicies((*policyWriter).setPolicy)}
 	opDeletePolicy = leaderOp[policyName, none]{name: "delete-policy", wait: true,
 		check: func(r policyName) error {
 			if err := policy.ValidateName(r.Name); err != nil {
@@ -198,10 +197,10 @@ var (
 			}
 			return nil
 		},
-		run: (*Node).deletePolicy}
+		run: onPolicies((*policyWriter).deletePolicy)}
 	opResetKey = leaderOp[keyRequest, resetResult]{name: "reset-key", wait: true,
 		check: func(r keyRequest) error { return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate() },
-		run:   (*Node).resetKey}
+		run:   onPolicies((*policyWriter).resetKey)}
 	opPeek = leaderOp[keyRequest, PeekResult]{name: "peek",
 		check: func(r keyRequest) error {
 			return (Hit{Policy: r.Policy, Client: r.Client, Cost: 1}).Validate()
@@ -210,8 +209,8 @@ var (
 			return n.peek(ctx, r.Policy, r.Client, false)
 		}}
 	opReadPolicies = leaderOp[none, policiesResult]{name: "read-policies", wait: true,
-		run: (*Node).readPolicies}
-	opJoin = leaderOp[JoinRequest, none]{name: "join", wait: true,
+		run: onPolicies((*policyWriter).readPolicies)}
+	opJoin = leaderOp[JoinRequest, JoinResult]{name: "join", wait: true,
 		check: func(j JoinRequest) error {
 			if err := j.Validate(); err != nil {
 				return fmt.Errorf("join %s: %w", j.ID, err)
@@ -236,14 +235,14 @@ var (
 			}
 			return checkTable(r.Policies)
 		},
-		run: (*Node).replacePolicies}
+		run: onPolicies((*policyWriter).replacePolicies)}
 	// opReplacePolicies is the previous release's replace, without a
 	// version: served for its followers during a rolling upgrade (their
 	// API took unconditional writes), never sent.
 	opReplacePolicies = leaderOp[policiesResult, TableChange]{name: "replace-policies", wait: true,
 		check: func(r policiesResult) error { return checkTable(r.Policies) },
 		run: func(n *Node, ctx context.Context, r policiesResult) (TableChange, error) {
-			return n.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
+			return n.policyWriter.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
 		}}
 	opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
 		check: checkCounter,
@@ -270,11 +269,12 @@ func (n *Node) mountLeaderOps(mux *http.ServeMux) {
 		opReplacePolicies.path(): opReplacePolicies.handler(n),
 		opReplaceTable.path():    opReplaceTable.handler(n),
 		opWriteCounter.path():    opWriteCounter.handler(n),
-		restorePath:              n.serveRestore,
+		restorePath:              func(w http.ResponseWriter, r *http.Request) { n.backups.serveRestore(w, r) },
 	} {
 		mux.HandleFunc("POST "+path, h)
 	}
-	mux.HandleFunc("GET "+backupPath, n.serveBackup)
+	// The backups exist once the node opened; the mux is built before.
+	mux.HandleFunc("GET "+backupPath, func(w http.ResponseWriter, r *http.Request) { n.backups.serveBackup(w, r) })
 }
 
 // serveJoin is JoinPath: a server that is not a member yet may ask any
@@ -290,11 +290,12 @@ func (n *Node) serveJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, n.cfg.ID, err)
 		return
 	}
-	if err := n.Join(r.Context(), j); err != nil {
+	res, err := n.JoinAt(r.Context(), j)
+	if err != nil {
 		writeError(w, n.cfg.ID, err)
 		return
 	}
-	writeJSON(w, map[string]string{"joined": j.ID})
+	writeJSON(w, joinAnswer{Joined: j.ID, Index: res.Index})
 }
 
 // errMalformed marks a request a node refused as malformed.
@@ -357,79 +358,4 @@ func codeError(code string) error {
 		}
 	}
 	return nil
-}
-
-// Backup writes a consistent snapshot of the state to w: on the leader, or
-// streamed from it.
-func (n *Node) Backup(ctx context.Context, w io.Writer) error {
-	if n.IsLeader() {
-		return n.backup(ctx, w)
-	}
-	return n.fwd.backup(ctx, w)
-}
-
-// RestoreBackup replaces the cluster's state with a backup of size bytes
-// read from r: on the leader, or streamed to it. Unless force is set the
-// cluster must hold no windows: restore is for a new cluster, not for
-// rolling one back. The cluster's own node metadata (HTTP addresses) is
-// kept, not the backup's.
-func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (Restored, error) {
-	if n.IsLeader() {
-		return n.restore(ctx, r, size, force)
-	}
-	return n.fwd.restore(ctx, r, size, force)
-}
-
-// serveBackup is backupPath on the leader. An error after the first byte
-// aborts the connection, so the sender never takes a cut stream for a
-// whole backup (the format ends in a CRC too).
-func (n *Node) serveBackup(w http.ResponseWriter, r *http.Request) {
-	if !n.IsLeader() {
-		writeError(w, n.cfg.ID, ErrNotLeader)
-		return
-	}
-	lw := &lazyStream{w: w, servedBy: n.cfg.ID}
-	if err := n.backup(r.Context(), lw); err != nil {
-		if lw.started {
-			n.log.Error("forwarded backup stream failed", "error", err)
-			panic(http.ErrAbortHandler)
-		}
-		writeError(w, n.cfg.ID, err)
-	}
-}
-
-// serveRestore is restorePath on the leader.
-func (n *Node) serveRestore(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength <= 0 {
-		writeError(w, n.cfg.ID, fmt.Errorf("%w: restore: the backup must come with its Content-Length", errMalformed))
-		return
-	}
-	if !n.IsLeader() {
-		writeError(w, n.cfg.ID, ErrNotLeader)
-		return
-	}
-	res, err := n.restore(r.Context(), r.Body, r.ContentLength, r.URL.Query().Get("force") == "true")
-	if err != nil {
-		writeError(w, n.cfg.ID, err)
-		return
-	}
-	w.Header().Set(HeaderServedBy, n.cfg.ID)
-	writeJSON(w, res)
-}
-
-// lazyStream sets a stream's success headers on its first write only.
-type lazyStream struct {
-	w        http.ResponseWriter
-	servedBy string
-	started  bool
-}
-
-func (l *lazyStream) Write(p []byte) (int, error) {
-	if !l.started {
-		l.started = true
-		l.w.Header().Set("Content-Type", "application/octet-stream")
-		l.w.Header().Set(HeaderServedBy, l.servedBy)
-		l.w.WriteHeader(http.StatusOK)
-	}
-	return l.w.Write(p)
 }

@@ -43,21 +43,21 @@ func TestFollowerForwardsEveryLeaderOperation(t *testing.T) {
 	}
 
 	var backup bytes.Buffer
-	if err := f.Backup(ctx, &backup); err != nil || backup.Len() == 0 {
+	if err := f.Backups().Backup(ctx, &backup); err != nil || backup.Len() == 0 {
 		t.Fatalf("backup via follower: %d bytes, %v", backup.Len(), err)
 	}
-	if _, err := f.RestoreBackup(ctx, bytes.NewReader(backup.Bytes()), int64(backup.Len()), false); !errors.Is(err, cluster.ErrNotEmpty) {
+	if _, err := f.Backups().RestoreBackup(ctx, bytes.NewReader(backup.Bytes()), int64(backup.Len()), false); !errors.Is(err, cluster.ErrNotEmpty) {
 		t.Fatalf("restore into a cluster with windows via follower: %v; want ErrNotEmpty", err)
 	}
 	found, err := f.ResetKey(ctx, "api", "alice")
 	if err != nil || !found {
 		t.Fatalf("reset via follower: %v %v", found, err)
 	}
-	restored, err := f.RestoreBackup(ctx, bytes.NewReader(backup.Bytes()), int64(backup.Len()), true)
+	restored, err := f.Backups().RestoreBackup(ctx, bytes.NewReader(backup.Bytes()), int64(backup.Len()), true)
 	if err != nil || restored.LiveWindows != 1 || restored.ServedBy != leader.ID {
 		t.Fatalf("forced restore via follower: %+v %v; want 1 window restored by %s", restored, err, leader.ID)
 	}
-	if _, err := f.RestoreBackup(ctx, bytes.NewReader([]byte("not a backup")), 12, true); !errors.Is(err, cluster.ErrInvalidBackup) {
+	if _, err := f.Backups().RestoreBackup(ctx, bytes.NewReader([]byte("not a backup")), 12, true); !errors.Is(err, cluster.ErrInvalidBackup) {
 		t.Fatalf("restore of garbage via follower: %v; want ErrInvalidBackup", err)
 	}
 

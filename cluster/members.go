@@ -44,13 +44,9 @@ type MemberStatus struct {
 
 // LocalMemberStatus is this node's status, the sizes of its Raft log
 // store and snapshots, and its lease totals.
-func (n *Node) LocalMemberStatus() MemberStatus {
-	st := MemberStatus{Status: n.Status(), LogBytes: dirBytes(storage.LogPath(n.cfg.DataDir)),
-		SnapshotBytes: dirBytes(filepath.Join(n.cfg.DataDir, storage.SnapshotDir))}
-	if n.holder != nil {
-		st.Leases = n.holder.stats()
-	}
-	return st
+func (v *Views) LocalMemberStatus() MemberStatus {
+	return MemberStatus{Status: v.local.Status(), LogBytes: dirBytes(storage.LogPath(v.dataDir)),
+		SnapshotBytes: dirBytes(filepath.Join(v.dataDir, storage.SnapshotDir)), Leases: v.local.leaseStats()}
 }
 
 // dirBytes sums the sizes of the files under path (a file or a
@@ -70,8 +66,8 @@ func dirBytes(path string) int64 {
 
 // Members asks every server of the configuration for its status over the
 // internal path (a second each at most) and reports who answered.
-func (n *Node) Members(ctx context.Context) ([]Member, error) {
-	peers, err := n.Peers()
+func (v *Views) Members(ctx context.Context) ([]Member, error) {
+	peers, err := v.members.Peers()
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +75,8 @@ func (n *Node) Members(ctx context.Context) ([]Member, error) {
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		out[i].Peer = p
-		if p.ID == n.cfg.ID {
-			st := n.LocalMemberStatus()
+		if p.ID == v.id {
+			st := v.LocalMemberStatus()
 			out[i].Status, out[i].Reachable = &st, true
 			continue
 		}
@@ -94,7 +90,7 @@ func (n *Node) Members(ctx context.Context) ([]Member, error) {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			var st MemberStatus
-			if err := n.fwd.peers.getJSON(ctx, BaseURL(p.HTTPAddr)+MemberStatusPath, &st); err != nil {
+			if err := v.peers.getJSON(ctx, BaseURL(p.HTTPAddr)+MemberStatusPath, &st); err != nil {
 				out[i].Error = err.Error()
 				return
 			}

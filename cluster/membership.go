@@ -58,16 +58,39 @@ type TransferResult struct {
 	LeaderID string `json:"leaderId"`
 }
 
+// JoinResult is the cluster's answer to a join.
+type JoinResult struct {
+	// Index is the leader's last log index once the server is in its
+	// configuration: a server whose log has not reached it holds a
+	// configuration older than its join, and infers no removal from it
+	// (removal.go). 0 from a release before it was reported.
+	Index uint64 `json:"index"`
+}
+
+// joinAnswer is JoinPath's body.
+type joinAnswer struct {
+	Joined string `json:"joined"`
+	Index  uint64 `json:"index"`
+}
+
 // Join adds a server. A server with the same id and address is a no-op; one
 // that shares only the id or only the address is removed first. On a
 // follower the request goes to the leader.
 func (n *Node) Join(ctx context.Context, j JoinRequest) error {
-	_, err := opJoin.do(ctx, n, j)
+	_, err := n.JoinAt(ctx, j)
 	return err
 }
 
-func (n *Node) join(_ context.Context, j JoinRequest) (none, error) {
-	return none{}, n.joinOnLeader(j)
+// JoinAt is Join, returning the configuration index the server is in.
+func (n *Node) JoinAt(ctx context.Context, j JoinRequest) (JoinResult, error) {
+	return opJoin.do(ctx, n, j)
+}
+
+func (n *Node) join(_ context.Context, j JoinRequest) (JoinResult, error) {
+	if err := n.joinOnLeader(j); err != nil {
+		return JoinResult{}, err
+	}
+	return JoinResult{Index: n.raft.LastIndex()}, nil
 }
 
 func (n *Node) joinOnLeader(j JoinRequest) error {
@@ -242,9 +265,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// until the shutdown timeout, against a leader it cannot know.
 		return nil
 	}
-	n.removal.mu.Lock()
-	n.removal.leaving = true
-	n.removal.mu.Unlock()
+	n.removal.leave()
 	if n.IsLeader() {
 		peers, err := n.Peers()
 		if err == nil && len(peers) == 1 {
@@ -271,6 +292,11 @@ func (n *Node) Leave(ctx context.Context) error {
 // JoinCluster asks the members at addrs (HTTP base URLs) to add self, trying
 // each in turn with backoff until one accepts or ctx ends.
 func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, src *tlsconf.Source, log func(msg string, args ...any)) error {
+	_, err := joinCluster(ctx, addrs, self, token, src, log)
+	return err
+}
+
+func joinCluster(ctx context.Context, addrs []string, self JoinRequest, token string, src *tlsconf.Source, log func(msg string, args ...any)) (JoinResult, error) {
 	pc := newPeerClient(token, src, nil)
 	defer pc.close()
 	backoff := 100 * time.Millisecond
@@ -280,21 +306,22 @@ func JoinCluster(ctx context.Context, addrs []string, self JoinRequest, token st
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			req := self
 			// The first hop may be a follower: it forwards to the leader.
-			err := pc.postJSON(actx, BaseURL(a)+JoinPath, req, nil)
+			var ans joinAnswer
+			err := pc.postJSON(actx, BaseURL(a)+JoinPath, req, &ans)
 			cancel()
 			if err == nil {
-				return nil
+				return JoinResult{Index: ans.Index}, nil
 			}
 			var he *HTTPError
 			if errors.As(err, &he) && (he.Status == 400 || he.Status == 401) {
-				return fmt.Errorf("join via %s refused: %w", a, err)
+				return JoinResult{}, fmt.Errorf("join via %s refused: %w", a, err)
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
 		}
 		log("join attempt failed; retrying", "attempt", attempt, "error", errors.Join(errs...), "retry_in", backoff)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("join %v: %w (last: %v)", addrs, ctx.Err(), errors.Join(errs...))
+			return JoinResult{}, fmt.Errorf("join %v: %w (last: %v)", addrs, ctx.Err(), errors.Join(errs...))
 		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))):
 		}
 		backoff = min(backoff*2, 5*time.Second)

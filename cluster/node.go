@@ -1,6 +1,14 @@
-// Package cluster runs one rlnode Raft node: stores, transport, bootstrap,
-// membership, the hit path (group commit on the leader, batched forwarding
-// from followers) and linearizable reads.
+// Package cluster runs one rlnode Raft node and the plumbing around the
+// replicated state machine: the hit path (group commit on the leader,
+// batched forwarding from followers), the one forwarding rule for every
+// other leader operation and the node-to-node endpoints it uses,
+// linearizable reads, the policy table's writes, membership, promotion and
+// bootstrap, backup and restore, the version gate and clock discipline.
+// Node keeps what only the node can do; features over it (the lease holder,
+// permits and reservations, removal, the cluster views) are types of their
+// own over narrow interfaces. Front ends see a node that answers as the
+// leader would and never need to know who leads. The rooms of this package
+// and its decisions: cluster/DESIGN.md.
 package cluster
 
 import (
@@ -20,7 +28,6 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
-	"github.com/rlnode/rlnode/topkeys"
 )
 
 // Node is one member of an rlnode cluster.
@@ -38,10 +45,11 @@ type Node struct {
 	hung      hungLeader // the leader that last did not answer a grant in time
 	internal  http.Handler
 
-	leaderBatch *groupCommit
-	promoter    promoter
-	claimMu     sync.Mutex
-	policyMu    sync.Mutex // held by every policy write while it applies: a check (table size, table version) and its write are one step
+	leaderBatch  *groupCommit
+	promoter     promoter
+	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
+	backups      *Backups      // backup and restore (backup.go)
+	policyWriter *policyWriter // the policy table's writes on the leader (policies.go)
 	// raftRef is raft for goroutines that start before it exists (the
 	// Raft guard's accept loop); peerIPs are the members' addresses.
 	raftRef    atomic.Pointer[raft.Raft]
@@ -56,8 +64,9 @@ type Node struct {
 	fwdBatch   *groupCommit
 	leaseObs   LeaseObserver
 	holder     *holder
-	// top counts the hits clients sent this node, for ClusterTop.
-	top *topkeys.Recorder
+	// views are the operator's views of the node and the cluster
+	// (views.go); they count the hits clients sent this node.
+	views *Views
 	// tracer is nil when tracing is off (tracing.go).
 	tracer *tracer
 	// snapFailures counts snapshots that failed to be written.
@@ -72,7 +81,9 @@ type Node struct {
 	readyTerm atomic.Uint64
 
 	// removal is what this node knows of its own membership (removal.go).
-	removal removal
+	removal *removal
+	// auth decides which nodes may talk to this one (peerauth.go).
+	auth *peerAuth
 
 	// hadState records whether the node found Raft state at start.
 	hadState bool
@@ -102,13 +113,18 @@ func Open(cfg Config) (*Node, error) {
 	n.formats = newPeerFormats(time.Now)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
+	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
+	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
+	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
+	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
 		if n.transport != nil && n.raft == nil {
 			n.transport.Close()
 		}
 		n.closeStores()
+		n.views.close()
 		if storage.IsDiskFull(err) {
 			err = &storage.DiskFullError{Dir: cfg.DataDir, Err: err}
 		}
@@ -117,13 +133,20 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
-	n.top = topkeys.New(topkeys.Config{})
+	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
+	n.backups = &Backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
+		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyWriter.mu, log: n.log}
 	if n.hadState {
-		// It was in a cluster: a configuration without it is a removal.
-		n.wasInCluster()
+		// It was in a cluster: a configuration without it is a removal,
+		// unless it predates the node's join.
+		n.removal.wasInCluster()
+		n.removal.loadJoinIndex()
 	}
 	n.wg.Add(4)
-	go n.watchMembership()
+	go func() {
+		defer n.wg.Done()
+		n.removal.watch(raftMembership{n.raft}, n.stop, membershipCheckInterval)
+	}()
 	go n.watchLeadership()
 	go n.runClockCheck()
 	go n.runLagWatch()
@@ -261,7 +284,7 @@ func (n *Node) watchLeadership() {
 			n.readyTerm.Store(term)
 			n.log.Info("leader ready", "term", term)
 			n.publishSelf()
-			n.seedPolicies()
+			n.policyWriter.seedPolicies()
 		}
 	}
 }
@@ -294,7 +317,7 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.holder.close()
-	n.top.Close()
+	n.views.close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close transport: %w", err))
@@ -306,6 +329,33 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) closeStores() error { return n.data.Close() }
+
+// The features over the node (cluster/DESIGN.md, "Node and the features
+// over it"): the values the front ends take, and the one call each needs.
+
+// Views is this node's views, the value the front ends (the HTTP API's
+// members and top endpoints, the metrics' disk gauges) take.
+func (n *Node) Views() *Views { return n.views }
+
+// Backups is this node's backup and restore, the value the front ends
+// take.
+func (n *Node) Backups() *Backups { return n.backups }
+
+// BootstrapExpect runs the symmetric bootstrap until this node belongs to
+// a cluster, then records its metadata through an ordinary join.
+func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
+	return n.boot.run(ctx, addrs, log)
+}
+
+// hasRaftState reports whether the node belongs to a cluster: it has a
+// configuration (bootstrapped, or contacted by a leader).
+func (n *Node) hasRaftState() bool {
+	if n.raft.LastIndex() > 0 {
+		return true
+	}
+	cf := n.raft.GetConfiguration()
+	return cf.Error() == nil && len(cf.Configuration().Servers) > 0
+}
 
 // HadState reports whether the node found Raft state in its data dir at
 // start (so it must not bootstrap or join again).
@@ -354,6 +404,9 @@ func (n *Node) Ready(wait time.Duration) error {
 	}
 	id, addr := n.Leader()
 	if id == "" {
+		if why := n.refusing(); why != "" {
+			return fmt.Errorf("%w: %s", ErrNoLeader, why)
+		}
 		return ErrNoLeader
 	}
 	if addr == "" {
@@ -417,6 +470,9 @@ type Status struct {
 	// seen yet) or "removed"; Removed says why and what to do.
 	Membership string `json:"membership"`
 	Removed    string `json:"removed,omitempty"`
+	// RefusedPeer names a node this node refused as a non-member in the
+	// last minute, and what to do if that node is its leader.
+	RefusedPeer string `json:"refusedPeer,omitempty"`
 }
 
 // Status reports this node's view of itself and the cluster.
@@ -441,13 +497,14 @@ func (n *Node) Status() Status {
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
-	s.Membership = n.membership()
+	s.Membership = n.removal.membership()
 	if reason, removed := n.Removed(); removed {
 		s.Removed = reason + "; stop this node, or add it back with rlnode join"
 	}
 	if w := n.waiting.Load(); w != nil && !n.hasRaftState() {
 		s.Waiting = *w
 	}
+	s.RefusedPeer = n.refusing()
 	return s
 }
 
@@ -468,6 +525,9 @@ type Gauges struct {
 	ClusterFormat uint32
 	// Membership: see Status.
 	Membership string
+	// RefusedPeer: this node refused a node as a non-member in the last
+	// minute (Status.RefusedPeer).
+	RefusedPeer bool
 }
 
 // Gauges returns the node's gauges without computing a digest.
@@ -475,8 +535,8 @@ func (n *Node) Gauges() Gauges {
 	fs := n.fsm.Stats()
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
-		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.membership(),
-		ClusterFormat: uint32(n.clusterFormat())}
+		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.removal.membership(),
+		ClusterFormat: uint32(n.clusterFormat()), RefusedPeer: n.refusedRecently()}
 }
 
 // clusterFormat is the cluster's format as this node's gate sees it: the

@@ -70,7 +70,7 @@ func (n *Node) peerHTTPAddr(id string) (string, bool) {
 	if a, ok := n.peerAddrs.get(id); ok {
 		return a, true
 	}
-	if c, err := n.readClaim(); err == nil && c != nil {
+	if c, err := n.boot.readClaim(); err == nil && c != nil {
 		for _, m := range c.Members {
 			if m.ID == id && m.HTTPAddr != "" {
 				return m.HTTPAddr, true

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
@@ -36,19 +39,64 @@ func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (string, error) {
 	return res.Result, err
 }
 
-func (n *Node) setPolicy(_ context.Context, p policy.Policy) (setPolicyResult, error) {
+// policyWriter writes the policy table on the leader: the leader side of
+// SetPolicy, ReplacePolicies, DeletePolicy, ResetKey and ReadPolicies
+// (the leader operations route there), and the seed of a new table. It
+// reaches the node through policyNode and reads the table through
+// policyState, so its checks before the log are tested without a cluster
+// (policies_internal_test.go).
+type policyWriter struct {
+	node  policyNode
+	state policyState
+	seed  []policy.Policy
+	log   hclog.Logger
+	// mu is held by every policy write while it applies (and by a
+	// restore): a check (table size, table version) and its write are one
+	// step.
+	mu sync.Mutex
+}
+
+// policyState is the replicated table as the leader reads it.
+type policyState interface {
+	Policy(name string) (policy.Policy, bool)
+	PolicyTable() ([]policy.Policy, string)
+	Stats() fsm.Stats
+	Seeded() bool
+}
+
+// policyNode is the leader as its policy writes need it.
+type policyNode interface {
+	// applyAdmin writes one entry and returns what the state machine made
+	// of it.
+	applyAdmin(data []byte) (any, error)
+	// RequireFormat refuses a write every voter cannot apply yet.
+	RequireFormat(need fsm.Format) error
+	// readBarrier returns once this leader applied everything committed
+	// before the call.
+	readBarrier(ctx context.Context) error
+	// waitLeaderReady waits until this node, as leader, has applied
+	// everything committed before its term.
+	waitLeaderReady(ctx context.Context) error
+}
+
+// onPolicies runs a leader operation on the node's policy writer.
+func onPolicies[Req, Resp any](f func(*policyWriter, context.Context, Req) (Resp, error)) func(*Node, context.Context, Req) (Resp, error) {
+	return func(n *Node, ctx context.Context, r Req) (Resp, error) { return f(n.policyWriter, ctx, r) }
+}
+
+func (w *policyWriter) setPolicy(_ context.Context, p policy.Policy) (setPolicyResult, error) {
 	// The cap is the leader's, checked before the log: the state machine
 	// applies every policy entry as older versions did, so replicas of
 	// mixed versions stay identical.
-	if err := n.RequireFormat(fsm.PolicyFormat(p)); err != nil {
+	if err := w.node.RequireFormat(fsm.PolicyFormat(p)); err != nil {
 		return setPolicyResult{}, fmt.Errorf("set policy %s: %w", p.Name, err)
 	}
-	n.policyMu.Lock()
-	defer n.policyMu.Unlock()
-	if _, exists := n.fsm.Policy(p.Name); !exists && n.fsm.Stats().Policies >= policy.MaxPolicies {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, exists := w.state.Policy(p.Name); !exists && w.state.Stats().Policies >= policy.MaxPolicies {
 		return setPolicyResult{}, fmt.Errorf("add policy %s: %w", p.Name, policy.ErrTooManyPolicies)
 	}
-	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetUpsert, []policy.Policy{p}))
+	res, err := w.node.applyAdmin(fsm.EncodeSetPolicies(fsm.SetUpsert, []policy.Policy{p}))
 	if err != nil {
 		return setPolicyResult{}, fmt.Errorf("set policy %s: %w", p.Name, err)
 	}
@@ -112,16 +160,16 @@ func checkTable(ps []policy.Policy) error {
 	return nil
 }
 
-func (n *Node) replacePolicies(ctx context.Context, r replaceRequest) (TableChange, error) {
-	if err := n.RequireFormat(fsm.PoliciesFormat(r.Policies)); err != nil {
+func (w *policyWriter) replacePolicies(ctx context.Context, r replaceRequest) (TableChange, error) {
+	if err := w.node.RequireFormat(fsm.PoliciesFormat(r.Policies)); err != nil {
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
-	n.policyMu.Lock()
-	defer n.policyMu.Unlock()
-	if err := n.checkTableVersion(ctx, r.IfMatch); err != nil {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.checkTableVersion(ctx, r.IfMatch); err != nil {
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
-	res, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, r.Policies))
+	res, err := w.node.applyAdmin(fsm.EncodeSetPolicies(fsm.SetReplace, r.Policies))
 	if err != nil {
 		return TableChange{}, fmt.Errorf("replace the policy table: %w", err)
 	}
@@ -137,33 +185,41 @@ func (n *Node) replacePolicies(ctx context.Context, r replaceRequest) (TableChan
 			out.Unchanged = append(out.Unchanged, p.Name)
 		}
 	}
-	_, out.Version = n.fsm.PolicyTable()
+	_, out.Version = w.state.PolicyTable()
 	return out, nil
 }
 
 // checkTableVersion refuses a whole-table write computed from a table that
-// is no longer this leader's (ErrTableChanged). Called with policyMu held:
+// is no longer this leader's (ErrTableChanged). Called with mu held:
 // every policy write on the leader holds it while its entry applies, so
 // nothing changes the table between this check and the write's own entry
 // (DESIGN.md, "No lost update"). It first waits until this leader has
 // applied what earlier leaders committed, or it would compare with a
 // table older than the log's.
-func (n *Node) checkTableVersion(ctx context.Context, ifMatch string) error {
+func (w *policyWriter) checkTableVersion(ctx context.Context, ifMatch string) error {
 	if ifMatch == AnyVersion {
 		return nil
 	}
-	if err := n.waitLeaderReady(ctx); err != nil {
+	if err := w.node.waitLeaderReady(ctx); err != nil {
 		return err
 	}
-	if _, have := n.fsm.PolicyTable(); have != ifMatch {
+	if _, have := w.state.PolicyTable(); have != ifMatch {
 		return fmt.Errorf("%w: it was computed from version %s, the table is now version %s; read it again (GET /v1/policies) and redo the change", ErrTableChanged, ifMatch, have)
 	}
 	return nil
 }
 
+// nodePolicies is the node as its policy writer uses it.
+type nodePolicies struct{ n *Node }
+
+func (a nodePolicies) applyAdmin(data []byte) (any, error)   { return a.n.applyAdmin(data) }
+func (a nodePolicies) RequireFormat(need fsm.Format) error   { return a.n.RequireFormat(need) }
+func (a nodePolicies) readBarrier(ctx context.Context) error { return a.n.readBarrier(ctx) }
+
 // waitLeaderReady waits until this node, as leader, has applied everything
 // committed before its term (the barrier of watchLeadership).
-func (n *Node) waitLeaderReady(ctx context.Context) error {
+func (a nodePolicies) waitLeaderReady(ctx context.Context) error {
+	n := a.n
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	for {
@@ -192,12 +248,12 @@ func (n *Node) DeletePolicy(ctx context.Context, name string) error {
 	return err
 }
 
-func (n *Node) deletePolicy(_ context.Context, r policyName) (none, error) {
-	// Every policy write holds policyMu while it applies, so a
-	// whole-table write's version check and its entry are one step.
-	n.policyMu.Lock()
-	defer n.policyMu.Unlock()
-	res, err := n.applyAdmin(fsm.EncodeDeletePolicy(r.Name))
+func (w *policyWriter) deletePolicy(_ context.Context, r policyName) (none, error) {
+	// Every policy write holds mu while it applies, so a whole-table
+	// write's version check and its entry are one step.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	res, err := w.node.applyAdmin(fsm.EncodeDeletePolicy(r.Name))
 	if err != nil {
 		return none{}, fmt.Errorf("delete policy %s: %w", r.Name, err)
 	}
@@ -215,13 +271,13 @@ func (n *Node) ResetKey(ctx context.Context, policyName, client string) (bool, e
 	return res.Reset, err
 }
 
-func (n *Node) resetKey(_ context.Context, r keyRequest) (resetResult, error) {
+func (w *policyWriter) resetKey(_ context.Context, r keyRequest) (resetResult, error) {
 	// The leader's table decides: a follower may not have applied a
 	// policy its caller just added.
-	if _, ok := n.Policy(r.Policy); !ok {
+	if _, ok := w.state.Policy(r.Policy); !ok {
 		return resetResult{}, fmt.Errorf("%w %q", ErrUnknownPolicy, r.Policy)
 	}
-	res, err := n.applyAdmin(fsm.EncodeResetKey(r.Policy, r.Client))
+	res, err := w.node.applyAdmin(fsm.EncodeResetKey(r.Policy, r.Client))
 	if err != nil {
 		return resetResult{}, fmt.Errorf("reset %s/%s: %w", r.Policy, r.Client, err)
 	}
@@ -246,17 +302,17 @@ func (n *Node) applyAdmin(data []byte) (any, error) {
 // table was never set: a new cluster, or one upgraded from the release
 // before policies. The state machine ignores a seed once anything set the
 // table, so a race between two leaders is harmless.
-func (n *Node) seedPolicies() {
-	n.policyMu.Lock() // a policy write like any other (checkTableVersion)
-	defer n.policyMu.Unlock()
-	if n.fsm.Seeded() {
+func (w *policyWriter) seedPolicies() {
+	w.mu.Lock() // a policy write like any other (checkTableVersion)
+	defer w.mu.Unlock()
+	if w.state.Seeded() {
 		return
 	}
-	if _, err := n.applyAdmin(fsm.EncodeSetPolicies(fsm.SetSeed, n.cfg.Seed)); err != nil {
-		n.log.Warn("seed the policy table", "error", err)
+	if _, err := w.node.applyAdmin(fsm.EncodeSetPolicies(fsm.SetSeed, w.seed)); err != nil {
+		w.log.Warn("seed the policy table", "error", err)
 		return
 	}
-	n.log.Info("seeded the policy table", "policies", len(n.cfg.Seed))
+	w.log.Info("seeded the policy table", "policies", len(w.seed))
 }
 
 // ReadPolicies returns the replicated table. Unless stale is set the read is
@@ -280,10 +336,10 @@ func (n *Node) ReadPolicies(ctx context.Context, stale bool) (PolicyTable, error
 	return PolicyTable{Policies: res.Policies, Version: res.Version}, nil
 }
 
-func (n *Node) readPolicies(ctx context.Context, _ none) (policiesResult, error) {
-	if err := n.readBarrier(ctx); err != nil {
+func (w *policyWriter) readPolicies(ctx context.Context, _ none) (policiesResult, error) {
+	if err := w.node.readBarrier(ctx); err != nil {
 		return policiesResult{}, err
 	}
-	ps, v := n.fsm.PolicyTable()
+	ps, v := w.state.PolicyTable()
 	return policiesResult{Policies: ps, Version: v}, nil
 }

@@ -210,7 +210,7 @@ func (n *Node) suffrage() (raft.ServerSuffrage, bool) {
 // catch up in time was removed. A node an operator removed meanwhile
 // stops asking (an error wrapping ErrNotMember): a removal wins.
 func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest, log func(msg string, args ...any)) error {
-	if !n.hasRaftState() && !n.claimedVoter() {
+	if !n.hasRaftState() && !n.boot.claimedVoter() {
 		n.setWaiting("asking " + strings.Join(addrs, ", ") + " to add this node")
 	}
 	for first := true; ; first = false {
@@ -225,10 +225,15 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		// member of the bootstrap claim it accepted: it is a voter of the
 		// cluster's first configuration, not yet reached by the leader;
 		// replacing it would leave the new cluster with one voter.
-		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.claimedVoter())
-		if err := JoinCluster(ctx, addrs, self, n.cfg.ClusterToken, n.cfg.TLS, log); err != nil {
+		self.Rejoin = (first && self.Rejoin) || (!n.hasRaftState() && !n.boot.claimedVoter())
+		if first && !n.hasRaftState() {
+			n.removal.askingToJoin()
+		}
+		res, err := joinCluster(ctx, addrs, self, n.cfg.ClusterToken, n.cfg.TLS, log)
+		if err != nil {
 			return err
 		}
+		n.removal.joinedAt(res.Index)
 		deadline := time.After(5 * time.Second)
 		for waiting := true; waiting; {
 			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) && !n.isRemoved() {

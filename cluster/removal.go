@@ -4,10 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
 // A removed node must know it: it can decide nothing (it is in no
@@ -20,7 +26,14 @@ import (
 // voter" first (or Raft state at start): a node catching up from the
 // start of the log sees configurations without itself, a node waiting to
 // be added has none, and a joining non-voter the promoter dropped for not
-// catching up is to ask again, not to stop.
+// catching up is to ask again, not to stop. Nor is a configuration older
+// than the node's own join (issue 41): the snapshot a joining node
+// installs may name its old self, or not even its leader.
+//
+// removal is a type of its own over one narrow interface
+// (configurationSource, what it reads of raft) and the logger; the node
+// owns its watch goroutine and sends the leader's notice (tellRemoved in
+// membership.go). It is unit-tested without a cluster.
 
 // Membership states (Status.Membership, the rlnode_member metric).
 const (
@@ -35,6 +48,10 @@ const membershipCheckInterval = 100 * time.Millisecond
 
 // removal is what this node knows about its own membership.
 type removal struct {
+	self    string
+	dataDir string // where the join record lives ("" keeps it in memory)
+	log     hclog.Logger
+
 	mu sync.Mutex
 	// wasVoter: a configuration without this node is now a removal.
 	wasVoter bool
@@ -52,127 +69,167 @@ type removal struct {
 	// leaving: this node asked for its own removal (Leave), so being
 	// removed is news to no one.
 	leaving bool
+	// joinIndex is the leader's last log index once it had accepted this
+	// node's latest join (JoinResult, kept in storage.JoinFile): until
+	// this node's log reaches it, its configuration predates the join (a
+	// snapshot older than the join names its old self, or not even its
+	// leader), so it neither makes this node a member nor removes it.
+	joinIndex uint64
+	// awaitingJoin: this node asked to join and has no answer yet; the
+	// leader may already be sending it configurations older than the
+	// join (the snapshot it installs), which say nothing of it yet.
+	awaitingJoin bool
+}
+
+func newRemoval(self, dataDir string, log hclog.Logger) *removal {
+	return &removal{self: self, dataDir: dataDir, log: log}
+}
+
+// configurationSource is what removal's watch reads of raft.
+type configurationSource interface {
+	// lastIndex is the log's last index; read before the configuration,
+	// it is a bound the configuration is at least as new as.
+	lastIndex() uint64
+	// configuration is the latest configuration.
+	configuration() ([]raft.Server, error)
+	// shutDown says raft has shut down.
+	shutDown() bool
 }
 
 // Removed says whether this node was removed from the cluster, and why.
-func (n *Node) Removed() (reason string, removed bool) {
-	n.removal.mu.Lock()
-	defer n.removal.mu.Unlock()
-	return n.removal.reason, n.removal.removed
+func (r *removal) Removed() (reason string, removed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reason, r.removed
 }
 
 // isRemoved is Removed without the reason, for the hit path.
-func (n *Node) isRemoved() bool {
-	_, r := n.Removed()
-	return r
+func (r *removal) isRemoved() bool {
+	_, removed := r.Removed()
+	return removed
 }
 
 // membership is MemberJoining, MemberActive or MemberRemoved.
-func (n *Node) membership() string {
-	n.removal.mu.Lock()
-	defer n.removal.mu.Unlock()
+func (r *removal) membership() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	switch {
-	case n.removal.removed:
+	case r.removed:
 		return MemberRemoved
-	case n.removal.inConfig:
+	case r.inConfig:
 		return MemberActive
 	}
 	return MemberJoining
 }
 
 // notMember is the error a removed node answers with.
-func (n *Node) notMember() error {
-	reason, _ := n.Removed()
+func (r *removal) notMember() error {
+	reason, _ := r.Removed()
 	return fmt.Errorf("%w: %s", ErrNotMember, reason)
 }
 
 // wasInCluster records that this node was a voter (it found Raft state
 // at start): a configuration without it is a removal.
-func (n *Node) wasInCluster() {
-	n.removal.mu.Lock()
-	n.removal.wasVoter = true
-	n.removal.mu.Unlock()
+func (r *removal) wasInCluster() {
+	r.mu.Lock()
+	r.wasVoter = true
+	r.mu.Unlock()
 }
 
-// markRemoved records the removal (the first reason wins) and logs it
-// once with what the operator can do.
-func (n *Node) markRemoved(reason string, index uint64) {
-	n.removal.mu.Lock()
-	if n.removal.removed {
-		n.removal.index = max(n.removal.index, index)
-		n.removal.mu.Unlock()
+// leave records that this node asked for its own removal.
+func (r *removal) leave() {
+	r.mu.Lock()
+	r.leaving = true
+	r.mu.Unlock()
+}
+
+// mark records the removal (the first reason wins) and logs it once with
+// what the operator can do.
+func (r *removal) mark(reason string, index uint64) {
+	r.mu.Lock()
+	if r.removed {
+		r.index = max(r.index, index)
+		r.mu.Unlock()
 		return
 	}
-	n.removal.removed = true
-	n.removal.reason, n.removal.index = reason, index
-	leaving := n.removal.leaving
-	n.removal.mu.Unlock()
+	r.removed = true
+	r.reason, r.index = reason, index
+	leaving := r.leaving
+	r.mu.Unlock()
 	if leaving {
-		n.log.Info("this node left the cluster as it asked", "reason", reason, "id", n.cfg.ID)
+		r.log.Info("this node left the cluster as it asked", "reason", reason, "id", r.self)
 		return
 	}
-	n.log.Error("this node was removed from the cluster: it answers not_member (503) and is not ready; stop it, or add it back with rlnode join (or restart it with an empty data dir and --join)",
-		"reason", reason, "id", n.cfg.ID)
+	r.log.Error("this node was removed from the cluster: it answers not_member (503) and is not ready; stop it, or add it back with rlnode join (or restart it with --join: it asks the leader and rejoins empty)",
+		"reason", reason, "id", r.self)
 }
 
-// observeConfiguration updates the removal state from the latest
-// configuration this node has, its log reaching lastIndex.
-func (n *Node) observeConfiguration(servers []raft.Server, lastIndex uint64) {
-	index := lastIndex
+// observe updates the removal state from the latest configuration this
+// node has, its log reaching index (raft v1.7 reports no configuration
+// index, hence the log's).
+func (r *removal) observe(servers []raft.Server, index uint64) {
 	in, voter := false, false
 	for _, s := range servers {
-		if s.ID == raft.ServerID(n.cfg.ID) {
+		if s.ID == raft.ServerID(r.self) {
 			in, voter = true, s.Suffrage == raft.Voter
 		}
 	}
-	n.removal.mu.Lock()
-	n.removal.inConfig = in
-	n.removal.wasVoter = n.removal.wasVoter || voter
-	switch {
-	case in && n.removal.removed && index > n.removal.index:
-		n.removal.removed, n.removal.reason = false, ""
-		n.removal.mu.Unlock()
-		n.log.Info("this node is a member of the cluster again", "id", n.cfg.ID, "last_index", index)
-		return
-	case !in && len(servers) > 0 && n.removal.wasVoter && !n.removal.removed:
-		n.removal.mu.Unlock()
-		n.markRemoved("its latest configuration no longer names it", index)
+	r.mu.Lock()
+	if index < r.joinIndex || r.awaitingJoin {
+		// The log has not reached this node's join: the configuration
+		// predates it and says nothing of this incarnation. The node
+		// is catching up.
+		r.inConfig = false
+		r.mu.Unlock()
 		return
 	}
-	n.removal.mu.Unlock()
+	r.inConfig = in
+	r.wasVoter = r.wasVoter || voter
+	switch {
+	case in && r.removed && index > r.index:
+		r.removed, r.reason = false, ""
+		r.mu.Unlock()
+		r.log.Info("this node is a member of the cluster again", "id", r.self, "last_index", index)
+		return
+	case !in && len(servers) > 0 && r.wasVoter && !r.removed:
+		r.mu.Unlock()
+		r.mark("its latest configuration no longer names it", index)
+		return
+	}
+	r.mu.Unlock()
 }
 
-// watchMembership reads the configuration until the node closes. A
+// watch reads src's configuration every interval until stop closes. A
 // leader that removes itself shuts its raft down (ShutdownOnRemove).
-func (n *Node) watchMembership() {
-	defer n.wg.Done()
-	t := time.NewTicker(membershipCheckInterval)
+func (r *removal) watch(src configurationSource, stop <-chan struct{}, interval time.Duration) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err == nil && n.raft.State() != raft.Shutdown {
-			n.observeConfiguration(cf.Configuration().Servers, n.raft.LastIndex())
-		} else if n.raft.State() == raft.Shutdown && !n.isRemoved() {
+		last := src.lastIndex()
+		servers, err := src.configuration()
+		if err == nil && !src.shutDown() {
+			r.observe(servers, last)
+		} else if src.shutDown() && !r.isRemoved() {
 			select {
-			case <-n.stop:
+			case <-stop:
 				return
 			default:
-				n.markRemoved("it removed itself while leading", 0)
+				r.mark("it removed itself while leading", 0)
 			}
 		}
 		select {
-		case <-n.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
 	}
 }
 
-// refusedAsNonMember records a leader's refusal naming this node a
-// non-member (mutual TLS: its certificate names a server the leader's
-// configuration no longer has).
-func (n *Node) refusedAsNonMember(leader string) {
-	n.markRemoved("the leader "+leader+" refuses it as a non-member", n.raft.LastIndex())
+// refusedBy records a leader's refusal naming this node a non-member
+// (mutual TLS: its certificate names a server the leader's configuration
+// no longer has), this node's log reaching lastIndex.
+func (r *removal) refusedBy(leader string, lastIndex uint64) {
+	r.mark("the leader "+leader+" refuses it as a non-member", lastIndex)
 }
 
 // removedNotice is RemovedPath's body: the leader tells a server it just
@@ -184,20 +241,98 @@ type removedNotice struct {
 	Index uint64 `json:"index"`
 }
 
-// serveRemoved is RemovedPath: a leader says it removed this node.
-func (n *Node) serveRemoved(w http.ResponseWriter, r *http.Request) {
+// serveNotice is RemovedPath: a leader says it removed this node.
+func (r *removal) serveNotice(w http.ResponseWriter, req *http.Request) {
 	var in removedNotice
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&in); err != nil {
-		writeError(w, n.cfg.ID, fmt.Errorf("%w: removed notice: %w", errMalformed, err))
+	if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 4<<10)).Decode(&in); err != nil {
+		writeError(w, r.self, fmt.Errorf("%w: removed notice: %w", errMalformed, err))
 		return
 	}
-	if in.ID != n.cfg.ID {
-		writeError(w, n.cfg.ID, fmt.Errorf("%w: removed notice for %q reached %q", errMalformed, in.ID, n.cfg.ID))
+	if in.ID != r.self {
+		writeError(w, r.self, fmt.Errorf("%w: removed notice for %q reached %q", errMalformed, in.ID, r.self))
 		return
 	}
-	n.markRemoved("the leader "+in.Leader+" removed it", in.Index)
-	w.Header().Set(HeaderServedBy, n.cfg.ID)
+	r.mark("the leader "+in.Leader+" removed it", in.Index)
+	w.Header().Set(HeaderServedBy, r.self)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// joinRecord is storage.JoinFile's content.
+type joinRecord struct {
+	Index uint64 `json:"index"`
+}
+
+// askingToJoin marks this node as waiting for the answer to its join.
+func (r *removal) askingToJoin() {
+	r.mu.Lock()
+	r.awaitingJoin = true
+	r.mu.Unlock()
+}
+
+// joinedAt records that the cluster accepted this node's join at the
+// leader's last index (0: a release that does not say; nothing known),
+// in memory and in the data dir, so a restart still knows which
+// configurations predate it.
+func (r *removal) joinedAt(index uint64) {
+	r.mu.Lock()
+	r.awaitingJoin = false
+	if index <= r.joinIndex {
+		r.mu.Unlock()
+		return
+	}
+	r.joinIndex = index
+	r.mu.Unlock()
+	if r.dataDir == "" {
+		return
+	}
+	b, _ := json.Marshal(joinRecord{Index: index})
+	path := filepath.Join(r.dataDir, storage.JoinFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil || os.Rename(tmp, path) != nil {
+		r.log.Warn("could not record the join index; after a restart this node may read an older configuration as a removal", "index", index, "error", err)
+	}
+}
+
+// loadJoinIndex reads storage.JoinFile (absent: nothing known).
+func (r *removal) loadJoinIndex() {
+	if r.dataDir == "" {
+		return
+	}
+	b, err := boundedfile.Read(filepath.Join(r.dataDir, storage.JoinFile), storage.MaxMetaFileBytes)
+	if err != nil {
+		return
+	}
+	var rec joinRecord
+	if json.Unmarshal(b, &rec) == nil {
+		r.mu.Lock()
+		r.joinIndex = rec.Index
+		r.mu.Unlock()
+	}
+}
+
+// raftMembership is configurationSource over the node's raft.
+type raftMembership struct{ r *raft.Raft }
+
+func (m raftMembership) lastIndex() uint64 { return m.r.LastIndex() }
+func (m raftMembership) shutDown() bool    { return m.r.State() == raft.Shutdown }
+func (m raftMembership) configuration() ([]raft.Server, error) {
+	cf := m.r.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, err
+	}
+	return cf.Configuration().Servers, nil
+}
+
+// The node's side: what the forwarder's localNode interface and the
+// public API ask of it.
+
+// Removed says whether this node was removed from the cluster, and why.
+func (n *Node) Removed() (reason string, removed bool) { return n.removal.Removed() }
+
+func (n *Node) isRemoved() bool  { return n.removal.isRemoved() }
+func (n *Node) notMember() error { return n.removal.notMember() }
+func (n *Node) refusedAsNonMember(leader string) {
+	n.removal.refusedBy(leader, n.raft.LastIndex())
 }
 
 // tellRemoved tells a removed server so, at httpAddr, so it stops at once

@@ -14,14 +14,14 @@ import (
 // TopPath serves this node's own top keys to the node a user asked.
 const TopPath = "/internal/v1/top"
 
-// recordTop hands a decided check's hits to the top-keys recorder. Only
+// record hands a decided check's hits to the top-keys recorder. Only
 // the node a client asked records (forwarded hits reach the leader's
 // batcher, not CheckAll), so the nodes' counts are disjoint and add up.
 // A refused check (all or nothing: none of its hits counted) is a refusal
 // of the keys that refused it, not of every key it named: an Envoy request
 // of five descriptors refused by one is one refusal, of that one client,
 // and the four with room are neither refused nor allowed.
-func (n *Node) recordTop(res CheckResult) {
+func (v *Views) record(res CheckResult) {
 	refusers := 0
 	if !res.Allowed {
 		for _, h := range res.Hits {
@@ -43,16 +43,16 @@ func (n *Node) recordTop(res CheckResult) {
 		case h.WouldRefuse():
 			o = topkeys.WouldRefuse
 		}
-		n.top.Record(h.Policy, h.Client, o)
+		v.top.Record(h.Policy, h.Client, o)
 	}
 }
 
 // LocalTop is this node's own view: the hits clients sent to it; with
 // history, also their history per step over the last minutes.
-func (n *Node) LocalTop(policyName string, history bool) topkeys.Report {
-	rep := n.top.Top(policyName, 0)
+func (v *Views) LocalTop(policyName string, history bool) topkeys.Report {
+	rep := v.top.Top(policyName, 0)
 	if history {
-		rep.History = n.top.History(policyName)
+		rep.History = v.top.History(policyName)
 	}
 	return rep
 }
@@ -75,29 +75,24 @@ type ClusterTop struct {
 // over the internal path and merges them, keeping n keys per list; with
 // history, their histories too (the status page's charts). A member that
 // does not answer within a second is named, not waited for.
-func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int, history bool) ClusterTop {
-	var servers []string
-	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
-		for _, s := range cf.Configuration().Servers {
-			servers = append(servers, string(s.ID))
-		}
-	}
+func (v *Views) ClusterTop(ctx context.Context, policyName string, keep int, history bool) ClusterTop {
+	servers := v.members.serverIDs()
 	if len(servers) == 0 {
-		servers = []string{n.cfg.ID}
+		servers = []string{v.id}
 	}
 	reports := make([]topkeys.Report, len(servers))
 	nodes := make([]TopNode, len(servers))
 	var wg sync.WaitGroup
 	for i, id := range servers {
 		nodes[i].ID = id
-		if id == n.cfg.ID {
-			reports[i], nodes[i].OK = n.LocalTop(policyName, history), true
+		if id == v.id {
+			reports[i], nodes[i].OK = v.LocalTop(policyName, history), true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reports[i], nodes[i] = n.peerTop(ctx, id, policyName, history)
+			reports[i], nodes[i] = v.peerTop(ctx, id, policyName, history)
 		}()
 	}
 	wg.Wait()
@@ -110,10 +105,10 @@ func (n *Node) ClusterTop(ctx context.Context, policyName string, keep int, hist
 	return ClusterTop{Report: topkeys.MergeReports(keep, got...), Nodes: nodes}
 }
 
-func (n *Node) peerTop(ctx context.Context, id, policyName string, history bool) (topkeys.Report, TopNode) {
+func (v *Views) peerTop(ctx context.Context, id, policyName string, history bool) (topkeys.Report, TopNode) {
 	tn := TopNode{ID: id}
-	meta, ok := n.fsm.Node(id)
-	if !ok || meta.HTTPAddr == "" {
+	addr, ok := v.members.httpAddr(id)
+	if !ok {
 		tn.Error = "address unknown"
 		return topkeys.Report{}, tn
 	}
@@ -124,7 +119,7 @@ func (n *Node) peerTop(ctx context.Context, id, policyName string, history bool)
 	if history {
 		q += "&history=1"
 	}
-	if err := n.fwd.peers.getJSON(ctx, BaseURL(meta.HTTPAddr)+TopPath+q, &rep); err != nil {
+	if err := v.peers.getJSON(ctx, BaseURL(addr)+TopPath+q, &rep); err != nil {
 		tn.Error = err.Error()
 		return rep, tn
 	}
@@ -133,6 +128,6 @@ func (n *Node) peerTop(ctx context.Context, id, policyName string, history bool)
 }
 
 // serveTop is TopPath: this node's summaries, every key they hold.
-func (n *Node) serveTop(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, n.LocalTop(r.URL.Query().Get("policy"), r.URL.Query().Get("history") == "1"))
+func (v *Views) serveTop(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, v.LocalTop(r.URL.Query().Get("policy"), r.URL.Query().Get("history") == "1"))
 }

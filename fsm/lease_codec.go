@@ -21,11 +21,6 @@ const RefundIndex uint64 = 0
 
 // Bounds the lease decoders enforce.
 const (
-	// MaxHolderLen is the longest holder id: a node id, or an external
-	// holder's (an application, an Envoy); the bound is lease's.
-	MaxHolderLen = lease.MaxHolderLen
-	// MaxLeaseMs is the longest lease a grant may ask for (lease's bound).
-	MaxLeaseMs = lease.MaxLeaseMs
 	// MaxGrantItems bounds the keys of one grant or return entry.
 	MaxGrantItems = 1024
 	// maxGrantsPerKey bounds the outstanding grants of one key; past it a
@@ -51,7 +46,7 @@ type ReturnItem struct {
 }
 
 // ValidateHolder checks a holder id (what the decoder enforces).
-func ValidateHolder(h string) error { return validID("holder", h, MaxHolderLen) }
+func ValidateHolder(h string) error { return validID("holder", h, lease.MaxHolderLen) }
 
 // Validate checks what the decoder enforces.
 func (g GrantItem) Validate() error {
@@ -110,8 +105,8 @@ func decodeGrant(buf []byte) (grantEntry, error) {
 	}
 	var e grantEntry
 	e.now = d.leaseNow()
-	e.holder = string(d.id("holder", MaxHolderLen))
-	e.leaseMs = d.number("lease", MaxLeaseMs)
+	e.holder = string(d.id("holder", lease.MaxHolderLen))
+	e.leaseMs = d.number("lease", lease.MaxLeaseMs)
 	n := d.itemCount()
 	for i := uint64(0); d.err == nil && i < n; i++ {
 		it := GrantItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}
@@ -152,7 +147,7 @@ func decodeReturn(buf []byte) (returnEntry, error) {
 	}
 	var e returnEntry
 	e.now = d.leaseNow()
-	e.holder = string(d.id("holder", MaxHolderLen))
+	e.holder = string(d.id("holder", lease.MaxHolderLen))
 	n := d.itemCount()
 	for i := uint64(0); d.err == nil && i < n; i++ {
 		it := ReturnItem{Policy: string(d.id("policy", MaxPolicyLen)), Client: string(d.id("client", MaxClientLen))}

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 )
 
@@ -44,7 +45,7 @@ func (f *FSM) readGrants(r *snapReader) {
 	}
 	for i := uint64(0); r.err == nil && i < n; i++ {
 		key := string(r.bytes("grant key", maxKeyLen))
-		g := grant{holder: string(r.bytes("grant holder", MaxHolderLen))}
+		g := grant{holder: string(r.bytes("grant holder", lease.MaxHolderLen))}
 		g.index = r.uvarint("grant index")
 		g.units, g.want = int64(r.uvarint("grant units")), int64(r.uvarint("grant want"))
 		g.exp = r.varint("grant expiry")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -365,7 +366,7 @@ func TestLeaseEntriesRoundTripAndHaltWhenCorrupt(t *testing.T) {
 		t.Fatalf("return round trip %+v %v", e, err)
 	}
 	for _, bad := range [][]byte{
-		EncodeGrant(t0, "n1", MaxLeaseMs+1, []GrantItem{{"p", "c", 5}}),
+		EncodeGrant(t0, "n1", lease.MaxLeaseMs+1, []GrantItem{{"p", "c", 5}}),
 		EncodeGrant(t0, "", 100, []GrantItem{{"p", "c", 5}}),
 		EncodeReturn(t0, "n1", []ReturnItem{{"p", "c", RefundIndex, 0}}), // a refund of nothing
 		g[:len(g)-1],

@@ -14,7 +14,7 @@ import (
 )
 
 // The answer of a single check is written by hand, append-style, into a
-// pooled buffer: the same bytes encoding/json writes for checkBody and
+// pooled buffer: the same bytes encoding/json writes for wire.CheckBody and
 // quotaProblem (the golden test holds them to it), without reflection.
 // Rarer answers (422, errors, POST /v1/check) still go through jsonRender.
 
@@ -63,7 +63,7 @@ func retryAfterOf(h cluster.HitResult) (int64, bool) {
 	return retry, true
 }
 
-// appendCheckMembers appends checkBody's members for a single check (no
+// appendCheckMembers appends wire.CheckBody's members for a single check (no
 // client), without braces: what bodyOf(h, allowed, false) encodes with
 // retryAfterMs as given (present when hasRetry) and decided set.
 func appendCheckMembers(b []byte, h cluster.HitResult, allowed bool, retry int64, hasRetry bool, decided string) []byte {
@@ -127,7 +127,7 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// writeAllowed answers an allowed single check: checkBody, 200.
+// writeAllowed answers an allowed single check: wire.CheckBody, 200.
 func (bufs *answerBufs) writeAllowed(c *gin.Context, h cluster.HitResult, decided string) {
 	b := bufs.get()
 	retry, hasRetry := retryAfterOf(h)

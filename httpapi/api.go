@@ -54,7 +54,7 @@ type PolicyAdmin interface {
 	ResetKey(ctx context.Context, policy, client string) (bool, error)
 }
 
-// ClusterAdmin changes membership, takes snapshots, backs up and restores.
+// ClusterAdmin changes membership and takes snapshots.
 type ClusterAdmin interface {
 	Peers() ([]cluster.Peer, error)
 	// AuthorizeJoin refuses a join whose caller may not ask for it
@@ -64,6 +64,10 @@ type ClusterAdmin interface {
 	Remove(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) (cluster.TransferResult, error)
 	Snapshot() (string, error)
+}
+
+// BackupAdmin backs the state up and restores it (*cluster.Backups).
+type BackupAdmin interface {
 	Backup(ctx context.Context, w io.Writer) error
 	RestoreBackup(ctx context.Context, r io.Reader, size int64, force bool) (cluster.Restored, error)
 }
@@ -90,7 +94,7 @@ type Node interface {
 	ClusterAdmin
 	Health
 	Debug
-	TopView
+	PermitCounter
 	CounterAdmin
 	Permitter
 }
@@ -100,6 +104,12 @@ var _ Node = (*cluster.Node)(nil)
 // Config configures the router.
 type Config struct {
 	Node Node
+	// Views serves the members and top-keys endpoints (default: the
+	// node's, when it has them: *cluster.Node.Views).
+	Views TopView
+	// Backups serves backup and restore (default: the node's, when it has
+	// them: *cluster.Node.Backups).
+	Backups BackupAdmin
 	// Policy is the policy /check/:client uses (default: policy.Default).
 	Policy string
 	// Token, when set, guards the admin and internal endpoints.
@@ -149,6 +159,12 @@ func New(cfg Config) *API {
 	}
 	if cfg.MaxHolderGrants == 0 {
 		cfg.MaxHolderGrants = DefaultHolderGrants
+	}
+	if v, ok := cfg.Node.(interface{ Views() *cluster.Views }); ok && cfg.Views == nil {
+		cfg.Views = v.Views()
+	}
+	if b, ok := cfg.Node.(interface{ Backups() *cluster.Backups }); ok && cfg.Backups == nil {
+		cfg.Backups = b.Backups()
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()

@@ -18,7 +18,7 @@ func (a *API) backup(c *gin.Context) {
 	noDeadlines(c)
 	ctx := c.Request.Context()
 	w := &lazyHeader{c: c}
-	if err := a.cfg.Node.Backup(ctx, w); err != nil {
+	if err := a.cfg.Backups.Backup(ctx, w); err != nil {
 		if w.started {
 			a.cfg.Logger.Error("backup stream failed", "error", err)
 			panic(http.ErrAbortHandler)
@@ -51,7 +51,7 @@ func (a *API) restore(c *gin.Context) {
 	}
 	noDeadlines(c)
 	force := c.Query("force") == "true"
-	res, err := a.cfg.Node.RestoreBackup(c.Request.Context(), c.Request.Body, c.Request.ContentLength, force)
+	res, err := a.cfg.Backups.RestoreBackup(c.Request.Context(), c.Request.Body, c.Request.ContentLength, force)
 	if err != nil {
 		if errors.Is(err, cluster.ErrNotEmpty) {
 			writeProblem(c, http.StatusConflict, CodeInvalidRequest, detailOf(err))

@@ -11,29 +11,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
-
-// checkBody is a single check's answer, and one result of POST /v1/check.
-// limit, remaining, resetAt and windowMs describe the most constraining
-// limit; limits has every limit in the policy's order.
-type checkBody struct {
-	Allowed      bool        `json:"allowed"`
-	Remaining    int64       `json:"remaining"`
-	ResetAt      int64       `json:"resetAt"`
-	Limit        int64       `json:"limit"`
-	WindowMs     int64       `json:"windowMs"`
-	Policy       string      `json:"policy"`
-	Client       string      `json:"client,omitempty"`
-	Limits       []limitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
-	RetryAfterMs *int64      `json:"retryAfterMs,omitempty"`
-	// Decided: "local" (from a lease the node holds) or "log".
-	Decided string `json:"decided,omitempty"`
-	// WouldRefuse: a shadow policy allowed a hit that enforcing would
-	// have refused (X-Rlnode-Shadow: would-refuse on the answer).
-	WouldRefuse bool `json:"wouldRefuse,omitempty"`
-}
 
 // HeaderShadow marks an answer a shadow policy let through that enforcing
 // would have refused; its one value is ShadowWouldRefuse.
@@ -45,29 +26,21 @@ const (
 // resultWouldRefuse is the checks metric's result for such a hit.
 const resultWouldRefuse = "would_refuse"
 
-type limitBody struct {
-	Limit       int64  `json:"limit"`
-	WindowMs    int64  `json:"windowMs"`
-	Remaining   int64  `json:"remaining"`
-	ResetAt     int64  `json:"resetAt"`
-	WindowStart *int64 `json:"windowStart,omitempty"`
-}
-
 type quotaProblem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	Code   string `json:"code"`
-	checkBody
+	wire.CheckBody
 }
 
 // costProblem is the 422 body: retryAfterMs is null, never a number.
 type costProblem struct {
 	problem
-	Policy       string      `json:"policy"`
-	Limits       []limitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
-	RetryAfterMs *int64      `json:"retryAfterMs"`
+	Policy       string           `json:"policy"`
+	Limits       []wire.LimitBody `json:"limits,omitempty"` // absent when the node refused before the log (no window was read)
+	RetryAfterMs *int64           `json:"retryAfterMs"`
 }
 
 // CodeUnknownPolicy answers a check or read of a policy not in the table.
@@ -284,7 +257,7 @@ func unknownPolicy(c *gin.Context, name string) {
 	writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was counted", name))
 }
 
-func costExceeds(c *gin.Context, h cluster.HitResult, body checkBody) {
+func costExceeds(c *gin.Context, h cluster.HitResult, body wire.CheckBody) {
 	m := h.MainPart()
 	for _, p := range h.Parts {
 		if p.Outcome == window.CostExceedsLimit {
@@ -304,17 +277,17 @@ func costExceeds(c *gin.Context, h cluster.HitResult, body checkBody) {
 
 // bodyOf shapes one hit's result. counted says whether its group passed;
 // retryAfterMs is set when the hit itself was refused.
-func bodyOf(h cluster.HitResult, counted, withClient bool) checkBody {
+func bodyOf(h cluster.HitResult, counted, withClient bool) wire.CheckBody {
 	m := h.MainPart()
-	b := checkBody{Allowed: counted, Remaining: m.Remaining, ResetAt: m.ResetAt, Limit: m.Limit, WindowMs: m.WindowMs,
-		Policy: h.Policy, Limits: make([]limitBody, len(h.Parts))}
+	b := wire.CheckBody{Allowed: counted, Remaining: m.Remaining, ResetAt: m.ResetAt, Limit: m.Limit, WindowMs: m.WindowMs,
+		Policy: h.Policy, Limits: make([]wire.LimitBody, len(h.Parts))}
 	if withClient {
 		b.Client = h.Client
 		b.Allowed = h.Outcome == window.Allowed
 	}
 	retry := int64(0)
 	for i, p := range h.Parts {
-		lb := limitBody{Limit: p.Limit, WindowMs: p.WindowMs, Remaining: p.Remaining, ResetAt: p.ResetAt}
+		lb := wire.LimitBody{Limit: p.Limit, WindowMs: p.WindowMs, Remaining: p.Remaining, ResetAt: p.ResetAt}
 		if p.WindowStart != 0 {
 			ws := p.WindowStart
 			lb.WindowStart = &ws
@@ -409,21 +382,6 @@ func shortWindow(ms int64) string {
 	return strconv.FormatInt(ms, 10) + "ms"
 }
 
-// multiRequest is POST /v1/check's body.
-type multiRequest struct {
-	Hits []struct {
-		Policy string `json:"policy"`
-		Client string `json:"client"`
-		Cost   *int64 `json:"cost"`
-	} `json:"hits"`
-}
-
-type multiBody struct {
-	Allowed bool        `json:"allowed"`
-	Results []checkBody `json:"results"`
-	Decided string      `json:"decided"`
-}
-
 // decidedValues are the X-Rlnode-Decided header's values, made once.
 var decidedValues = map[string][]string{cluster.DecidedLocal: {cluster.DecidedLocal}, cluster.DecidedLog: {cluster.DecidedLog}}
 
@@ -443,7 +401,7 @@ func setDecided(c *gin.Context, d string) {
 // nothing.
 func (a *API) checkMany(c *gin.Context) {
 	start := time.Now()
-	var req multiRequest
+	var req wire.CheckManyRequest
 	if !bindJSON(c, &req, false) {
 		return
 	}
@@ -479,7 +437,7 @@ func (a *API) checkMany(c *gin.Context) {
 		a.hitError(c, err)
 		return
 	}
-	body := multiBody{Allowed: res.Allowed, Results: make([]checkBody, len(res.Hits)), Decided: decidedOf(res.Decided)}
+	body := wire.CheckManyAnswer{Allowed: res.Allowed, Results: make([]wire.CheckBody, len(res.Hits)), Decided: decidedOf(res.Decided)}
 	retry := int64(0)
 	for i, h := range res.Hits {
 		if h.UnknownPolicy {

@@ -22,6 +22,7 @@ import (
 // panics, which the router answers 500.
 type fakeNode struct {
 	httpapi.Node
+	httpapi.BackupAdmin
 	check    func(hits []cluster.Hit) (cluster.CheckResult, error)
 	peek     func(policy, client string, stale bool) (cluster.PeekResult, error)
 	remove   func(id string) error
@@ -81,7 +82,7 @@ func serve(t *testing.T, f *fakeNode, token string) string {
 	if f.policies == nil {
 		f.policies = []policy.Policy{policy.Fixed(policy.Default, 5, time.Minute)}
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Node: f, Token: token}).Handler())
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Node: f, Backups: f, Token: token}).Handler())
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

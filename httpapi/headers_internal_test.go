@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -89,13 +90,13 @@ func TestRateLimitHeadersMatchReference(t *testing.T) {
 func TestJSONRenderMatchesMarshal(t *testing.T) {
 	retry := int64(1500)
 	start := int64(1_700_000_000_000)
-	lim := []limitBody{{Limit: 5, WindowMs: 60_000, Remaining: 4, ResetAt: start + 60_000, WindowStart: &start}}
+	lim := []wire.LimitBody{{Limit: 5, WindowMs: 60_000, Remaining: 4, ResetAt: start + 60_000, WindowStart: &start}}
 	bodies := []any{
-		checkBody{Allowed: true, Remaining: 1, ResetAt: 2, Limit: 3, WindowMs: 4, Policy: "default", Limits: lim},
-		checkBody{Policy: `<a&b>"\` + "\u2028ü", Client: "c<1>", Limits: nil, RetryAfterMs: &retry},
+		wire.CheckBody{Allowed: true, Remaining: 1, ResetAt: 2, Limit: 3, WindowMs: 4, Policy: "default", Limits: lim},
+		wire.CheckBody{Policy: `<a&b>"\` + "\u2028ü", Client: "c<1>", Limits: nil, RetryAfterMs: &retry},
 		quotaProblem{Type: "t", Title: "Request quota exceeded", Status: 429, Detail: "d & <e>", Code: CodeQuotaExceeded,
-			checkBody: checkBody{Policy: "p", Limits: lim, RetryAfterMs: &retry}},
-		multiBody{Allowed: false, Results: []checkBody{{Policy: "a"}, {Policy: "b", Limits: lim}}},
+			CheckBody: wire.CheckBody{Policy: "p", Limits: lim, RetryAfterMs: &retry}},
+		wire.CheckManyAnswer{Allowed: false, Results: []wire.CheckBody{{Policy: "a"}, {Policy: "b", Limits: lim}}},
 	}
 	for i, v := range bodies {
 		want, err := json.Marshal(v)
@@ -137,8 +138,8 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 // BenchmarkJSONRender compares the Encoder renderer with Marshal + append.
 func BenchmarkJSONRender(b *testing.B) {
 	start := int64(1_700_000_000_000)
-	v := checkBody{Allowed: true, Remaining: 999_999_000, ResetAt: start + 60_000, Limit: 1_000_000_000, WindowMs: 60_000, Policy: "default",
-		Limits: []limitBody{{Limit: 1_000_000_000, WindowMs: 60_000, Remaining: 999_999_000, ResetAt: start + 60_000, WindowStart: &start}}}
+	v := wire.CheckBody{Allowed: true, Remaining: 999_999_000, ResetAt: start + 60_000, Limit: 1_000_000_000, WindowMs: 60_000, Policy: "default",
+		Limits: []wire.LimitBody{{Limit: 1_000_000_000, WindowMs: 60_000, Remaining: 999_999_000, ResetAt: start + 60_000, WindowStart: &start}}}
 	w := discardWriter{http.Header{}}
 	b.Run("encoder", func(b *testing.B) {
 		b.ReportAllocs()

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
@@ -24,26 +25,17 @@ import (
 // Grants go through the log like hits: a follower forwards them to the
 // leader.
 
-// Lease API paths.
-const (
-	LeasesPath      = "/v1/leases"
-	LeaseReturnPath = "/v1/leases/return"
-)
-
 // Problem codes of the lease API.
 const (
 	CodeNotLeased     = "not_leased"
 	CodeTooManyGrants = "too_many_grants"
 )
 
-// Bounds of the lease API: the lease bounds are lease's (one place for
-// the log, this API, the client and the quota service).
-const (
-	MaxHolderLen        = lease.MaxAppHolderLen
-	DefaultLeaseMs      = lease.DefaultLeaseMs
-	MaxLeaseMs          = lease.MaxLeaseMs
-	DefaultHolderGrants = 1024
-)
+// DefaultHolderGrants bounds an external holder's outstanding grants
+// through one node. The lease bounds themselves (lease.MaxAppHolderLen,
+// lease.MaxLeaseMs, lease.DefaultLeaseMs) are the lease core's, one place
+// for the log, this API, the client and the quota service.
+const DefaultHolderGrants = 1024
 
 // Leaser lends budget to external holders (a follower forwards grants and
 // returns to the leader).
@@ -97,8 +89,8 @@ func validHolder(h string) error {
 	if h == "" {
 		return errors.New("holder is empty: name this application instance (client.Local picks a random id)")
 	}
-	if len(h) > MaxHolderLen {
-		return fmt.Errorf("holder is %d bytes; at most %d", len(h), MaxHolderLen)
+	if len(h) > lease.MaxAppHolderLen {
+		return fmt.Errorf("holder is %d bytes; at most %d", len(h), lease.MaxAppHolderLen)
 	}
 	for _, r := range h {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
@@ -196,10 +188,10 @@ func (a *API) lease(c *gin.Context) {
 	case bad != "":
 	case in.Want < 1 || in.Want > policy.MaxLimit:
 		bad = fmt.Sprintf("want %d: ask for 1 to %d units", in.Want, int64(policy.MaxLimit))
-	case in.LeaseMs < 0 || in.LeaseMs > MaxLeaseMs:
-		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, MaxLeaseMs, DefaultLeaseMs)
+	case in.LeaseMs < 0 || in.LeaseMs > lease.MaxLeaseMs:
+		bad = fmt.Sprintf("leaseMs %d: 1 to %d (0: %d)", in.LeaseMs, lease.MaxLeaseMs, lease.DefaultLeaseMs)
 	case in.Grant != 0 || in.Units != 0:
-		bad = "a lease request names no grant and no units (POST " + LeaseReturnPath + " returns units)"
+		bad = "a lease request names no grant and no units (POST " + wire.LeaseReturnPath + " returns units)"
 	}
 	if bad != "" {
 		a.observeLease(in.Policy, "refused", 0)
@@ -219,7 +211,7 @@ func (a *API) lease(c *gin.Context) {
 		return
 	}
 	if in.LeaseMs == 0 {
-		in.LeaseMs = DefaultLeaseMs
+		in.LeaseMs = lease.DefaultLeaseMs
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
@@ -263,7 +255,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 	switch {
 	case bad != "":
 	case in.Grant == 0:
-		bad = "grant is missing: name the grant (its id from POST " + LeasesPath + ")"
+		bad = "grant is missing: name the grant (its id from POST " + wire.LeasesPath + ")"
 	case in.Units < 1 || in.Units > policy.MaxLimit:
 		bad = fmt.Sprintf("units %d: return 1 to %d units", in.Units, int64(policy.MaxLimit))
 	case in.Want != 0 || in.LeaseMs != 0:

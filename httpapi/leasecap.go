@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // holderGrants counts the grants each external holder has outstanding
@@ -41,7 +42,7 @@ func (h *holderGrants) reserve(holder string) (release func(g cluster.Grant), er
 		h.prune(holder, now)
 	}
 	if n := len(h.byHolder[holder]) + h.pending[holder]; n >= h.max {
-		return nil, fmt.Errorf("holder has %d grants outstanding, the most one holder may have on this node; return units it does not need (POST %s) or wait for grants to expire", n, LeaseReturnPath)
+		return nil, fmt.Errorf("holder has %d grants outstanding, the most one holder may have on this node; return units it does not need (POST %s) or wait for grants to expire", n, wire.LeaseReturnPath)
 	}
 	h.pending[holder]++
 	return func(g cluster.Grant) {

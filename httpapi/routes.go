@@ -4,15 +4,16 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 // The public routes that take a path argument or that the command line
 // calls; they live here alone (the cluster serves only its node-to-node
-// endpoints under cluster.InternalPrefix).
+// endpoints under cluster.InternalPrefix), but for those the Go client
+// calls too, which are internal/wire's.
 const (
-	PeekPath     = "/v1/status/"
 	PoliciesPath = "/v1/policies"
-	WindowsPath  = "/v1/windows"
 	JoinPath     = "/v1/cluster/join"
 	RemovePath   = "/v1/cluster/remove"
 	TransferPath = "/v1/cluster/transfer-leadership"
@@ -79,17 +80,17 @@ func (a *API) routes() []Route {
 	stale := []string{"stale"}
 	rs := []Route{
 		// Checks and reads.
-		{Method: get, Path: "/check/:a", Query: []string{"cost"}, Handle: a.checkDefault},
-		{Method: get, Path: "/check/:a/:b", Query: []string{"cost"}, Handle: a.checkNamed},
-		{Method: get, Path: "/check/", Query: []string{"cost"}, Handle: a.emptyClient},
+		{Method: get, Path: wire.CheckPath + ":a", Query: []string{"cost"}, Handle: a.checkDefault},
+		{Method: get, Path: wire.CheckPath + ":a/:b", Query: []string{"cost"}, Handle: a.checkNamed},
+		{Method: get, Path: wire.CheckPath, Query: []string{"cost"}, Handle: a.emptyClient},
 		{Method: get, Path: "/check", Query: []string{"cost"}, Handle: a.emptyClient},
-		{Method: post, Path: "/v1/check", Handle: a.checkMany},
-		{Method: get, Path: PeekPath + ":a", Query: stale, Handle: a.peekDefault},
-		{Method: get, Path: PeekPath + ":a/:b", Query: stale, Handle: a.peekNamed},
+		{Method: post, Path: wire.CheckManyPath, Handle: a.checkMany},
+		{Method: get, Path: wire.PeekPath + ":a", Query: stale, Handle: a.peekDefault},
+		{Method: get, Path: wire.PeekPath + ":a/:b", Query: stale, Handle: a.peekNamed},
 		{Method: get, Path: PoliciesPath, Query: stale, Handle: a.listPolicies},
 		{Method: get, Path: PoliciesPath + "/:name", Query: stale, Handle: a.getPolicy},
-		{Method: post, Path: LeasesPath, Handle: a.lease},
-		{Method: post, Path: LeaseReturnPath, Handle: a.leaseReturn},
+		{Method: post, Path: wire.LeasesPath, Handle: a.lease},
+		{Method: post, Path: wire.LeaseReturnPath, Handle: a.leaseReturn},
 		{Method: post, Path: PermitsPath, Handle: a.acquirePermit},
 		{Method: del, Path: PermitsPath + "/:id", Handle: a.releasePermit},
 		{Method: post, Path: PermitsPath + "/:id/renew", Handle: a.renewPermit},
@@ -103,7 +104,7 @@ func (a *API) routes() []Route {
 		{Method: get, Path: "/healthz", Handle: a.livez},
 		{Method: get, Path: "/readyz", Handle: a.readyz},
 		{Method: get, Path: "/v1/status", Handle: a.status},
-		{Method: get, Path: "/v1/cluster/peers", Handle: a.peers},
+		{Method: get, Path: wire.PeersPath, Handle: a.peers},
 		{Method: get, Path: "/ui", Handle: uiRedirect},
 		{Method: get, Path: "/ui/", Handle: uiFile("/")},
 		{Method: get, Path: "/ui/app.js", Handle: uiFile("/app.js")},
@@ -123,8 +124,8 @@ func (a *API) routes() []Route {
 		{Method: put, Path: PoliciesPath, Guard: Admin, Handle: a.replacePolicies},
 		{Method: put, Path: PoliciesPath + "/:name", Guard: Admin, Handle: a.putPolicy},
 		{Method: del, Path: PoliciesPath + "/:name", Guard: Admin, Handle: a.deletePolicy},
-		{Method: del, Path: WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.resetKey},
-		{Method: post, Path: WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.writeCounter},
+		{Method: del, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.resetKey},
+		{Method: post, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.writeCounter},
 		{Method: get, Path: "/v1/top", Guard: Admin, Query: []string{"by", "n", "policy", "history"}, Handle: a.top},
 	}
 	if a.cfg.MetricsHandler != nil {

@@ -14,12 +14,16 @@ import (
 )
 
 // TopView is the cluster-wide view of the most-hit clients
-// and of every member's status, each collected over the internal path.
+// and of every member's status, each collected over the internal path
+// (*cluster.Views provides it).
 type TopView interface {
 	ClusterTop(ctx context.Context, policy string, n int, history bool) cluster.ClusterTop
 	Members(ctx context.Context) ([]cluster.Member, error)
-	// LivePermitsByPolicy counts live permits per concurrency policy in
-	// this node's state.
+}
+
+// PermitCounter counts live permits per concurrency policy in this
+// node's state.
+type PermitCounter interface {
 	LivePermitsByPolicy() map[string]int64
 }
 
@@ -29,7 +33,7 @@ type TopView interface {
 func (a *API) members(c *gin.Context) {
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	ms, err := a.cfg.Node.Members(ctx)
+	ms, err := a.cfg.Views.Members(ctx)
 	if err != nil {
 		writeProblem(c, http.StatusServiceUnavailable, CodeNoLeader, firstLine(err))
 		return
@@ -112,7 +116,7 @@ func (a *API) top(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	ct := a.cfg.Node.ClusterTop(ctx, pol, n, history == "1")
+	ct := a.cfg.Views.ClusterTop(ctx, pol, n, history == "1")
 	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
 	body.History = ct.History

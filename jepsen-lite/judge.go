@@ -86,6 +86,11 @@ func (r *runner) collectFailures(res checker.Result, faults []faultRecord) {
 	for _, c := range r.sum.Crashes {
 		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("node %s exited on its own at +%.1fs: %s", c.Node, c.At, c.Error))
 	}
+	for _, f := range faults {
+		if whole, ok := f.Extra["clusterWhole"].(bool); ok && !whole {
+			r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("fault %s at +%.1fs: the cluster was not whole after healing (every node a voter again): %s", f.Name, f.Start, f.Error))
+		}
+	}
 	ranClean := map[string]bool{}
 	for _, f := range faults {
 		if f.Error == "" {

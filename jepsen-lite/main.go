@@ -37,7 +37,6 @@ const (
 // replay.
 var nodeFixedFlags = []string{
 	"--debug-endpoints",
-	"--snapshot-threshold", "200",
 	"--snapshot-interval", "1s",
 	"--trailing-logs", "50",
 }
@@ -76,6 +75,9 @@ type options struct {
 
 	nemeses []string // parsed --nemesis
 	skipped []string // dropped from an alias because they need 5 nodes
+
+	// snapThreshold is the nodes' --snapshot-threshold.
+	snapThreshold int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -83,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("jepsen-lite", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster size: 3 or 5")
+	fs.IntVar(&o.snapThreshold, "snapshot-threshold", 200, "rlnode --snapshot-threshold: log entries between snapshots; low, so a node the membership fault wipes rejoins by installing a snapshot")
 	fs.IntVar(&o.clients, "clients", 8, "concurrent client workers")
 	fs.IntVar(&o.warmKeys, "warm-keys", 24, "with --leased, this many more keys of the leased policies, a quarter of the hits picked among them by a Zipf law (s=1.07): a few hot, most warm")
 	fs.IntVar(&o.keys, "keys", 6, "number of rate-limited keys the clients share (spread over the policies, paired for multi-key checks)")
@@ -125,6 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var errs []error
 	if o.nodes != 3 && o.nodes != 5 {
 		errs = append(errs, fmt.Errorf("--nodes %d: want 3 or 5", o.nodes))
+	}
+	if o.snapThreshold < 1 {
+		errs = append(errs, fmt.Errorf("--snapshot-threshold %d: must be at least 1", o.snapThreshold))
 	}
 	if o.clients < 1 || o.keys < 1 || o.limit < 1 {
 		errs = append(errs, errors.New("--clients, --keys and --limit must be at least 1"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -121,7 +122,45 @@ func (nm *nemesis) rejoin(ctx context.Context, i int, rec *faultRecord) error {
 	// one (or taken one after catching up, which the low threshold makes
 	// likely too); the log shows which.
 	rec.Extra["snapshotAfterRejoin"] = st.LastSnapshotIndex > 0
+	// Hand it the lead: its newest snapshot may be the one it installed,
+	// taken before it was added back, and the next membership fault's
+	// node joins from it: a configuration without its own leader (issue
+	// 41: the joiner refused that leader for good). Best effort.
+	rec.Extra["ledAfterRejoin"] = nm.adm.transferLeadership(ctx, nm.cl.specs[i].url(), id) == nil
+	// The fault is healed only when the whole cluster is: every node a
+	// voter again, as every node sees it (a node stuck outside is
+	// otherwise only a warning, and every later membership fault skipped).
+	if err := nm.waitWhole(ctx); err != nil {
+		rec.Extra["clusterWhole"] = false
+		return fmt.Errorf("after %s rejoined: %w", id, err)
+	}
+	rec.Extra["clusterWhole"] = true
 	return nil
+}
+
+// waitWhole waits until every node's view of the configuration has every
+// node as a voter.
+func (nm *nemesis) waitWhole(ctx context.Context) error {
+	want := nm.cl.names()
+	return retry(ctx, 60*time.Second, func() error {
+		for _, s := range nm.cl.specs {
+			ps, err := nm.adm.peers(ctx, s.url())
+			if err != nil {
+				return fmt.Errorf("peers of %s: %w", s.id, err)
+			}
+			var voters []string
+			for _, p := range ps {
+				if p.Voter {
+					voters = append(voters, p.ID)
+				}
+			}
+			slices.Sort(voters)
+			if !slices.Equal(voters, slices.Sorted(slices.Values(want))) {
+				return fmt.Errorf("%s sees voters %v, want %v", s.id, voters, want)
+			}
+		}
+		return nil
+	})
 }
 
 // waitRejoined waits until node i's new incarnation is ready and returns

@@ -176,6 +176,7 @@ func (r *runner) newCluster(ctx context.Context, bin string) (*security, error) 
 	r.log.Printf("security: %s", sec.describe())
 	common := []string{"--limit", fmt.Sprint(o.limit), "--window", o.window.String()}
 	common = append(common, nodeFixedFlags...)
+	common = append(common, "--snapshot-threshold", fmt.Sprint(o.snapThreshold))
 	// The clock-skew faults test the state machine's time clamp, which must
 	// hold for any skew that gets past rlnode's clock discipline; with the
 	// default --max-clock-offset (500 ms) a skewed node would simply be

@@ -33,3 +33,49 @@ func (c *SystemClock) Now() Stamp { return c.Of(time.Now()) }
 // Of converts a reading of time.Now (which carries both clocks) to a
 // Stamp.
 func (c *SystemClock) Of(t time.Time) Stamp { return Stamp{int64(t.Sub(c.base)), t.UnixNano()} }
+
+// Until is how long a holder reading s may still spend before deadline:
+// the less of what each clock has left. 0 or less: the deadline passed on
+// at least one clock.
+func (s Stamp) Until(deadline Stamp) time.Duration {
+	return time.Duration(min(deadline.Mono-s.Mono, deadline.Wall-s.Wall))
+}
+
+// Deadline is when a holder must stop spending a grant, kept on both of
+// its clocks: the send instant's two readings plus the time the grant is
+// usable for. It is for holders that keep no Clock of their own (a
+// program calling the lease API, the quota service's assignment TTL); it
+// reads the time.Now() readings it is given, which carry both clocks, so
+// a paused process (both clocks ran on) and a suspended machine (only the
+// wall clock ran on) find it passed, and a wall clock stepped back cannot
+// extend it (the monotonic clock still ends it).
+type Deadline struct {
+	sent time.Time
+	at   Stamp // the deadline, Mono counted from sent
+}
+
+// DeadlineAfter is the deadline usable after sent, a time.Now() reading
+// taken just before the request was sent.
+func DeadlineAfter(sent time.Time, usable time.Duration) Deadline {
+	return Deadline{sent: sent, at: Stamp{Mono: int64(usable), Wall: sent.UnixNano() + int64(usable)}}
+}
+
+// stamp reads t's two clocks with Mono counted from the deadline's send
+// instant (t.Sub uses the monotonic clock when both readings carry it,
+// else the wall clock).
+func (d Deadline) stamp(t time.Time) Stamp {
+	return Stamp{Mono: int64(t.Sub(d.sent)), Wall: t.UnixNano()}
+}
+
+// Left is how long the grant may still be spent at now (a time.Now()
+// reading): the less of what the monotonic and the wall clock have left;
+// 0 or less when either has reached the deadline.
+func (d Deadline) Left(now time.Time) time.Duration { return d.stamp(now).Until(d.at) }
+
+// Passed reports whether now (a time.Now() reading) is at or past the
+// deadline on either clock: spend nothing then.
+func (d Deadline) Passed(now time.Time) bool { return !d.stamp(now).Before(d.at) }
+
+// Wall is the deadline on the wall clock, for logs and display only:
+// deciding by it alone would let a stepped clock extend the grant.
+func (d Deadline) Wall() time.Time { return time.Unix(0, d.at.Wall) }

@@ -102,6 +102,12 @@ func (m *Metrics) WatchNode(src GaugeSource) {
 		gauge("rlnode_clock_offset_seconds", "This node's clock minus the median of its peers' clocks, measured once a second.", func(g cluster.Gauges) float64 { return float64(g.ClockSkewMs) / 1000 }),
 		gauge("rlnode_cluster_log_format", "The cluster's effective log format as this node sees it: the lowest any member reports (a member not heard from counts as the oldest). Writes that need a newer one are refused with 409 cluster_upgrading.",
 			func(g cluster.Gauges) float64 { return float64(g.ClusterFormat) }),
+		gauge("rlnode_peer_refused", "1 while this node has refused a node certificate as a non-member within the last minute: a removed node still calling, or, on a node that knows no leader, possibly its own leader it cannot place (rlnode status says which; restart it with --join).", func(g cluster.Gauges) float64 {
+			if g.RefusedPeer {
+				return 1
+			}
+			return 0
+		}),
 		gauge("rlnode_clock_skewed", "1 while this node cannot confirm its clock with a majority of the voters (off by more than --max-clock-offset, or voters unread) and refuses to lead.", func(g cluster.Gauges) float64 {
 			if g.ClockSkewed {
 				return 1

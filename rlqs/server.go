@@ -37,9 +37,16 @@ type Leaser interface {
 	// token bucket's is asked longer by the cluster's clock bound).
 	LeaseFor(bucket bool, usable time.Duration) time.Duration
 	Ready(wait time.Duration) error
+	// Removed says this node was removed from the cluster: it can grant
+	// nothing, so a stream ends UNAVAILABLE, whatever its buckets.
+	Removed() (reason string, removed bool)
 }
 
 var _ Leaser = (*cluster.Node)(nil)
+
+// errRemoved ends a stream on a removed node: Envoy reconnects, through
+// its cluster, to a node that can grant.
+var errRemoved = status.Error(codes.Unavailable, "this node was removed from the cluster; nothing was granted; reconnect to another node")
 
 // Observer records grants made for Envoys, per policy (metrics.Metrics
 // implements it). result is granted, exhausted or failed.
@@ -125,8 +132,8 @@ func (c *Config) setDefaults() {
 
 // Validate checks the settings a flag can get wrong.
 func (c Config) Validate() error {
-	if c.Lease < 0 || c.Lease > cluster.MaxLease {
-		return errors.New("rlqs lease must be from 1ms to " + cluster.MaxLease.String())
+	if c.Lease < 0 || c.Lease > lease.MaxLease {
+		return errors.New("rlqs lease must be from 1ms to " + lease.MaxLease.String())
 	}
 	if c.Transit < 0 || c.ColdAfter < 0 || c.MaxBuckets < 0 || c.StreamIdle < 0 || c.GrantRate < 0 || c.NodeBuckets < 0 || c.CredentialBuckets < 0 {
 		return errors.New("rlqs: transit, cold-after, bucket limits, stream idle and grant rate must not be negative")
@@ -194,6 +201,9 @@ func scope(ctx context.Context) string {
 // StreamRateLimitQuotas serves one Envoy: its reports go in, assignments
 // come out, until the stream ends.
 func (s *Server) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	if _, removed := s.cfg.Leaser.Removed(); removed {
+		return errRemoved
+	}
 	q, err := newStream(s.cfg, st, scope(st.Context()), s.grants)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())

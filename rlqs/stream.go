@@ -111,6 +111,9 @@ func (q *stream) run() error {
 		case err := <-q.end:
 			return err
 		case <-reported:
+			if _, removed := q.cfg.Leaser.Removed(); removed {
+				return errRemoved
+			}
 			idle.Reset(q.cfg.StreamIdle)
 		case <-idle.C:
 			q.cfg.Logger.Debug("closing a stream that sent no usage report", "holder", q.holder, "idle", q.cfg.StreamIdle)
@@ -274,7 +277,7 @@ func (q *stream) lease(b *bucket) time.Duration {
 
 // settle turns b's grant (or the error of asking for it) into an
 // assignment whose TTL ends, on Envoy's clock, before the grant's
-// deadline on ours: the deadline counts from when this stream sent the
+// deadline on ours (on both our clocks, lease.Deadline): the deadline counts from when this stream sent the
 // grant request (the grant's usable time: the cluster's margin, and for a
 // token bucket its max-clock-offset, already taken off), less Transit for
 // the assignment's trip to Envoy. Called with q.mu held.
@@ -292,7 +295,7 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		q.observe(b.policy, "failed", 0)
 		b.renewAt = time.Now().Add(q.cfg.Lease)
 		select {
-		case q.end <- status.Error(codes.Unavailable, "this node was removed from the cluster; nothing was granted; reconnect to another node"):
+		case q.end <- errRemoved:
 		default:
 		}
 		return nil
@@ -304,7 +307,7 @@ func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *
 		return nil
 	}
 	b.seq++
-	ttl := time.Until(g.Deadline(sent)) - q.cfg.Transit
+	ttl := g.Deadline(sent).Left(time.Now()) - q.cfg.Transit
 	if g.Units == 0 || ttl < minTTL {
 		q.observe(b.policy, "exhausted", g.Units)
 		wait := max(q.rules.RecheckIn(time.Duration(g.ResetAt-g.Now)*time.Millisecond), q.rules.FailBackoff)

@@ -59,6 +59,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(req.GetDescriptors()) > cluster.MaxGroup {
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", len(req.GetDescriptors()), cluster.MaxGroup)
 	}
+	if reason, removed := s.cfg.Limiter.Removed(); removed {
+		// Before the policy lookup: a policy added after the removal is
+		// unknown here and would read as "no limit".
+		return nil, unavailable("", fmt.Errorf("%w: %s", cluster.ErrNotMember, reason))
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	t := s.currentTree()

@@ -44,6 +44,7 @@ func (f *fakeLimiter) SetPolicy(context.Context, policy.Policy) (string, error) 
 	return "", errors.New("not in this test")
 }
 func (f *fakeLimiter) Ready(time.Duration) error { return nil }
+func (f *fakeLimiter) Removed() (string, bool)   { return "", false }
 func (f *fakeLimiter) Peek(context.Context, string, string, bool) (cluster.PeekResult, error) {
 	return cluster.PeekResult{}, errors.New("not in this test")
 }

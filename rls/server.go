@@ -29,6 +29,9 @@ type Limiter interface {
 	Policy(name string) (policy.Policy, bool)
 	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
 	Ready(wait time.Duration) error
+	// Removed says this node was removed from the cluster: it can decide
+	// nothing, so every call is UNAVAILABLE, whatever its policy.
+	Removed() (reason string, removed bool)
 	// Peek reads a key without counting (a descriptor's hits_addend 0).
 	Peek(ctx context.Context, policyName, client string, stale bool) (cluster.PeekResult, error)
 	// Refund takes each hit's cost off its key's current window, never

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/bbolt"
 
 	"github.com/rlnode/rlnode/internal/boundedfile"
 )
@@ -19,6 +20,10 @@ const (
 	IdentityFile = "node.json"
 	// SnapshotDir holds raft's file snapshot store.
 	SnapshotDir = "snapshots"
+	// JoinFile records the log index at which the cluster accepted this
+	// node's latest join (cluster/removal.go): configurations at or
+	// before it predate this incarnation.
+	JoinFile = "join.json"
 	// ClaimFile records the bootstrap claim a node accepted
 	// (--bootstrap-expect) before it answers it.
 	ClaimFile = "bootstrap-claim.json"
@@ -99,7 +104,7 @@ func snapshotBase(dataDir string) string {
 func moveAside(dir string) (string, error) {
 	aside := filepath.Join(dir, "discarded-"+time.Now().UTC().Format("20060102T150405Z"))
 	moved := false
-	for _, name := range []string{IdentityFile, logFile, SnapshotDir, ClaimFile, WALDir, FormatFile} {
+	for _, name := range []string{IdentityFile, logFile, SnapshotDir, ClaimFile, WALDir, FormatFile, JoinFile} {
 		src := filepath.Join(dir, name)
 		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -192,4 +197,23 @@ func checkDataDir(dir, wantID string) error {
 		return CheckBoltFile(walMeta)
 	}
 	return nil
+}
+
+// Discard moves a stopped node's state aside (into discarded-<time>/, as
+// --rejoin-empty does) so it starts empty: for a node whose cluster says
+// it is no longer a member. It returns the directory the files went to
+// ("" when there was nothing to move). A data dir another process holds
+// open is ErrLocked, and nothing moves.
+func Discard(dir string) (string, error) {
+	db := filepath.Join(dir, logFile)
+	if _, err := os.Stat(db); err == nil {
+		b, err := bbolt.Open(db, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return "", fmt.Errorf("%s: %w", db, ErrLocked)
+		}
+		if err == nil {
+			b.Close()
+		}
+	}
+	return moveAside(dir)
 }

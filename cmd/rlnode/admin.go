@@ -429,6 +429,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case st.Membership != "":
 		fmt.Fprintf(tw, "membership:\t%s\n", st.Membership)
 	}
+	if st.RefusedPeer != "" {
+		fmt.Fprintf(tw, "refused peer:\t%s\n", st.RefusedPeer)
+	}
 	return tw.Flush()
 }
 

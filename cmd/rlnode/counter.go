@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/internal/wire"
 )
 
 const counterUsage = `usage:
@@ -44,7 +45,7 @@ func runCounter(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Limit     int64 `json:"limit"`
 		ResetAt   int64 `json:"resetAt"`
 	}
-	if err := a.call(ctx, http.MethodPost, httpapi.WindowsPath+"/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), req, &res); err != nil {
+	if err := a.call(ctx, http.MethodPost, wire.WindowsPath+"/"+url.PathEscape(pos[0])+"/"+url.PathEscape(pos[1]), req, &res); err != nil {
 		return err
 	}
 	if a.json {

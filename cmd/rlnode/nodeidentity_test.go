@@ -73,6 +73,13 @@ func TestClientCertRefusedOnNodePorts(t *testing.T) {
 	if !strings.Contains(n1.Output(), "not a node certificate") {
 		t.Errorf("the node did not log the refusal")
 	}
+	// The non-member node certificate is said: status and the metric.
+	if st, err := proctest.Status(n1); err != nil || !strings.Contains(fmt.Sprint(st["refusedPeer"]), "refused node n2") {
+		t.Errorf("status after refusing n2: refusedPeer %v (%v)", st["refusedPeer"], err)
+	}
+	if m, err := n1.Do("GET", "/metrics", "", nil); err != nil || !strings.Contains(string(m.Raw), "rlnode_peer_refused 1") {
+		t.Errorf("/metrics lacks rlnode_peer_refused 1 after refusing n2: %v", err)
+	}
 	// Control: the member's node certificate gets past the guard, and
 	// raft obeys the TimeoutNow (a new election, a higher term).
 	if err := newAttacker(t, tlsStream{cfg: certTLS(t, dir, "n1")}).timeoutNow(n1); err != nil {
@@ -90,6 +97,7 @@ func TestClientCertRefusedOnNodePorts(t *testing.T) {
 		nodeHTTP := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: certTLS(t, dir, "n1")}}
 		for _, c := range []struct{ method, path string }{
 			{"GET", cluster.ClockPath}, {"GET", cluster.ProgressPath}, {"POST", cluster.ForwardPath}, {"GET", cluster.BootstrapInfoPath},
+			{"GET", cluster.ConfigurationPath}, {"GET", cluster.ConfigurationPath + "?verify"},
 		} {
 			r, err := proctest.DoRawWith(clientHTTP, c.method, n1.URL()+c.path, "", []byte{})
 			if err != nil || r.Status != http.StatusForbidden || !strings.Contains(string(r.Raw), "not a node certificate") {
@@ -98,6 +106,12 @@ func TestClientCertRefusedOnNodePorts(t *testing.T) {
 		}
 		if r, err := proctest.DoWith(nodeHTTP, "GET", n1.URL()+cluster.ClockPath, "", nil); err != nil || r.Status != 200 {
 			t.Errorf("clock reading with n1's node certificate: %v %d %s", err, r.Status, r.Raw)
+		}
+		// The configuration is any node's to read (a node catching up
+		// asks it of the members it trusts), and only a node's.
+		n2HTTP := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: certTLS(t, dir, "n2")}}
+		if r, err := proctest.DoWith(n2HTTP, "GET", n1.URL()+cluster.ConfigurationPath, "", nil); err != nil || r.Status != 200 || !strings.Contains(string(r.Raw), `"id":"n1"`) {
+			t.Errorf("configuration with a non-member's node certificate: %v %d %s", err, r.Status, r.Raw)
 		}
 		j := cluster.JoinRequest{ID: "n9", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}
 		for _, path := range []string{cluster.JoinPath, httpapi.JoinPath} {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/internal/connlimit"
 	"github.com/rlnode/rlnode/internal/tracing"
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/rlqs"
@@ -92,7 +94,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.Int64Var(&c.limit, "limit", 10, "seeds policy default when this node bootstraps a new cluster: hits allowed per client per window (later: rlnode policy set)")
 	fs.DurationVar(&c.window, "window", 60*time.Second, "seeds policy default with --limit: the window's length, a duration with a unit (60s, 1m30s)")
 	fs.StringVar(&c.policiesFile, "policies", "", "YAML or JSON file of policies to seed the replicated table with when this node bootstraps a new cluster (--limit/--window still seed \"default\" unless the file defines it)")
-	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join (ignored when the node has Raft state)")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of existing members to join; a node with Raft state asks the leader through them whether it is still a member, and if not moves its state aside and joins empty")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.token, "cluster-token", os.Getenv("RLNODE_CLUSTER_TOKEN"), "token required on admin and internal endpoints (default $RLNODE_CLUSTER_TOKEN)")
@@ -149,8 +151,8 @@ func (c *serveConfig) validate() error {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
 	}
 	errs = append(errs, c.validateTuning()...)
-	if c.rlqsLease < time.Millisecond || c.rlqsLease > cluster.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
-		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, cluster.MaxLease))
+	if c.rlqsLease < time.Millisecond || c.rlqsLease > lease.MaxLease || c.rlqsTransit < 0 || c.rlqsTransit >= c.rlqsLease {
+		errs = append(errs, fmt.Errorf("--rlqs-lease %s / --rlqs-transit %s: the lease must be from 1ms to %s, the transit allowance from 0 to less than the lease", c.rlqsLease, c.rlqsTransit, lease.MaxLease))
 	}
 	errs = append(errs, c.grpcBounds.validate()...)
 	if _, err := storage.ParseKind(c.raftLog); err != nil {
@@ -343,12 +345,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		default:
 		}
 	}
+	if err := c.rejoinIfNotMember(cfg, logger); err != nil {
+		return err
+	}
 	node, err := cluster.Open(cfg)
 	if err != nil {
 		return err
 	}
 	obs.WatchNode(node)
-	obs.WatchDisk(node)
+	obs.WatchDisk(node.Views())
 	obs.WatchPermits(node)
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
@@ -550,6 +555,46 @@ func (c *serveConfig) clusterConfig(seed []policy.Policy, tlsSrc *tlsconf.Source
 		ClusterToken: c.token, TLS: tlsSrc, RaftLimits: c.sec.raftLimits, ClockOffset: c.debugClockOffset,
 		Logger: logger, Observer: obs,
 	}
+}
+
+// rejoinIfNotMember: a node restarted with --join on a data dir that
+// holds state asks the cluster's leader whether it is still a member. If
+// the leader (confirmed by a quorum) says its configuration does not name
+// this node, the old state is moved aside (discarded-<time>/, nothing is
+// deleted) and the node joins empty: a node removed while it was down, or
+// one stuck on a configuration its cluster has left behind, comes back
+// by restarting it. Without an answer (no leader now, nobody reachable)
+// the state is kept, as before.
+func (c *serveConfig) rejoinIfNotMember(cfg cluster.Config, logger hclog.Logger) error {
+	addrs := c.joinAddrs()
+	if len(addrs) == 0 {
+		return nil
+	}
+	// With --bootstrap-expect too: once emptied, the node finds a listed
+	// member with state and joins (BootstrapExpect), as a new pod does.
+	if _, err := os.Stat(filepath.Join(c.dataDir, storage.IdentityFile)); err != nil {
+		return nil // a new node: the join path handles it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	view, err := cluster.AskLeader(ctx, addrs, c.id, cfg.ClusterToken, cfg.TLS)
+	switch {
+	case err != nil:
+		logger.Info("node has Raft state; could not ask the cluster whether it is still a member, keeping the state", "join", c.join, "error", err)
+		return nil
+	case view.Member:
+		if view.RaftAddr != c.raftAdvertise {
+			logger.Warn("the leader names this node with another Raft address; keeping the state", "leader", view.Leader, "configured", view.RaftAddr, "advertised", c.raftAdvertise)
+		}
+		return nil
+	}
+	aside, err := storage.Discard(c.dataDir)
+	if err != nil {
+		return fmt.Errorf("the leader %s says this node is not a member; moving its state aside to rejoin: %w", view.Leader, err)
+	}
+	logger.Warn("the cluster's leader says this node is not a member: its old state was moved aside, joining empty through --join",
+		"leader", view.Leader, "moved_to", aside, "join", c.join)
+	return nil
 }
 
 // joinInBackground joins (or bootstraps with --bootstrap-expect) when
