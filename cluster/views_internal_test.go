@@ -60,7 +60,7 @@ func newTestViews(t *testing.T, id string, st Status, members viewMembers) *View
 func waitTop(t *testing.T, v *Views, policy string, total uint64) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		rep := v.LocalTop(policy)
+		rep := v.LocalTop(policy, false)
 		var got uint64
 		for _, p := range rep.Policies {
 			got += p.Allowed.Total + p.Refused.Total + p.WouldRefuse.Total
@@ -97,13 +97,27 @@ func TestViewsMergeMembersAndNameTheUnreachable(t *testing.T) {
 	waitTop(t, n1, "p", 3)
 	waitTop(t, n2, "p", 2)
 
-	ct := n1.ClusterTop(context.Background(), "p", 10)
+	ct := n1.ClusterTop(context.Background(), "p", 10, false)
 	if len(ct.Nodes) != 3 || !ct.Nodes[0].OK || !ct.Nodes[1].OK || ct.Nodes[2].OK || ct.Nodes[2].Error != "address unknown" {
 		t.Fatalf("nodes %+v: want n1 and n2 asked, n3 named with its address unknown", ct.Nodes)
 	}
 	if len(ct.Policies) != 1 || ct.Policies[0].Allowed.Total != 4 || ct.Policies[0].Refused.Total != 1 ||
 		len(ct.Policies[0].Allowed.Keys) != 1 || ct.Policies[0].Allowed.Keys[0].Key != "alice" || ct.Policies[0].Allowed.Keys[0].Count != 4 {
 		t.Fatalf("merged top %+v: want alice allowed 4 times across both nodes, bob refused once", ct.Policies)
+	}
+	if ct.History != nil {
+		t.Fatalf("history %+v not asked for", ct.History)
+	}
+	// The charts' history, asked for: both nodes' steps added up.
+	h := n1.ClusterTop(context.Background(), "p", 10, true).History
+	var allowed, refused uint64
+	for _, p := range h {
+		for _, pt := range p.Points {
+			allowed, refused = allowed+pt.Allowed, refused+pt.Refused
+		}
+	}
+	if len(h) != 1 || h[0].Policy != "p" || allowed != 4 || refused != 1 {
+		t.Fatalf("merged history %+v: want p with 4 allowed and 1 refused across both nodes", h)
 	}
 
 	ms, err := n1.Members(context.Background())

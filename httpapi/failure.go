@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -204,9 +205,21 @@ func requestDetail(err error) string {
 	return firstLine(err)
 }
 
-// budgetFailure answers a failed permit or reservation call: the table,
-// then a failed hit's rules (the call never reached the log, or may have).
-func budgetFailure(err error) failure {
+// A budget call names what a refused call did not do, for the answer's
+// words: a permit or reservation call is not a hit.
+const (
+	notTaken     = "no permit was taken"
+	notReleased  = "the permit was not released"
+	notRenewed   = "the permit was not renewed"
+	notReserved  = "the reservation was not made"
+	notSettled   = "the reservation was not settled"
+	settleExpiry = "no live reservation of yours with this id: if it expired (its TTL ended before this settle), the units it reserved stayed charged in full and nothing is given back or charged now; else it was never made or was made with another credential. Settle before the TTL, or reserve with a longer ttl (at most 1h)"
+)
+
+// budgetFailure answers a failed permit or reservation call (notDone:
+// what the call did not do, one of the constants above): the table, then
+// a failed hit's rules (the call never reached the log, or may have).
+func budgetFailure(err error, notDone string) failure {
 	if f, ok := unavailable(err); ok {
 		return f
 	}
@@ -214,9 +227,29 @@ func budgetFailure(err error) failure {
 		return f
 	}
 	if f, ok := answered(err, requestDetail(err)+"; nothing was taken"); ok {
+		switch {
+		case f.code == CodeNotFound && notDone == notSettled:
+			f.detail = settleExpiry
+		case f.code == CodeClusterUpgrading:
+			f.detail = upgradingDetail(err) + "; " + notDone
+		}
 		return f
 	}
 	return hitFailure(err)
+}
+
+// upgradingDetail is the version gate's refusal (the format needed, the
+// voters behind, what to do) without the hit path's "not counted".
+func upgradingDetail(err error) string {
+	var ue *cluster.UpgradingError
+	if errors.As(err, &ue) {
+		return ue.Error()
+	}
+	d := firstLine(err) // carried back from the leader as text
+	for _, sep := range []string{": ", "; "} {
+		d = strings.ReplaceAll(d, cluster.ErrNotCounted.Error()+sep, "")
+	}
+	return d
 }
 
 // adminFailure answers a failed admin call (what: the operation, for the

@@ -46,7 +46,7 @@ func TestClusterFailuresNeverLookLikeTheCallersFault(t *testing.T) {
 		{"hit (check, POST /v1/check, forward-auth, leases)", hitFailure},
 		{"admin", func(err error) failure { return adminFailure("remove n2", err) }},
 		{"read (peek, policies)", readFailure},
-		{"permits and reservations", budgetFailure},
+		{"permits and reservations", func(err error) failure { return budgetFailure(err, notTaken) }},
 		{"leases", func(err error) failure {
 			return written(func(c *gin.Context) { (&API{}).leaseError(c, "p", err) })
 		}},
@@ -92,7 +92,7 @@ func TestTooManyPermitsIs409(t *testing.T) {
 		t.Fatalf("cluster.Failures has %d forms of too_many_permits, want the bare error, the hop's answer and it refused", len(forms)-1)
 	}
 	mappings := map[string]func(error) failure{
-		"permits": budgetFailure,
+		"permits": func(err error) failure { return budgetFailure(err, notTaken) },
 		"hits":    hitFailure,
 		"admin":   func(err error) failure { return adminFailure("acquire", err) },
 	}

@@ -121,10 +121,22 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 		return p, false
 	}
 	if !p.IsLeased() {
-		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check", name))
+		writeProblem(c, http.StatusConflict, CodeNotLeased, notLeasedDetail(p))
 		return p, false
 	}
 	return p, true
+}
+
+// notLeasedDetail says why p grants no leases and what to do instead,
+// suggesting consistency: leased only where the policy could take it.
+func notLeasedDetail(p policy.Policy) string {
+	switch {
+	case p.IsConcurrency():
+		return fmt.Sprintf("policy %q is a concurrency policy: it counts permits in flight, not hits, and grants no leases; take a permit with POST /v1/permits (rlnode permit acquire); nothing was granted", p.Name)
+	case p.CalendarAligned(), p.IsShadow():
+		return fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (a calendar or shadow policy cannot be leased); use GET /check; nothing was granted", p.Name)
+	}
+	return fmt.Sprintf("policy %q is strict: every hit goes through the log, so it grants no leases (set consistency: leased to allow them); use GET /check; nothing was granted", p.Name)
 }
 
 // findPolicy looks name up in this node's table and, when the table

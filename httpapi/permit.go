@@ -107,7 +107,7 @@ func (a *API) acquirePermit(c *gin.Context) {
 	defer cancel()
 	p, err := a.cfg.Budgets.AcquirePermit(ctx, cluster.PermitRequest{Policy: in.Policy, Client: in.Client, Owner: owner(c.Request), TTL: ttl})
 	if err != nil {
-		writeFailure(c, budgetFailure(err))
+		writeFailure(c, budgetFailure(err, notTaken))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -132,7 +132,7 @@ func (a *API) releasePermit(c *gin.Context) {
 	defer cancel()
 	p, err := a.cfg.Budgets.ReleasePermit(ctx, c.Param("id"), owner(c.Request))
 	if err != nil {
-		writeFailure(c, budgetFailure(err))
+		writeFailure(c, budgetFailure(err, notReleased))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -157,7 +157,7 @@ func (a *API) renewPermit(c *gin.Context) {
 	defer cancel()
 	p, err := a.cfg.Budgets.RenewPermit(ctx, c.Param("id"), owner(c.Request), ttl)
 	if err != nil {
-		writeFailure(c, budgetFailure(err))
+		writeFailure(c, budgetFailure(err, notRenewed))
 		return
 	}
 	c.Header("Cache-Control", "no-store")

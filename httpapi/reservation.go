@@ -46,7 +46,7 @@ func (a *API) reserve(c *gin.Context) {
 	defer cancel()
 	r, err := a.cfg.Budgets.Reserve(ctx, req)
 	if err != nil {
-		writeFailure(c, budgetFailure(err))
+		writeFailure(c, budgetFailure(err, notReserved))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -91,7 +91,7 @@ func (a *API) settle(c *gin.Context) {
 	defer cancel()
 	s, err := a.cfg.Budgets.Settle(ctx, c.Param("id"), owner(c.Request), *in.Units)
 	if err != nil {
-		writeFailure(c, budgetFailure(err))
+		writeFailure(c, budgetFailure(err, notSettled))
 		return
 	}
 	c.Header("Cache-Control", "no-store")

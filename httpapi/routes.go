@@ -133,7 +133,7 @@ func (a *API) routes() []Route {
 		{Method: del, Path: PoliciesPath + "/:name", Guard: Admin, Handle: a.deletePolicy},
 		{Method: del, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, Handle: a.resetKey},
 		{Method: post, Path: wire.WindowsPath + "/:policy/:client", Guard: Admin, MaxBody: MaxBodyCall, Handle: a.writeCounter},
-		{Method: get, Path: "/v1/top", Guard: Admin, Query: []string{"by", "n", "policy"}, Handle: a.top},
+		{Method: get, Path: "/v1/top", Guard: Admin, Query: []string{"by", "n", "policy", "history"}, Handle: a.top},
 	}
 	if a.cfg.MetricsHandler != nil {
 		rs = append(rs, Route{Method: get, Path: "/metrics", Handle: gin.WrapH(a.cfg.MetricsHandler)})

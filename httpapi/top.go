@@ -17,7 +17,7 @@ import (
 // and of every member's status, each collected over the internal path
 // (*cluster.Views provides it).
 type TopView interface {
-	ClusterTop(ctx context.Context, policy string, n int) cluster.ClusterTop
+	ClusterTop(ctx context.Context, policy string, n int, history bool) cluster.ClusterTop
 	Members(ctx context.Context) ([]cluster.Member, error)
 }
 
@@ -78,9 +78,13 @@ type TopBody struct {
 	// none) in the answering node's state, as of the last entry it
 	// applied; with ?policy=, that policy's only.
 	Permits map[string]int64 `json:"permits"`
+	// History (with ?history=1) is each policy's hits per step over the
+	// last minutes, merged from every node: what the status page charts,
+	// so a page opened now shows what just happened.
+	History []topkeys.PolicyHistory `json:"history,omitempty"`
 }
 
-// top is GET /v1/top?policy=&by=refused|allowed|would_refuse&n=: the clients hit most in
+// top is GET /v1/top?policy=&by=refused|allowed|would_refuse&n=&history=1: the clients hit most in
 // the last minute, merged from every node's summaries. Client ids are
 // personal data: the endpoint is behind the admin guard.
 func (a *API) top(c *gin.Context) {
@@ -98,6 +102,11 @@ func (a *API) top(c *gin.Context) {
 		}
 		n = v
 	}
+	history := c.DefaultQuery("history", "0")
+	if history != "0" && history != "1" {
+		writeProblem(c, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("history %q: want 1 (with the hits per 5 s over the last 10 minutes) or 0", history))
+		return
+	}
 	pol := c.Query("policy")
 	if pol != "" {
 		if err := policy.ValidateName(pol); err != nil {
@@ -107,9 +116,10 @@ func (a *API) top(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	ct := a.cfg.Views.ClusterTop(ctx, pol, n)
+	ct := a.cfg.Views.ClusterTop(ctx, pol, n, history == "1")
 	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
+	body.History = ct.History
 	body.Permits = a.cfg.Node.LivePermitsByPolicy()
 	if live, ok := body.Permits[pol]; pol != "" {
 		body.Permits = map[string]int64{}

@@ -23,6 +23,14 @@ type Config struct {
 	Queue int
 	// MaxPolicies bounds the policies one bucket tracks (default 4096).
 	MaxPolicies int
+	// HistoryStep, HistorySteps and HistoryPolicies size the rate history
+	// (history.go; defaults 5 s, 120, 64): hits per policy and outcome per
+	// step, kept HistorySteps steps, at most HistoryPolicies policies a
+	// step. It is at most HistorySteps*HistoryPolicies counters of 24
+	// bytes (about 180 KiB by default).
+	HistoryStep     time.Duration
+	HistorySteps    int
+	HistoryPolicies int
 }
 
 func (c *Config) defaults() {
@@ -40,6 +48,15 @@ func (c *Config) defaults() {
 	}
 	if c.MaxPolicies <= 0 {
 		c.MaxPolicies = 4096
+	}
+	if c.HistoryStep < time.Millisecond {
+		c.HistoryStep = DefaultHistoryStep
+	}
+	if c.HistorySteps <= 0 {
+		c.HistorySteps = DefaultHistorySteps
+	}
+	if c.HistoryPolicies <= 0 {
+		c.HistoryPolicies = DefaultHistoryPolicies
 	}
 }
 
@@ -81,6 +98,9 @@ type Recorder struct {
 	mu   sync.Mutex
 	ring []bucket
 	cur  int
+	hist []histStep // by step number modulo its length (history.go)
+	// histDropped counts hits left out of the history by its policy bound.
+	histDropped uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -94,7 +114,7 @@ func New(cfg Config) *Recorder {
 func newRecorder(cfg Config, now func() time.Time) *Recorder {
 	cfg.defaults()
 	r := &Recorder{cfg: cfg, ch: make(chan hit, cfg.Queue), now: now,
-		ring: make([]bucket, cfg.Buckets), stop: make(chan struct{}), done: make(chan struct{})}
+		ring: make([]bucket, cfg.Buckets), hist: make([]histStep, cfg.HistorySteps), stop: make(chan struct{}), done: make(chan struct{})}
 	r.ring[0] = bucket{start: now(), policies: map[string]*[outcomes]*summary{}}
 	go r.run()
 	return r
@@ -144,18 +164,20 @@ func (r *Recorder) run() {
 func (r *Recorder) drain(h hit) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.count(h)
+	nowMs := r.now().UnixMilli() // one reading for the batch
+	r.count(h, nowMs)
 	for i := 0; i < 4096; i++ {
 		select {
 		case h = <-r.ch:
-			r.count(h)
+			r.count(h, nowMs)
 		default:
 			return
 		}
 	}
 }
 
-func (r *Recorder) count(h hit) {
+func (r *Recorder) count(h hit, nowMs int64) {
+	r.histCount(h, nowMs)
 	b := &r.ring[r.cur]
 	s := b.policies[h.policy]
 	if s == nil {
@@ -193,6 +215,9 @@ type Report struct {
 	K        int         `json:"k"`
 	Dropped  uint64      `json:"dropped"`
 	Policies []PolicyTop `json:"policies"`
+	// History is the hits per policy per step over the last minutes
+	// (history.go), when asked for.
+	History []PolicyHistory `json:"history,omitempty"`
 }
 
 // Top reports the window's top n keys (all the summaries hold when n <= 0)
@@ -235,7 +260,9 @@ func (r *Recorder) Top(policy string, n int) Report {
 func MergeReports(n int, reps ...Report) Report {
 	out := Report{Policies: []PolicyTop{}}
 	per := map[string][outcomes][]List{}
+	var hs [][]PolicyHistory
 	for _, r := range reps {
+		hs = append(hs, r.History)
 		out.WindowMs = max(out.WindowMs, r.WindowMs)
 		out.K = max(out.K, r.K)
 		out.Dropped += r.Dropped
@@ -251,6 +278,9 @@ func MergeReports(n int, reps ...Report) Report {
 		out.Policies = append(out.Policies, policyTop(name, n, l))
 	}
 	sortPolicies(out.Policies)
+	if h := MergeHistories(hs...); len(h) > 0 {
+		out.History = h
+	}
 	return out
 }
 

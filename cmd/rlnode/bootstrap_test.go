@@ -13,13 +13,14 @@ import (
 )
 
 // bootstrapRounds is how often TestBootstrapExpectAllAtOnce starts a fresh
-// cluster: 20 (the count) unless -short; RLNODE_BOOTSTRAP_ROUNDS
+// cluster: 20 (the count) with the long tests
+// (RLNODE_LONG_TESTS=1), else 3; RLNODE_BOOTSTRAP_ROUNDS
 // overrides it.
 func bootstrapRounds() int {
 	if v, err := strconv.Atoi(os.Getenv("RLNODE_BOOTSTRAP_ROUNDS")); err == nil && v > 0 {
 		return v
 	}
-	if testing.Short() {
+	if !proctest.LongEnabled() {
 		return 3
 	}
 	return 20

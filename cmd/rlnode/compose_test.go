@@ -6,8 +6,8 @@ package main
 // share one budget, kills the leader's container, checks that the survivors
 // carry on with the window intact, restarts the container and checks that it
 // catches up. It needs a Docker daemon and docker-compose (v1) or docker
-// compose (v2); without them, with -short or with RLNODE_SKIP_DOCKER=1 it is
-// skipped. RLNODE_COMPOSE="docker compose" (or a path) picks the Compose
+// compose (v2); without them, without RLNODE_LONG_TESTS=1 (a long test), or with
+// RLNODE_SKIP_DOCKER=1 it is skipped. RLNODE_COMPOSE="docker compose" (or a path) picks the Compose
 // command. Everything it creates is removed afterwards, also on failure.
 
 import (
@@ -36,9 +36,7 @@ func TestComposeCluster(t *testing.T) {
 	if os.Getenv("RLNODE_SKIP_DOCKER") == "1" {
 		t.Skip("RLNODE_SKIP_DOCKER=1: skipping the Docker Compose cluster test")
 	}
-	if testing.Short() {
-		t.Skip("-short: skipping the Docker Compose cluster test (it builds an image and runs three containers)")
-	}
+	proctest.Long(t) // it builds an image and runs three containers
 	compose := composeCommand(t)
 	root := composeRepoRoot(t)
 	for _, tool := range []string{"bash", "go"} {

@@ -106,9 +106,7 @@ func checkNeverOver(t *testing.T, adm []admission, limit int) (local int) {
 // one is killed holding grants, then the leader is killed. No window ever
 // admits more than the limit, and no hit is admitted after its window.
 func TestLeasedApplicationsNeverOverTheLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process test")
-	}
+	proctest.Long(t)
 	// About the applications' demand: at the end of most windows the
 	// budget runs out (the limit is tested), and most of the time every
 	// holder has units in hand (a pause or a kill catches some).

@@ -18,9 +18,7 @@ import (
 // leader instead. Before the fix the restarted follower answered 404 for
 // as long as it was behind.
 func TestLeaseRightAfterRestartIsNever404(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process test")
-	}
+	proctest.Long(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3)
 	leader, follower := followerOf(t, nodes)
 	body := map[string]any{"policy": "late-api", "client": "k", "holder": "restart-test", "want": 1}
@@ -127,9 +125,7 @@ func between(lines []appLine, from, to time.Time) (decisions int, errs []string)
 // per-attempt budget, client.Local kept sending to the stopped node and
 // made about one decision a second, each an error after its timeout.
 func TestLeasedApplicationSurvivesAStoppedLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("process test")
-	}
+	proctest.Long(t)
 	const limit = 150 // per second, under a demand of about 200/s
 	app := buildLeaseApp(t)
 	nodes := proctest.StartCluster(t, rlnodeBin, 3)

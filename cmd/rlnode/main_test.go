@@ -24,8 +24,13 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	stop := proctest.PackageHeartbeat("cmd/rlnode")
 	code := m.Run()
+	stop()
 	testprog.Report()
+	if line := proctest.LongSkippedLine("cmd/rlnode"); line != "" {
+		testprog.Say(line)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

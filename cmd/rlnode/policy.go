@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -216,9 +217,25 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usageErr("rlnode policy set NAME --algorithm A --limit N --window D [--burst B]")
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	cur, exists, err := currentPolicy(ctx, a, pos[0])
+	if err != nil {
+		return err
+	}
+	var kept []string
+	if exists {
+		kept = keepUnchanged(cur, given, &alg, &consistency, &align, &timezone, &mode, &limits, &windows, &bursts)
+	}
 	p, err := policyFromFlags(pos[0], alg, limits, windows, bursts, policy.Policy{Consistency: consistency, Align: align, Timezone: timezone, Mode: mode})
 	if err != nil {
+		if len(kept) > 0 {
+			return usageErr("%v (kept from the current policy: %s; give those flags to change them)", err, strings.Join(kept, ", "))
+		}
 		return usageErr("%v", err)
+	}
+	if exists {
+		p.Envoy = cur.Envoy // no flag sets it: an Envoy mapping stays
 	}
 	var res struct {
 		Result string `json:"result"`
@@ -227,10 +244,60 @@ func policySet(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if a.json {
-		return printJSON(stdout, map[string]any{"result": res.Result, "policy": p})
+		return printJSON(stdout, map[string]any{"result": res.Result, "policy": p, "kept": kept})
 	}
 	fmt.Fprintf(stdout, "%s %s (%s %s)\n", res.Result, p.Name, p.Algorithm, limitsText(p))
+	if len(kept) > 0 {
+		fmt.Fprintf(stdout, "kept from the current policy: %s\n", strings.Join(kept, ", "))
+	}
 	return nil
+}
+
+// currentPolicy reads the policy policy set is about to replace; exists
+// is false when there is none yet (a 404).
+func currentPolicy(ctx context.Context, a *adminFlags, name string) (p policy.Policy, exists bool, err error) {
+	err = a.call(ctx, http.MethodGet, httpapi.PoliciesPath+"/"+url.PathEscape(name), nil, &p)
+	var ae *answerError
+	if errors.As(err, &ae) && ae.status == http.StatusNotFound {
+		return p, false, nil
+	}
+	return p, err == nil, err
+}
+
+// keepUnchanged fills what policy set was not given from the policy it
+// replaces, so `policy set api --limit 200 --window 1s` changes the limit
+// of a leased sliding-window policy and leaves it leased and sliding
+// (a PUT replaces the whole policy). It returns what it kept, as the
+// flags that would change it.
+func keepUnchanged(cur policy.Policy, given map[string]bool, alg, consistency, align, timezone, mode *string, limits, windows, bursts *repeated) []string {
+	cur = cur.Canonical()
+	var kept []string
+	keep := func(flag string, dst *string, v, shown string) {
+		if !given[flag] && v != "" && *dst != v {
+			*dst = v
+			kept = append(kept, "--"+flag+" "+shown)
+		}
+	}
+	keep("algorithm", alg, cur.Algorithm, cur.Algorithm)
+	keep("consistency", consistency, cur.Consistency, cur.Consistency)
+	keep("align", align, cur.Align, cur.Align)
+	keep("timezone", timezone, cur.Timezone, cur.Timezone)
+	keep("mode", mode, cur.Mode, cur.Mode)
+	if !given["limit"] && !given["window"] && !given["burst"] && len(cur.Limits) > 0 {
+		*limits, *windows, *bursts = nil, nil, nil
+		for _, l := range cur.Limits {
+			*limits = append(*limits, strconv.FormatInt(l.Limit, 10))
+			if l.Window != 0 || cur.Algorithm != policy.Concurrency {
+				*windows = append(*windows, l.Window.String())
+			}
+			*bursts = append(*bursts, strconv.FormatInt(cmp.Or(l.Burst, l.Limit), 10)) // burst 0 is the limit
+		}
+		if !slices.ContainsFunc(cur.Limits, func(l policy.Limit) bool { return l.Burst != 0 }) {
+			*bursts = nil // no burst given when it was set: none now either
+		}
+		kept = append(kept, "--limit/--window "+limitsText(cur))
+	}
+	return kept
 }
 
 // policyFromFlags builds and validates a policy from policy set's flags;

@@ -132,14 +132,24 @@ function renderSelf(s) {
   el.dataset.membership = s.membership || "";
 }
 
+// historyEveryMs is how often the page asks for the charts' history (the
+// node keeps it in 5 s steps; the table refreshes every second).
+const historyEveryMs = 5000;
+let historyAt = 0;
+
 async function refresh() {
   getJSON("../v1/status").then(renderSelf).catch(() => {});
   try {
-    const [members, top] = await Promise.all([getJSON("../v1/cluster/members"), getJSON("../v1/top?by=refused&n=10")]);
+    const withHistory = Date.now() - historyAt >= historyEveryMs;
+    const [members, top] = await Promise.all([getJSON("../v1/cluster/members"),
+      getJSON("../v1/top?by=refused&n=10" + (withHistory ? "&history=1" : ""))]);
     renderMembers(members.members);
     renderTop(top);
     const now = Date.now();
-    recordRates(top, now);
+    if (withHistory) {
+      setHistory(top.history);
+      historyAt = now;
+    }
     renderCharts(now);
     renderLeaseShare(members.members);
     $("data").hidden = false;

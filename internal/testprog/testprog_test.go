@@ -1,6 +1,7 @@
 package testprog
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -51,22 +52,19 @@ func TestNeedSkipsAndRecords(t *testing.T) {
 // The summary reaches stdout, which go test -json and -v pass on to a CI
 // log, not only a terminal that a CI run does not have.
 func TestReportWritesTheSummaryToStdout(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
 	mu.Lock()
 	skips = []Skip{{Test: "TestB", Program: "nginx", Install: "apt-get install nginx"}}
 	mu.Unlock()
-	Report()
-	os.Stdout = stdout
-	w.Close()
+	var stdout bytes.Buffer
+	var terminal []string
+	report(func(line string) bool { terminal = append(terminal, line); return true }, &stdout)
+	mu.Lock()
 	skips = nil
-	b := make([]byte, 4096)
-	n, _ := r.Read(b)
-	if !strings.Contains(string(b[:n]), "SKIPPED 1 tests, programs missing: nginx") {
-		t.Fatalf("stdout got %q; want the SKIPPED summary", b[:n])
+	mu.Unlock()
+	if !strings.Contains(stdout.String(), "SKIPPED 1 tests, programs missing: nginx") {
+		t.Fatalf("stdout got %q; want the SKIPPED summary", stdout.String())
+	}
+	if len(terminal) != 1 || terminal[0] != strings.TrimSpace(stdout.String()) {
+		t.Fatalf("terminal got %q; want the same line once", terminal)
 	}
 }

@@ -521,13 +521,3 @@ func ClientTLS(t testing.TB, dir string, withCert bool) *tls.Config {
 	}
 	return c
 }
-
-// Long skips a process test that takes seconds when the tests run with
-// -short, the fast loop; the full `go test ./...` and CI run it.
-func Long(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("long process test: skipped with -short")
-	}
-	heartbeat(t)
-}

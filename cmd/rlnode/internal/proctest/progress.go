@@ -28,10 +28,7 @@ type progress struct {
 var progressOf sync.Map // testing.TB -> *progress
 
 func heartbeat(t testing.TB) {
-	every := HeartbeatEvery
-	if d, err := time.ParseDuration(os.Getenv("RLNODE_TEST_HEARTBEAT")); err == nil && d > 0 {
-		every = d
-	}
+	every := heartbeatEvery()
 	p := &progress{start: time.Now(), step: "starting"}
 	progressOf.Store(t, p)
 	stop, done := make(chan struct{}), make(chan struct{})
@@ -56,6 +53,14 @@ func heartbeat(t testing.TB) {
 		<-done
 		progressOf.Delete(t)
 	})
+}
+
+// heartbeatEvery is HeartbeatEvery, or $RLNODE_TEST_HEARTBEAT.
+func heartbeatEvery() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("RLNODE_TEST_HEARTBEAT")); err == nil && d > 0 {
+		return d
+	}
+	return HeartbeatEvery
 }
 
 // note records what a long test is doing now.
