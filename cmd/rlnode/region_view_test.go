@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/httpapi"
+)
+
+// regionViewOf asks a node for GET /v1/cluster/region with the token.
+func regionViewOf(n *proctest.Node) (httpapi.RegionBody, error) {
+	var b httpapi.RegionBody
+	r, err := n.Do("GET", httpapi.RegionPath, polToken, nil)
+	if err != nil || r.Status != 200 {
+		return b, fmt.Errorf("GET %s on %s: %v %d %s", httpapi.RegionPath, n.ID, err, r.Status, r.Raw)
+	}
+	return b, json.Unmarshal(r.Raw, &b)
+}
+
+func regionKeyOf(b httpapi.RegionBody, policyName, client string) (httpapi.RegionKey, bool) {
+	for _, k := range b.Keys {
+		if k.Policy == policyName && k.Client == client {
+			return k, true
+		}
+	}
+	return httpapi.RegionKey{}, false
+}
+
+// TestRegionOperatorView: a parent and a three-node region (25 ms each
+// way between them); hits of a global policy of 50 a minute spend the
+// region's slices until the parent says the window is spent. GET
+// /v1/cluster/region (admin-guarded) on the region's leader then shows
+// the holder at the parent with its round trip and, for the key, the
+// units the parent lent, the hits' spend (exactly the allowed hits) and
+// the units refused for want of a slice; a follower shows the same
+// counters from its own state machine and names the leader; the parent
+// (in no region) answers 404; rlnode top --once prints the section.
+func TestRegionOperatorView(t *testing.T) {
+	proctest.Long(t)
+	const delay = 25 * time.Millisecond
+	m := startRegions(t, delay, map[string]regionSpec{"eu": {nodes: 3, extra: []string{"--cluster-token", polToken}}})
+	m.globalPolicy(t, "g", 50, "1m")
+	leader, follower := followerOf(t, m.nodes["eu"])
+
+	allowed, refused := 0, 0
+	for range 60 {
+		h := hitOnce(leader.URL(), "eu", "g", "alice")
+		switch {
+		case h.allowed:
+			allowed++
+		case h.status == 429:
+			refused++
+		}
+	}
+	if allowed > 50 || refused == 0 {
+		t.Fatalf("60 hits of a global 50/min: %d allowed, %d refused; want at most 50 allowed and some refused", allowed, refused)
+	}
+
+	if r, err := leader.Do("GET", httpapi.RegionPath, "", nil); err != nil || r.Status != 401 {
+		t.Fatalf("GET %s without the token: %v %d %s; want 401", httpapi.RegionPath, err, r.Status, r.Raw)
+	}
+	if r, err := m.parent.Do("GET", httpapi.RegionPath, "", nil); err != nil || r.Status != 404 || r.JSON["code"] != "not_found" {
+		t.Fatalf("GET %s on the parent (no region): %v %d %s; want 404 not_found", httpapi.RegionPath, err, r.Status, r.Raw)
+	}
+
+	var lv httpapi.RegionBody
+	proctest.Poll(t, 5*time.Second, func() error {
+		var err error
+		if lv, err = regionViewOf(leader); err != nil {
+			return err
+		}
+		// The leader's holder reads the counters every 20 ms.
+		if k, ok := regionKeyOf(lv, "g", "alice"); !ok || k.Spent != int64(allowed) || k.Short < int64(refused) {
+			return fmt.Errorf("leader's view %+v: want g/alice spent %d, short at least %d", lv, allowed, refused)
+		}
+		return nil
+	})
+	k, _ := regionKeyOf(lv, "g", "alice")
+	p := lv.Parent
+	switch {
+	case lv.Region != "eu" || !lv.Holder || lv.Node != leader.ID || lv.LeaderID != leader.ID:
+		t.Fatalf("leader's view names %q holder=%v node %q leader %q; want eu, the holder, %s", lv.Region, lv.Holder, lv.Node, lv.LeaderID, leader.ID)
+	case p.Holder != "region:eu" || p.Addrs != m.proxies["eu"].Addr || !p.Up || p.Calls == 0:
+		t.Fatalf("leader's parent view %+v: want holder region:eu at %s, up, with calls", p, m.proxies["eu"].Addr)
+	case p.RTTMs < float64(2*delay/time.Millisecond):
+		t.Fatalf("parent round trip %.1f ms through a proxy delaying %s each way", p.RTTMs, delay)
+	case k.Got < k.Spent || k.Held > k.Got-k.Spent-k.Returned || k.Short < int64(refused):
+		t.Fatalf("g/alice %+v after %d allowed and %d refused: want got >= spent, held <= got-spent-returned, short >= refused", k, allowed, refused)
+	case lv.KeysTotal != 1:
+		t.Fatalf("keysTotal %d; want 1", lv.KeysTotal)
+	}
+
+	proctest.Poll(t, 5*time.Second, func() error {
+		fv, err := regionViewOf(follower)
+		if err != nil {
+			return err
+		}
+		fk, ok := regionKeyOf(fv, "g", "alice")
+		if fv.Holder || fv.LeaderID != leader.ID || !ok || fk.Spent != k.Spent || fk.Got < k.Got {
+			return fmt.Errorf("follower's view %+v: want not the holder, leader %s, g/alice spent %d", fv, leader.ID, k.Spent)
+		}
+		return nil
+	})
+
+	out := topCLI(t, leader, "--once")
+	for _, want := range []string{"region eu, holder region:eu at parent " + m.proxies["eu"].Addr + ": up, round trip", "GLOBAL POLICY", "alice"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("rlnode top --once on the region's leader printed:\n%s\nwant %q", out, want)
+		}
+	}
+	if out := topCLI(t, follower, "--once"); !strings.Contains(out, "held by the region's leader "+leader.ID) {
+		t.Fatalf("rlnode top --once on a follower printed:\n%s\nwant it to name the leader", out)
+	}
+	if out := topCLI(t, m.parent, "--once"); strings.Contains(out, "region ") {
+		t.Fatalf("rlnode top --once on the parent printed a region section:\n%s", out)
+	}
+}
