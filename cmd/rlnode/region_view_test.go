@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
 	"github.com/rlnode/rlnode/httpapi"
 )
@@ -118,4 +120,22 @@ func TestRegionOperatorView(t *testing.T) {
 	if out := topCLI(t, m.parent, "--once"); strings.Contains(out, "region ") {
 		t.Fatalf("rlnode top --once on the parent printed a region section:\n%s", out)
 	}
+
+	// The status page shows the same, where a browser is at hand (CI
+	// installs chromium).
+	path := chromiumPath()
+	if path == "" {
+		t.Log("no chromium on PATH: the status page's region section is not checked")
+		return
+	}
+	b := startBrowser(t, path)
+	b.run("open /ui on the region's leader", chromedp.Navigate(leader.URL()+"/ui"))
+	b.run("type the token", chromedp.SendKeys(chromedp.ID("token"), polToken), chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
+	b.poll("the region section shows the key and the parent", fmt.Sprintf(`(() => {
+		const r = document.querySelector('#region-keys tr[data-policy="g"][data-key="alice"]');
+		return !document.getElementById("region").hidden && r !== null && r.children[4].textContent === %q &&
+			document.getElementById("region-summary").textContent.includes("parent up, round trip");
+	})()`, fmt.Sprint(k.Spent)))
+	b.run("open /ui on the parent", chromedp.Navigate(m.parent.URL()+"/ui"))
+	b.poll("the parent's page has members and no region section", `document.querySelectorAll('#members tbody tr').length > 0 && document.getElementById("region").hidden`)
 }
