@@ -62,12 +62,12 @@ type RegionBody struct {
 	LeaderID string       `json:"leaderId"`
 	Parent   RegionParent `json:"parent"`
 	// Keys are the global keys with slice state, most units spent
-	// first, at most 100 of KeysTotal; StatsAgeMs is how old the
-	// reading of them is (the leader's holder reads them every 20 ms, a
-	// follower at most once a second).
-	Keys       []RegionKey `json:"keys"`
-	KeysTotal  int         `json:"keysTotal"`
-	StatsAgeMs int64       `json:"statsAgeMs"`
+	// first, at most 100 of KeysTotal; StatsReadAtMs is when this node
+	// read them from its state machine (Unix ms; the leader's holder
+	// reads them every 20 ms, a follower at most once a second).
+	Keys          []RegionKey `json:"keys"`
+	KeysTotal     int         `json:"keysTotal"`
+	StatsReadAtMs int64       `json:"statsReadAtMs"`
 }
 
 // region is GET /v1/cluster/region: this node's region, its holder at

@@ -35,8 +35,9 @@ type View struct {
 	// MaxViewKeys; KeysTotal is how many keys have slice state.
 	Keys      []KeyView
 	KeysTotal int
-	// StatsAge is how old the state machine reading behind Keys is.
-	StatsAge time.Duration
+	// StatsAt is when the state machine reading behind Keys was taken
+	// (zero before the first).
+	StatsAt time.Time
 }
 
 // MaxViewKeys bounds the keys a View lists (metrics label values).
@@ -84,10 +85,7 @@ func (h *Holder) view(anyNode bool) (View, bool) {
 	default:
 		return v, false
 	}
-	v.KeysTotal = len(stats)
-	if !at.IsZero() {
-		v.StatsAge = time.Since(at)
-	}
+	v.KeysTotal, v.StatsAt = len(stats), at
 	for _, s := range stats {
 		v.Keys = append(v.Keys, KeyView{Policy: s.Policy, Client: s.Client, Held: s.Held, Spent: s.Spent,
 			Short: s.Short, Returned: s.Withdrawn, Got: s.Got})

@@ -122,7 +122,7 @@ func (s regionStatus) RegionStatus() httpapi.RegionBody {
 	v := s.h.StatusView()
 	lid, _ := s.node.Leader()
 	b := httpapi.RegionBody{Region: v.Region, Holder: v.Leader, LeaderID: lid, KeysTotal: v.KeysTotal,
-		StatsAgeMs: v.StatsAge.Milliseconds(), Keys: make([]httpapi.RegionKey, 0, len(v.Keys)),
+		StatsReadAtMs: unixMsOrZero(v.StatsAt), Keys: make([]httpapi.RegionKey, 0, len(v.Keys)),
 		Parent: httpapi.RegionParent{Addrs: s.parent, Holder: region.HolderID(v.Region), Up: v.ParentUp,
 			RTTMs: float64(v.ParentRTT.Microseconds()) / 1000, Calls: v.ParentCalls, Failures: v.ParentFailed,
 			UnitsReturned: v.UnitsReturned}}
@@ -145,4 +145,11 @@ func (v regionView) RegionView() metrics.RegionView {
 			Short: k.Short, Returned: k.Returned, Got: k.Got})
 	}
 	return out
+}
+
+func unixMsOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +142,79 @@ func TestRegionOperatorView(t *testing.T) {
 	})()`, fmt.Sprint(k.Spent)))
 	b.run("open /ui on the parent", chromedp.Navigate(m.parent.URL()+"/ui"))
 	b.poll("the parent's page has members and no region section", `document.querySelectorAll('#members tbody tr').length > 0 && document.getElementById("region").hidden`)
+}
+
+// TestAttackRegionViewFloodOnAFollower: with 300 global keys warm in a
+// region, 400 requests for GET /v1/cluster/region at once on a follower
+// each list at most 100 keys, most spent first, and the follower reads
+// its state machine's slice counters at most once a second however many
+// ask (the answers name at most one reading, statsReadAtMs, per second
+// of the flood).
+func TestAttackRegionViewFloodOnAFollower(t *testing.T) {
+	proctest.Long(t)
+	m := startRegions(t, 5*time.Millisecond, map[string]regionSpec{"eu": {nodes: 3, extra: []string{"--cluster-token", polToken}}})
+	m.globalPolicy(t, "g", 1_000_000, "1h")
+	leader, follower := followerOf(t, m.nodes["eu"])
+
+	const keys = 300
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ctx.Err() == nil; i = (i + 10) % keys {
+				hitOnce(leader.URL(), "eu", "g", fmt.Sprintf("c%03d", i))
+			}
+		}()
+	}
+	proctest.Poll(t, 30*time.Second, func() error {
+		v, err := regionViewOf(follower)
+		if err == nil && v.KeysTotal < keys {
+			err = fmt.Errorf("follower's view: %d keys with slices, want %d", v.KeysTotal, keys)
+		}
+		return err
+	})
+
+	type answer struct {
+		at   time.Time
+		body httpapi.RegionBody
+		err  error
+	}
+	const askers, each = 40, 10
+	answers := make(chan answer, askers*each)
+	floodStart := time.Now()
+	var flood sync.WaitGroup
+	for range askers {
+		flood.Add(1)
+		go func() {
+			defer flood.Done()
+			for range each {
+				b, err := regionViewOf(follower)
+				answers <- answer{at: time.Now(), body: b, err: err}
+			}
+		}()
+	}
+	flood.Wait()
+	elapsed := time.Since(floodStart)
+	close(answers)
+	readings := map[int64]bool{}
+	n := 0
+	for a := range answers {
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		b := a.body
+		if len(b.Keys) > 100 || b.KeysTotal < keys || b.Holder || !slices.IsSortedFunc(b.Keys, func(x, y httpapi.RegionKey) int { return cmp.Compare(y.Spent, x.Spent) }) {
+			t.Fatalf("follower's view lists %d of %d keys (holder %v), want at most 100 of at least %d, most spent first", len(b.Keys), b.KeysTotal, b.Holder, keys)
+		}
+		readings[b.StatsReadAtMs] = true
+		n++
+	}
+	groups := len(readings)
+	if most := int(elapsed/time.Second) + 2; groups > most {
+		t.Fatalf("%d answers in %s came from %d readings of the state machine, want at most %d (one a second)", n, elapsed, groups, most)
+	}
+	t.Logf("%d answers in %s from %d readings of the slice counters", n, elapsed.Round(time.Millisecond), groups)
 }
