@@ -144,6 +144,9 @@ type Config struct {
 	// (rlnode serve --region, --parent): global policies are then the
 	// parent's to write (region.go).
 	Region, Parent string
+	// RegionView, on a region's node, serves GET /v1/cluster/region
+	// (nil: that route answers 404).
+	RegionView RegionViewer
 	// Gubernator, when set, serves gubernator's HTTP gateway paths
 	// (POST /v1/GetRateLimits, GET /v1/HealthCheck; gubapi.Gateway).
 	Gubernator GubernatorGateway

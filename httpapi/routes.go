@@ -124,6 +124,7 @@ func (a *API) routes() []Route {
 		{Method: post, Path: TransferPath, Guard: Admin, MaxBody: MaxBodyCall, Handle: a.transfer},
 		{Method: post, Path: "/v1/cluster/snapshot", Guard: Admin, MaxBody: MaxBodyCall, Handle: a.snapshot},
 		{Method: get, Path: "/v1/cluster/members", Guard: Admin, Handle: a.members},
+		{Method: get, Path: RegionPath, Guard: Admin, Handle: a.region},
 		{Method: get, Path: BackupPath, Guard: Admin, Handle: a.backup},
 		{Method: post, Path: RestorePath, Guard: Admin, Query: []string{"force"}, MaxBody: bodyStreamed, Handle: a.restore},
 

@@ -430,8 +430,13 @@ func unixMs(t time.Time) int64 {
 
 // observed is what the holder reports (metrics.go).
 type observed struct {
-	mu                       sync.Mutex
-	stats                    []fsm.SliceStat
+	mu      sync.Mutex
+	stats   []fsm.SliceStat
+	statsAt time.Time
+	// fmu guards a follower's reading of the slice counters (view.go).
+	fmu                      sync.Mutex
+	fstats                   []fsm.SliceStat
+	fstatsAt                 time.Time
 	rttNs, lastOK            atomic.Int64
 	calls, failures, got, up atomic.Int64
 	returnedUnits            atomic.Int64
@@ -439,7 +444,7 @@ type observed struct {
 
 func (o *observed) setStats(s []fsm.SliceStat) {
 	o.mu.Lock()
-	o.stats = s
+	o.stats, o.statsAt = s, time.Now()
 	o.mu.Unlock()
 }
 

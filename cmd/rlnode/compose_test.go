@@ -39,38 +39,14 @@ func TestComposeCluster(t *testing.T) {
 	proctest.Long(t) // it builds an image and runs three containers
 	compose := composeCommand(t)
 	root := composeRepoRoot(t)
-	for _, tool := range []string{"bash", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found in PATH: needed to build the image with scripts/build-image.sh", tool)
-		}
-	}
 	start := time.Now()
 	project := "rlnodetest" + composeRandHex(4)
 	token := composeRandHex(16)
 	const limit = 10 // RLNODE_LIMIT below; the window is 60s so it cannot lapse mid-test
 	t.Logf("compose command %q, project %s", strings.Join(compose, " "), project)
 
-	// Image: built under the project's name, so the test neither needs nor
-	// overwrites the user's rlnode:latest, and removed at the end.
-	build := exec.Command("bash", filepath.Join(root, "scripts", "build-image.sh"))
-	build.Dir = root
-	build.Env = append(os.Environ(), "IMAGE="+project)
-	var buildErr bytes.Buffer
-	build.Stderr = &buildErr
-	out, err := build.Output()
-	lines := strings.Fields(string(out))
-	if err != nil || len(lines) == 0 {
-		t.Fatalf("scripts/build-image.sh: %v\n%s%s", err, buildErr.String(), out)
-	}
-	images := []string{project + ":latest", lines[len(lines)-1]}
-	// A new user's next step after building: the token Compose needs.
-	if !strings.Contains(buildErr.String(), "next: scripts/compose-env.sh") {
-		t.Errorf("scripts/build-image.sh does not point at scripts/compose-env.sh:\n%s", buildErr.String())
-	}
-	t.Cleanup(func() {
-		_, _ = composeRun(context.Background(), nil, "docker", append([]string{"image", "rm", "-f"}, images...)...)
-	})
-	t.Logf("built %v in %s", images, time.Since(start).Round(100*time.Millisecond))
+	composeBuildImage(t, root, project)
+	t.Logf("built the image in %s", time.Since(start).Round(100*time.Millisecond))
 
 	ports := composeFreePorts(t, 3)
 	env := []string{
@@ -191,7 +167,7 @@ func TestComposeCluster(t *testing.T) {
 			survivors = append(survivors, i)
 		}
 	}
-	out, err = c.run(ctx, "ps", "-q", leader)
+	out, err := c.run(ctx, "ps", "-q", leader)
 	cid := strings.TrimSpace(string(out))
 	if err != nil || cid == "" || strings.ContainsAny(cid, " \n") {
 		t.Fatalf("compose ps -q %s: %v %q", leader, err, out)
@@ -280,6 +256,36 @@ func TestComposeCluster(t *testing.T) {
 		t.Errorf("spent client via restarted %s: %d, want 429\n%s", leader, r.status, r.body)
 	}
 	t.Logf("total %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+// composeBuildImage builds the image with scripts/build-image.sh under
+// the project's name, so a test neither needs nor overwrites the user's
+// rlnode:latest, and removes it when the test ends.
+func composeBuildImage(t *testing.T, root, project string) {
+	t.Helper()
+	for _, tool := range []string{"bash", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found in PATH: needed to build the image with scripts/build-image.sh", tool)
+		}
+	}
+	build := exec.Command("bash", filepath.Join(root, "scripts", "build-image.sh"))
+	build.Dir = root
+	build.Env = append(os.Environ(), "IMAGE="+project)
+	var buildErr bytes.Buffer
+	build.Stderr = &buildErr
+	out, err := build.Output()
+	lines := strings.Fields(string(out))
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("scripts/build-image.sh: %v\n%s%s", err, buildErr.String(), out)
+	}
+	images := []string{project + ":latest", lines[len(lines)-1]}
+	// A new user's next step after building: the token Compose needs.
+	if !strings.Contains(buildErr.String(), "next: scripts/compose-env.sh") {
+		t.Errorf("scripts/build-image.sh does not point at scripts/compose-env.sh:\n%s", buildErr.String())
+	}
+	t.Cleanup(func() {
+		_, _ = composeRun(context.Background(), nil, "docker", append([]string{"image", "rm", "-f"}, images...)...)
+	})
 }
 
 // composeProject runs Compose for one throwaway project.

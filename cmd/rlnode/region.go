@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/rlnode/rlnode/cluster"
+	"github.com/rlnode/rlnode/httpapi"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/region"
@@ -71,11 +72,12 @@ func (r *regionFlags) seedable(file string, ps []policy.Policy) error {
 	return nil
 }
 
-// start runs the region's holder when --region is set; stop ends it
-// before the node closes.
-func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tlsconf.Source, logger hclog.Logger) (stop func(), err error) {
+// holder makes the region's holder when --region is set (nil
+// otherwise); start runs it, and its stop ends it before the node
+// closes.
+func (r *regionFlags) holder(node *cluster.Node, tlsSrc *tlsconf.Source, logger hclog.Logger) (*region.Holder, error) {
 	if r.name == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	cfg := r.config()
 	cfg.Logger = logger.Named("region")
@@ -87,14 +89,48 @@ func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tl
 	if cfg.BrokenIgnoreDeadline {
 		logger.Warn("TESTING ONLY: this region spends slices past their deadline and can exceed global limits")
 	}
-	h, err := region.New(cfg, node)
-	if err != nil {
-		return nil, err
+	return region.New(cfg, node)
+}
+
+// start runs h (when there is one) and says how to stop it.
+func (r *regionFlags) start(h *region.Holder, obs *metrics.Metrics, logger hclog.Logger) (stop func()) {
+	if h == nil {
+		return func() {}
 	}
-	obs.WatchRegion(regionView{h})
+	obs.WatchRegion(regionView{h: h})
 	h.Start()
 	logger.Info("region holder started", "region", r.name, "parent", r.parent, "holder", region.HolderID(r.name))
-	return h.Stop, nil
+	return h.Stop
+}
+
+// statusView is what GET /v1/cluster/region serves (nil: no region).
+func (r *regionFlags) statusView(h *region.Holder, node *cluster.Node) httpapi.RegionViewer {
+	if h == nil {
+		return nil
+	}
+	return regionStatus{h: h, node: node, parent: r.parent}
+}
+
+// regionStatus adapts the holder's view to the HTTP API's.
+type regionStatus struct {
+	h      *region.Holder
+	node   *cluster.Node
+	parent string
+}
+
+func (s regionStatus) RegionStatus() httpapi.RegionBody {
+	v := s.h.StatusView()
+	lid, _ := s.node.Leader()
+	b := httpapi.RegionBody{Region: v.Region, Holder: v.Leader, LeaderID: lid, KeysTotal: v.KeysTotal,
+		StatsReadAtMs: unixMsOrZero(v.StatsAt), Keys: make([]httpapi.RegionKey, 0, len(v.Keys)),
+		Parent: httpapi.RegionParent{Addrs: s.parent, Holder: region.HolderID(v.Region), Up: v.ParentUp,
+			RTTMs: float64(v.ParentRTT.Microseconds()) / 1000, Calls: v.ParentCalls, Failures: v.ParentFailed,
+			UnitsReturned: v.UnitsReturned}}
+	for _, k := range v.Keys {
+		b.Keys = append(b.Keys, httpapi.RegionKey{Policy: k.Policy, Client: k.Client, Held: k.Held, Got: k.Got,
+			Spent: k.Spent, Returned: k.Returned, Short: k.Short})
+	}
+	return b
 }
 
 // regionView adapts the holder's view to the metrics room's.
@@ -109,4 +145,11 @@ func (v regionView) RegionView() metrics.RegionView {
 			Short: k.Short, Returned: k.Returned, Got: k.Got})
 	}
 	return out
+}
+
+func unixMsOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

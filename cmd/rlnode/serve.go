@@ -368,13 +368,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
 	gubSvc := gubernatorService(node, obs)
-	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent, Gubernator: gubapi.NewGateway(gubSvc)})
-	stopRegion, err := c.region.start(node, obs, tlsSrc, logger)
+	holder, err := c.region.holder(node, tlsSrc, logger)
 	if err != nil {
 		return err
 	}
-	defer stopRegion()
+	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
+		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent, RegionView: c.region.statusView(holder, node),
+		Gubernator: gubapi.NewGateway(gubSvc)})
+	defer c.region.start(holder, obs, logger)()
 	// The public API, and the node-to-node endpoints the cluster serves
 	// itself.
 	srv := httpapi.NewServer(node.Mount(api.Handler()), logger, c.httpLimits.bodyBudget)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,10 +20,13 @@ import (
 )
 
 // topView is what one frame of `rlnode top` shows: GET /v1/cluster/members
-// and GET /v1/top, both admin-guarded.
+// and GET /v1/top, and on a region's node GET /v1/cluster/region, all
+// admin-guarded.
 type topView struct {
 	Members []cluster.Member `json:"members"`
 	Top     httpapi.TopBody  `json:"top"`
+	// Region is the asked node's region view (absent outside a region).
+	Region *httpapi.RegionBody `json:"region,omitempty"`
 }
 
 // runTop is `rlnode top`: the cluster, per-policy rates and the most
@@ -81,7 +85,21 @@ func fetchTop(ctx context.Context, a *adminFlags, query string) (topView, error)
 		return v, err
 	}
 	v.Members = ms.Members
-	return v, a.call(ctx, http.MethodGet, "/v1/top?"+query, nil, &v.Top)
+	if err := a.call(ctx, http.MethodGet, "/v1/top?"+query, nil, &v.Top); err != nil {
+		return v, err
+	}
+	var rb httpapi.RegionBody
+	err := a.call(ctx, http.MethodGet, httpapi.RegionPath, nil, &rb)
+	var ae *answerError
+	switch {
+	case errors.As(err, &ae) && ae.status == http.StatusNotFound:
+		// Not a region's node (or a release before regions).
+	case err != nil:
+		return v, err
+	default:
+		v.Region = &rb
+	}
+	return v, nil
 }
 
 // topLoop redraws every interval until ctx ends or q is typed. On a
@@ -196,7 +214,40 @@ func renderTop(w io.Writer, v topView, now time.Time) error {
 		fmt.Fprintf(w, ", %d hits not sampled (recorder busy)", t.Dropped)
 	}
 	fmt.Fprintln(w)
+	if v.Region != nil {
+		renderRegion(w, *v.Region)
+	}
 	return nil
+}
+
+// renderRegion is top's region section: the holder at the parent and
+// per global key the slice units (docs/multi-region.md, "Operator's
+// view").
+func renderRegion(w io.Writer, r httpapi.RegionBody) {
+	p := r.Parent
+	fmt.Fprintf(w, "\nregion %s, holder %s at parent %s: ", r.Region, p.Holder, p.Addrs)
+	if r.Holder {
+		up := "down (no slice request succeeded in 3 s)"
+		if p.Up {
+			up = "up"
+		}
+		fmt.Fprintf(w, "%s, round trip %.1fms, %d calls, %d failed, %d units returned\n", up, p.RTTMs, p.Calls, p.Failures, p.UnitsReturned)
+	} else {
+		fmt.Fprintf(w, "held by the region's leader %s (ask it for the parent's round trip)\n", orDash(r.LeaderID))
+	}
+	if len(r.Keys) == 0 {
+		fmt.Fprintln(w, "no global key has slices")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GLOBAL POLICY\tCLIENT\tHELD\tGOT\tSPENT\tRETURNED\tSHORT")
+	for _, k := range r.Keys {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", k.Policy, k.Client, k.Held, k.Got, k.Spent, k.Returned, k.Short)
+	}
+	tw.Flush()
+	if r.KeysTotal > len(r.Keys) {
+		fmt.Fprintf(w, "(%d of %d keys, most spent first)\n", len(r.Keys), r.KeysTotal)
+	}
 }
 
 // lastPart is the innermost cause of a wrapped error ("connection

@@ -20,12 +20,20 @@ import (
 // without one. CI installs it (.ci/run).
 func chromium(t *testing.T) string {
 	t.Helper()
+	if p := chromiumPath(); p != "" {
+		return p
+	}
+	t.Skip("no chromium on PATH: apt-get install chromium (CI does) to run the status page's browser test")
+	return ""
+}
+
+// chromiumPath is chromium's (or Chrome's) path, "" without one.
+func chromiumPath() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	t.Skip("no chromium on PATH: apt-get install chromium (CI does) to run the status page's browser test")
 	return ""
 }
 
@@ -86,37 +94,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		dead = nodes[2]
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	// The first Run starts the browser for the context's whole life, so
-	// it gets no timeout; each step below has one.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	poll := func(what, expr string) {
-		t.Helper()
-		run(what, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
-	}
-	eval := func(expr string) int {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		return v
-	}
+	b := startBrowser(t, browser)
+	ctx, run, poll, eval := b.ctx, b.run, b.poll, b.eval
 	run("open /ui without the token", chromedp.Navigate(asked.URL()+"/ui"))
 	poll("the page asks for the token", `document.getElementById("error").textContent.includes("needs the cluster token")`)
 	if shown, rows := eval(`document.getElementById("data").hidden ? 0 : 1`), eval(`document.querySelectorAll("#members tbody tr, #top tbody tr").length`); shown != 0 || rows != 0 {
@@ -150,4 +129,52 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("status page screenshot: %s", path)
+}
+
+// browser is a headless chromium for one test, with steps that fail the
+// test: run (each step 90 s at most), poll (until a JavaScript
+// expression is true, 60 s) and eval (an int).
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// startBrowser starts chromium at path until the test ends.
+func startBrowser(t *testing.T, path string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	// The first Run starts the browser for the context's whole life, so
+	// it gets no timeout; each step has one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return &browser{t: t, ctx: ctx}
+}
+
+func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	sctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b *browser) poll(what, expr string) {
+	b.t.Helper()
+	b.run(what, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
+}
+
+func (b *browser) eval(expr string) int {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](expr))
+	if err != nil {
+		b.t.Fatalf("%s: %v", expr, err)
+	}
+	return v
 }

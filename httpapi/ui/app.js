@@ -137,14 +137,51 @@ function renderSelf(s) {
 const historyEveryMs = 5000;
 let historyAt = 0;
 
+// renderRegion shows a region's slices per global key and its holder at
+// the parent; a node in no region answers 404 and the section stays hidden.
+function renderRegion(r) {
+  const sec = $("region");
+  sec.hidden = !r;
+  if (!r) return;
+  const p = r.parent;
+  $("region-summary").textContent = r.region + " · holder " + p.holder + " at " + p.addrs + " · " + (r.holder ?
+    (p.up ? "parent up" : "parent DOWN") + ", round trip " + p.rttMs.toFixed(1) + " ms, " + p.calls + " calls, " +
+    p.failures + " failed, " + p.unitsReturned + " units returned" :
+    "this node is a follower: the leader (" + (r.leaderId || "none") + ") holds the slices and knows the round trip");
+  sec.dataset.parentUp = String(p.up);
+  const body = $("region-keys").tBodies[0];
+  body.replaceChildren();
+  for (const k of r.keys) {
+    const tr = document.createElement("tr");
+    tr.dataset.policy = k.policy;
+    tr.dataset.key = k.client;
+    cell(tr, k.policy);
+    cell(tr, k.client);
+    for (const n of [k.held, k.got, k.spent, k.returned, k.short]) cell(tr, n, "num");
+    body.appendChild(tr);
+  }
+}
+
+async function getRegion() {
+  try {
+    return await getJSON("../v1/cluster/region");
+  } catch (e) {
+    if (/HTTP 404/.test(e.message)) return null;
+    throw e;
+  }
+}
+
 async function refresh() {
   getJSON("../v1/status").then(renderSelf).catch(() => {});
   try {
     const withHistory = Date.now() - historyAt >= historyEveryMs;
     const [members, top] = await Promise.all([getJSON("../v1/cluster/members"),
       getJSON("../v1/top?by=refused&n=10" + (withHistory ? "&history=1" : ""))]);
+
+    const [members, top, region] = await Promise.all([getJSON("../v1/cluster/members"), getJSON("../v1/top?by=refused&n=10"), getRegion()]);
     renderMembers(members.members);
     renderTop(top);
+    renderRegion(region);
     const now = Date.now();
     if (withHistory) {
       setHistory(top.history);
