@@ -105,9 +105,10 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("GET "+ConfigurationPath, n.serveConfiguration)
 	mux.HandleFunc("POST "+RemovedPath, n.removal.serveNotice)
 	n.mountLeaderOps(mux)
-	n.mountLeaseOps(mux)
+	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
+	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
 	n.mountPermitOps(mux)
-	n.mountCallOps(mux)
+	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
 	return n.requireToken(mux)
 }
 

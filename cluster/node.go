@@ -46,7 +46,6 @@ type Node struct {
 	internal  http.Handler
 
 	leaderBatch  *groupCommit
-	callCommit   callCommitter // per-call items (gubernator's API) on the leader
 	promoter     promoter
 	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
 	backups      *Backups      // backup and restore (backup.go)
@@ -66,6 +65,8 @@ type Node struct {
 	leaseObs   LeaseObserver
 	holder     *holder
 	budgets    *Budgets
+	leases     *Leases
+	calls      *Calls      // per-call items (gubernator's API)
 	digests    digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
@@ -119,7 +120,10 @@ func Open(cfg Config) (*Node, error) {
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
-	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
+	n.leases = &Leases{route: nodeRoute{n}, log: n, table: n, clocks: n.clockCheck, obs: n.leaseObs,
+		maxClockOffset: cfg.MaxClockOffset, tracer: n.tracer}
+	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys}, top: n.views.top}
+	n.budgets = newBudgets(nodeRoute{n}, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
@@ -136,6 +140,7 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.leases.local = n.holder
 	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
 	n.backups = &Backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
 		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyWriter.mu, log: n.log}
