@@ -86,6 +86,10 @@ func (c stateCounts) ReservedBytesOfOwner(owner string) int64 {
 }
 func (c stateCounts) ReservedBytes() int64      { return c.n.fsm.ReservedBytes() }
 func (c stateCounts) BudgetsDue(now int64) bool { return c.n.fsm.BudgetsDue(now) }
+func (c stateCounts) LivePermits() []fsm.PermitView {
+	return c.n.fsm.LivePermits()
+}
+func (c stateCounts) PermitsByPolicy() map[string]int64 { return c.n.fsm.PermitsByPolicy() }
 
 // Budgets is this node's permits and reservations, the value the front
 // ends take.

@@ -99,9 +99,6 @@ type callsRoute interface {
 	calls(ctx context.Context, req CallsRequest) (CallsAnswer, error)
 }
 
-// Calls is this node's per-call limits, the value gubernator's API takes.
-func (n *Node) Calls() *Calls { return n.calls }
-
 // Decide decides every item through one log entry on the leader
 // (forwarded when this node does not lead). Items must be valid
 // (fsm.ValidateCallItem: front ends answer bad ones per item and leave

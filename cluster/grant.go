@@ -125,10 +125,6 @@ type leaseLog interface {
 	applyLease(grant bool, encode func(now int64) []byte) (any, error)
 }
 
-// Leases is this node's grants, returns and refunds, the value the front
-// ends take.
-func (n *Node) Leases() *Leases { return n.leases }
-
 // LeaseFor is the lease to ask for so that a grant stays usable for
 // usable: a token bucket's grant is usable the cluster's --max-clock-offset
 // less than its lease (usableFor), so it is asked that much longer. Every

@@ -86,13 +86,6 @@ func (n *Node) JoinAt(ctx context.Context, j JoinRequest) (JoinResult, error) {
 	return opJoin.do(ctx, n, j)
 }
 
-func (n *Node) join(_ context.Context, j JoinRequest) (JoinResult, error) {
-	if err := n.joinOnLeader(j); err != nil {
-		return JoinResult{}, err
-	}
-	return JoinResult{Index: n.raft.LastIndex()}, nil
-}
-
 func (n *Node) joinOnLeader(j JoinRequest) error {
 	if err := n.checkJoinerFormat(j); err != nil {
 		return err
@@ -146,10 +139,6 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 func (n *Node) Remove(ctx context.Context, id string) error {
 	_, err := opRemove.do(ctx, n, RemoveRequest{ID: id})
 	return err
-}
-
-func (n *Node) remove(_ context.Context, r RemoveRequest) (none, error) {
-	return none{}, n.removeOnLeader(r.ID)
 }
 
 func (n *Node) removeOnLeader(id string) error {

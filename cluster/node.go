@@ -51,10 +51,9 @@ type Node struct {
 	backups      *Backups      // backup and restore (backup.go)
 	policyWriter *policyWriter // the policy table's writes on the leader (policies.go)
 	// raftRef is raft for goroutines that start before it exists (the
-	// Raft guard's accept loop); peerIPs are the members' addresses.
+	// Raft guard's accept loop).
 	raftRef    atomic.Pointer[raft.Raft]
-	peerIPs    atomic.Pointer[map[string]bool]
-	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
+	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts, and IPs
 	clockCheck *clockCheck
 	formats    *peerFormats // members' formats, for the version gate
 	// formatMark is the format the data dir records (storage.FormatFile);
@@ -67,6 +66,7 @@ type Node struct {
 	budgets    *Budgets
 	leases     *Leases
 	calls      *Calls      // per-call items (gubernator's API)
+	slices     *Slices     // a region's slices (slices.go)
 	digests    digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
@@ -140,6 +140,7 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.slices = &Slices{log: nodeSlices{n}, state: n.fsm}
 	n.leases.local = n.holder
 	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
 	n.backups = &Backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
@@ -157,7 +158,10 @@ func Open(cfg Config) (*Node, error) {
 	}()
 	go n.watchLeadership()
 	go n.runClockCheck()
-	go n.runLagWatch()
+	go func() {
+		defer n.wg.Done()
+		n.lag.run(cfg.ID, nodeLag{n}, n.stop)
+	}()
 	return n, nil
 }
 
@@ -250,7 +254,7 @@ func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *raftFSM) Apply(l *raft.Log) any {
 	res := f.fsm.Apply(l)
 	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
-		(*Node)(f).rememberPeerAddrs()
+		f.peerAddrs.remember(f.cfg.ID, f.fsm.Nodes())
 	}
 	if l.Type == raft.LogCommand {
 		f.observeTime()
@@ -270,7 +274,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.observeTime()
-	(*Node)(f).rememberPeerAddrs()
+	f.peerAddrs.remember(f.cfg.ID, f.fsm.Nodes())
 	return nil
 }
 
@@ -359,6 +363,18 @@ func (n *Node) Views() *Views { return n.views }
 // Backups is this node's backup and restore, the value the front ends
 // take.
 func (n *Node) Backups() *Backups { return n.backups }
+
+// Leases is this node's grants, returns and refunds (grant.go), the value
+// the front ends take.
+func (n *Node) Leases() *Leases { return n.leases }
+
+// Slices is this node's slices of its parent's grants (slices.go), the
+// value a region's holder takes.
+func (n *Node) Slices() *Slices { return n.slices }
+
+// Calls is this node's per-call limits (calls.go), the value gubernator's
+// API takes.
+func (n *Node) Calls() *Calls { return n.calls }
 
 // BootstrapExpect runs the symmetric bootstrap until this node belongs to
 // a cluster, then records its metadata through an ordinary join.

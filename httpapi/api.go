@@ -93,7 +93,6 @@ type Node interface {
 	ClusterAdmin
 	Health
 	Debug
-	PermitCounter
 	CounterAdmin
 }
 

@@ -87,7 +87,7 @@ func (r *regionFlags) start(node *cluster.Node, obs *metrics.Metrics, tlsSrc *tl
 	if cfg.BrokenIgnoreDeadline {
 		logger.Warn("TESTING ONLY: this region spends slices past their deadline and can exceed global limits")
 	}
-	h, err := region.New(cfg, node)
+	h, err := region.New(cfg, node, node.Slices())
 	if err != nil {
 		return nil, err
 	}

@@ -363,7 +363,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	obs.WatchNode(node)
 	obs.WatchDisk(node.Views())
-	obs.WatchPermits(node)
+	obs.WatchPermits(node.Budgets())
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
