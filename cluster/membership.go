@@ -248,7 +248,7 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
-	if _, member := n.suffrage(); !member || n.isRemoved() || n.raft.State() == raft.Shutdown {
+	if _, member := n.suffrage(); !member || n.removal.isRemoved() || n.raft.State() == raft.Shutdown {
 		// Already removed (raft shuts itself down when its own removal
 		// commits): nothing to leave. Asking the cluster anyway retried
 		// until the shutdown timeout, against a leader it cannot know.
@@ -266,7 +266,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	for {
 		err := n.Remove(ctx, n.cfg.ID)
-		if err == nil || n.isRemoved() {
+		if err == nil || n.removal.isRemoved() {
 			// Removed, whether this call's answer got back or not.
 			return nil
 		}

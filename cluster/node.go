@@ -115,7 +115,7 @@ func Open(cfg Config) (*Node, error) {
 	n.formats = newPeerFormats(time.Now)
 	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
-	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
+	n.fwd = newForwarder(cfg, nodeForward{n}, n.stop, n.tracer)
 	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
@@ -430,8 +430,8 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
-	if n.isRemoved() {
-		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.notMember())
+	if n.removal.isRemoved() {
+		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.removal.notMember())
 	}
 	if err := n.logWatch.failing(); err != nil {
 		return err
