@@ -52,30 +52,30 @@ func (h *hungLeader) avoid(id string) bool {
 	return id != "" && id == h.id && time.Since(h.at) < hungRetryAfter
 }
 
-// forwardBounded runs call (a forward to the leader) within
-// GrantAttemptTimeout, first waiting for a new leader if the current one
-// did not answer the last attempt.
-func (n *Node) forwardBounded(ctx context.Context, call func(context.Context) error) error {
-	id, _ := n.Leader()
-	for n.hung.avoid(id) {
+// forwardBounded runs call (a forward to the leader, which leader names)
+// within GrantAttemptTimeout, first waiting for a new leader if the
+// current one did not answer the last attempt.
+func (h *hungLeader) forwardBounded(ctx context.Context, leader func() (id, httpAddr string), stop <-chan struct{}, call func(context.Context) error) error {
+	id, _ := leader()
+	for h.avoid(id) {
 		select {
 		case <-ctx.Done():
 			return notCounted(nil, fmt.Errorf("leader %s did not answer within %s, and no other is known yet: %w", id, GrantAttemptTimeout, ctx.Err()))
-		case <-n.stop:
+		case <-stop:
 			return notCounted(nil, ErrClosed)
 		case <-time.After(20 * time.Millisecond):
 		}
-		id, _ = n.Leader()
+		id, _ = leader()
 	}
 	actx, cancel := context.WithTimeout(ctx, GrantAttemptTimeout)
 	defer cancel()
 	err := call(actx)
 	if err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
-		n.hung.mark(id)
+		h.mark(id)
 		return notCounted(nil, fmt.Errorf("leader %s did not answer within %s (if it applies the grant later, its units lapse unspent): %w", id, GrantAttemptTimeout, err))
 	}
 	if err == nil {
-		n.hung.clear(id)
+		h.clear(id)
 	}
 	return err
 }

@@ -47,7 +47,7 @@ func TestGrantSkipsAHungLeader(t *testing.T) {
 	c.WaitConverged(5 * time.Second)
 	follower := c.Followers(leader)[0]
 	ctx := context.Background()
-	if _, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app", Want: 1}); err != nil {
+	if _, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app", Want: 1}); err != nil {
 		t.Fatal(err)
 	}
 	h.mu.Lock()
@@ -58,7 +58,7 @@ func TestGrantSkipsAHungLeader(t *testing.T) {
 	gctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	g, err := follower.Grant(gctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app", Want: 1})
+	g, err := follower.Leases().Grant(gctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app", Want: 1})
 	if err != nil || g.Units != 1 {
 		t.Fatalf("grant with the leader hung: %+v %v (after %s)", g, err, time.Since(start).Round(time.Millisecond))
 	}

@@ -86,18 +86,26 @@ func (c stateCounts) ReservedBytesOfOwner(owner string) int64 {
 }
 func (c stateCounts) ReservedBytes() int64      { return c.n.fsm.ReservedBytes() }
 func (c stateCounts) BudgetsDue(now int64) bool { return c.n.fsm.BudgetsDue(now) }
+func (c stateCounts) LivePermits() []fsm.PermitView {
+	return c.n.fsm.LivePermits()
+}
+func (c stateCounts) PermitsByPolicy() map[string]int64 { return c.n.fsm.PermitsByPolicy() }
 
 // Budgets is this node's permits and reservations, the value the front
 // ends take.
 func (n *Node) Budgets() *Budgets { return n.budgets }
 
-// The node routes budget operations by the leader-operation rule.
-func (n *Node) permit(ctx context.Context, w permitWire) (Permit, error) {
-	return opPermit.retrying(ctx, n, w, n.cfg.ApplyTimeout)
+// nodeRoute is the node's route for the features' leader operations
+// (budgets, leases, calls): the leader-operation rule, within the apply
+// timeout.
+type nodeRoute struct{ n *Node }
+
+func (r nodeRoute) permit(ctx context.Context, w permitWire) (Permit, error) {
+	return opPermit.retrying(ctx, r.n, w, r.n.cfg.ApplyTimeout)
 }
 
-func (n *Node) reservation(ctx context.Context, w reservationWire) (reservationAnswer, error) {
-	return opReservation.retrying(ctx, n, w, n.cfg.ApplyTimeout)
+func (r nodeRoute) reservation(ctx context.Context, w reservationWire) (reservationAnswer, error) {
+	return opReservation.retrying(ctx, r.n, w, r.n.cfg.ApplyTimeout)
 }
 
 // Errors of permits and reservations (cluster/DESIGN.md, "Permits and

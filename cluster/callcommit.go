@@ -15,8 +15,13 @@ import (
 // that finds no flush running flushes everything queued, then hands the
 // role to the first caller still queued; no goroutine is needed and no
 // caller flushes for others for longer than one flush after its own
-// answer. The zero value is ready.
+// answer.
 type callCommitter struct {
+	// log writes the entry on the leader, stamped by the leader clock;
+	// id names this node in the answers; keys bound the stored keys.
+	log      leaseLog
+	id       string
+	keys     CallKeyBounds
 	mu       sync.Mutex
 	queue    []*callWaiter
 	flushing bool
@@ -35,7 +40,7 @@ type callDone struct {
 
 // submit decides req in the next entry of its owner and returns its
 // share of the answer.
-func (c *callCommitter) submit(n *Node, req CallsRequest) (CallsAnswer, error) {
+func (c *callCommitter) submit(req CallsRequest) (CallsAnswer, error) {
 	w := &callWaiter{req: req, done: make(chan callDone, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
@@ -53,7 +58,7 @@ func (c *callCommitter) submit(n *Node, req CallsRequest) (CallsAnswer, error) {
 	batch := c.queue
 	c.queue = nil
 	c.mu.Unlock()
-	c.flush(n, batch)
+	c.flush(batch)
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.flushing = false
@@ -68,7 +73,7 @@ func (c *callCommitter) submit(n *Node, req CallsRequest) (CallsAnswer, error) {
 // flush writes the batch as entries of one owner each, at most
 // fsm.MaxCallsPerEntry items (a request is never split), and answers
 // every waiter.
-func (c *callCommitter) flush(n *Node, batch []*callWaiter) {
+func (c *callCommitter) flush(batch []*callWaiter) {
 	for len(batch) > 0 {
 		owner := batch[0].req.Owner
 		var take, rest []*callWaiter
@@ -81,20 +86,20 @@ func (c *callCommitter) flush(n *Node, batch []*callWaiter) {
 				rest = append(rest, w)
 			}
 		}
-		n.applyCalls(owner, take)
+		c.apply(owner, take)
 		batch = rest
 	}
 }
 
-// applyCalls writes one entry for the waiters' items and hands each its
+// apply writes one entry for the waiters' items and hands each its
 // outcomes.
-func (n *Node) applyCalls(owner string, ws []*callWaiter) {
+func (c *callCommitter) apply(owner string, ws []*callWaiter) {
 	var items []CallItem
 	for _, w := range ws {
 		items = append(items, w.req.Items...)
 	}
-	b := n.cfg.CallKeys.orDefault()
-	res, err := n.applyLease(false, func(now int64) []byte {
+	b := c.keys.orDefault()
+	res, err := c.log.applyLease(false, func(now int64) []byte {
 		return fsm.EncodeCalls(fsm.CallsEntry{Now: now, Owner: owner, MaxKeys: b.Total, MaxKeysPerOwner: b.PerCredential, Items: items})
 	})
 	r, ok := res.(*fsm.CallsResult)
@@ -105,7 +110,7 @@ func (n *Node) applyCalls(owner string, ws []*callWaiter) {
 	for _, w := range ws {
 		d := callDone{err: err}
 		if err == nil {
-			d.ans = CallsAnswer{Now: r.Now, Items: r.Items[at : at+len(w.req.Items)], ServedBy: n.cfg.ID}
+			d.ans = CallsAnswer{Now: r.Now, Items: r.Items[at : at+len(w.req.Items)], ServedBy: c.id}
 		}
 		at += len(w.req.Items)
 		w.done <- d

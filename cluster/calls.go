@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/topkeys"
@@ -79,26 +78,48 @@ func (r CallsRequest) check() error {
 	return nil
 }
 
-// Calls decides every item through one log entry on the leader (forwarded
-// when this node does not lead). Items must be valid (fsm.ValidateCallItem:
-// front ends answer bad ones per item and leave them out). Errors:
-// ErrClusterUpgrading (a voter cannot apply the entry), or a failure
-// wrapping ErrNotCounted or ErrOutcomeUnknown, as a hit's.
-func (n *Node) Calls(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
+// Calls decide per-call items through the log: a type of its own over a
+// narrow interface, as the budgets are, so it is tested without a
+// cluster (calls_test.go). A request is validated once, on the node
+// asked; it goes to the leader by the one leader-operation rule
+// (callsRoute), where the committer coalesces concurrent requests into
+// one entry per owner (callcommit.go).
+type Calls struct {
+	route  callsRoute
+	commit *callCommitter
+	// top counts decided items on the node a client asked (rlnode top).
+	top interface {
+		Record(policy, client string, o topkeys.Outcome)
+	}
+}
+
+// callsRoute runs a calls request on the leader, here or forwarded, by
+// the one retry rule (leaderOp.retrying) within the apply timeout.
+type callsRoute interface {
+	calls(ctx context.Context, req CallsRequest) (CallsAnswer, error)
+}
+
+// Decide decides every item through one log entry on the leader
+// (forwarded when this node does not lead). Items must be valid
+// (fsm.ValidateCallItem: front ends answer bad ones per item and leave
+// them out). Errors: ErrClusterUpgrading (a voter cannot apply the
+// entry), or a failure wrapping ErrNotCounted or ErrOutcomeUnknown, as a
+// hit's.
+func (c *Calls) Decide(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
 	if err := req.check(); err != nil {
 		return CallsAnswer{}, notCounted(ErrBadRequest, err)
 	}
-	out, err := opCalls.retrying(ctx, n, req, n.cfg.ApplyTimeout)
+	out, err := c.route.calls(ctx, req)
 	if err == nil {
-		n.recordCallsTop(req.Items, out.Items)
+		c.recordTop(req.Items, out.Items)
 	}
 	return out, err
 }
 
-// recordCallsTop hands decided items to the top-keys recorder under their
+// recordTop hands decided items to the top-keys recorder under their
 // name (rlnode top lists them beside policies' keys), on the node a
 // client asked, as recordTop does for checks.
-func (n *Node) recordCallsTop(items []CallItem, outs []CallOutcome) {
+func (c *Calls) recordTop(items []CallItem, outs []CallOutcome) {
 	for i, o := range outs {
 		if i >= len(items) || o.Full || o.Err != "" {
 			continue
@@ -107,21 +128,18 @@ func (n *Node) recordCallsTop(items []CallItem, outs []CallOutcome) {
 		if o.Over {
 			r = topkeys.Refused
 		}
-		n.views.top.Record(items[i].Name, items[i].Key, r)
+		c.top.Record(items[i].Name, items[i].Key, r)
 	}
 }
 
-// callsLocal writes the calls entry on the leader.
-func (n *Node) callsLocal(_ context.Context, req CallsRequest) (CallsAnswer, error) {
-	return n.callCommit.submit(n, req)
-}
-
+// opCalls runs on the leader: the calls entry, through the committer.
 var opCalls = leaderOp[CallsRequest, CallsAnswer]{name: "calls",
 	format: needs[CallsRequest](fsm.FormatR5),
 	check:  CallsRequest.check,
-	run:    (*Node).callsLocal}
+	run: func(n *Node, _ context.Context, req CallsRequest) (CallsAnswer, error) {
+		return n.calls.commit.submit(req)
+	}}
 
-// mountCallOps serves the calls operation for other nodes.
-func (n *Node) mountCallOps(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
+func (r nodeRoute) calls(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
+	return opCalls.retrying(ctx, r.n, req, r.n.cfg.ApplyTimeout)
 }

@@ -24,7 +24,7 @@ func TestCallsThroughAnyNode(t *testing.T) {
 	leader := c.WaitReady(10 * time.Second)
 	follower := c.Followers(leader)[0]
 	ctx := context.Background()
-	ans, err := follower.Calls(ctx, cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("a", 3, 5), tokenCall("a", 3, 5), tokenCall("b", 5, 5)}})
+	ans, err := follower.Calls().Decide(ctx, cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("a", 3, 5), tokenCall("a", 3, 5), tokenCall("b", 5, 5)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestCallsThroughAnyNode(t *testing.T) {
 			t.Fatalf("item %d: %+v", i, it)
 		}
 	}
-	if _, err := follower.Calls(ctx, cluster.CallsRequest{Items: []cluster.CallItem{tokenCall("", 1, 1)}}); !errors.Is(err, cluster.ErrBadRequest) {
+	if _, err := follower.Calls().Decide(ctx, cluster.CallsRequest{Items: []cluster.CallItem{tokenCall("", 1, 1)}}); !errors.Is(err, cluster.ErrBadRequest) {
 		t.Fatalf("an item without a key: %v", err)
 	}
 	c.WaitConverged(10 * time.Second)
@@ -58,7 +58,7 @@ func TestCallsWaitForEveryVoter(t *testing.T) {
 	c.WaitReady(10 * time.Second)
 	for _, n := range c.Live() {
 		clustertest.Poll(t, 10*time.Second, func() error {
-			_, err := n.Calls(context.Background(), cluster.CallsRequest{Items: []cluster.CallItem{tokenCall("a", 1, 5)}})
+			_, err := n.Calls().Decide(context.Background(), cluster.CallsRequest{Items: []cluster.CallItem{tokenCall("a", 1, 5)}})
 			if !errors.Is(err, cluster.ErrClusterUpgrading) {
 				return errors.New(n.ID + ": not refused as upgrading: " + errString(err))
 			}
@@ -88,7 +88,7 @@ func TestCallsCoalesce(t *testing.T) {
 	for i := range 300 {
 		n := c.Nodes[i%3]
 		wg.Go(func() {
-			ans, err := n.Calls(context.Background(), cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("hot", 1, 100)}})
+			ans, err := n.Calls().Decide(context.Background(), cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("hot", 1, 100)}})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

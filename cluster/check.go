@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -191,4 +192,129 @@ func (n *Node) checkResult(resp *fsm.HitsResult, g group, at int) CheckResult {
 // of its own node).
 func (n *Node) submitLocal(ctx context.Context, reqs ...group) []outcome {
 	return n.leaderBatch.submit(ctx, reqs...)
+}
+
+// CheckOne counts one validated hit: the front ends' path, one call per
+// request. The policy is looked up once; a cost the table shows can never
+// be allowed is answered without the log (the log decides the same case
+// when the table here has not caught up with a new policy); a hot key of
+// a leased policy is decided from the lease this node holds, without a
+// context or timer; everything else goes through the log within timeout
+// (none if 0). A hit of a concurrency policy is not counted (res says
+// whose it is). res is reset and filled; reuse it for the next check once
+// done with this one. Errors are *HitError, as CheckAll's.
+func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration, res *OneResult) error {
+	*res = OneResult{}
+	hit := vh.hit
+	if hit.Client == "" {
+		return notCounted(nil, errNotValidated)
+	}
+	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
+	// A shadow policy never refuses: the log answers even a cost it
+	// could never allow, allowed and would-refuse.
+	prechecked := res.Known && !res.Policy.IsShadow()
+	if prechecked && res.Policy.IsConcurrency() {
+		return nil // permits, not hits: the caller says so
+	}
+	if prechecked {
+		if i, never := res.Policy.NeverAllows(hit.Cost); never {
+			res.NeverAllowed, res.Beyond = true, i
+			return nil
+		}
+	}
+	if err := fsm.ValidateCost(hit.Cost); err != nil {
+		return notCounted(nil, err)
+	}
+	if n.holder != nil {
+		if res.Known && res.Policy.IsLeased() && !res.Policy.Mirrored {
+			one := [1]Hit{hit}
+			if r, ok := n.holder.decide(one[:], &res.buf); ok {
+				n.views.record(r)
+				res.CheckResult = r
+				return nil
+			}
+		}
+		n.holder.countLog(1) // as CheckAll: every hit through the log
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	o := n.decide(ctx, group{hit})
+	o = n.awaitSlices(ctx, group{hit}, o)
+	if o.err == nil {
+		n.views.record(o.res)
+	}
+	res.CheckResult = o.res
+	return o.err
+}
+
+// MaxIndependent is the most hits one independent check carries
+// (gubernator's batch size, POST /v1/check with "independent": true).
+const MaxIndependent = 1000
+
+// CheckEach decides each hit on its own, as if each were a check of one:
+// one hit refused takes nothing from the others. The hits are handed to
+// the batcher together, so they share log entries (up to Config.MaxBatch
+// hits each) with each other and with concurrent checks. Leased policies
+// are decided through the log too (strict, exact). results[i] is the
+// decision on hits[i] when errs[i] is nil; errs[i] is a *HitError
+// (ErrNotCounted or ErrOutcomeUnknown) otherwise. An invalid hit fails
+// alone, not counted.
+func (n *Node) CheckEach(ctx context.Context, hits []Hit) (results []CheckResult, errs []error) {
+	results, errs = make([]CheckResult, len(hits)), make([]error, len(hits))
+	if len(hits) == 0 || len(hits) > MaxIndependent {
+		err := notCounted(nil, fmt.Errorf("%d hits in one independent check: want 1 to %d", len(hits), MaxIndependent))
+		for i := range errs {
+			errs[i] = err
+		}
+		return results, errs
+	}
+	var groups []group
+	var at []int
+	for i, h := range hits {
+		if err := h.Validate(); err != nil {
+			errs[i] = notCounted(nil, err)
+			continue
+		}
+		groups, at = append(groups, group{h}), append(at, i)
+	}
+	if len(groups) == 0 {
+		return results, errs
+	}
+	var outs []outcome
+	if n.IsLeader() {
+		outs = n.leaderBatch.submit(ctx, groups...)
+		// Lost the lead before they were queued: not counted, so they
+		// go to whoever leads now.
+		var again []int
+		for j, o := range outs {
+			if o.err != nil && errors.Is(o.err, ErrNotLeader) {
+				again = append(again, j)
+			}
+		}
+		if len(again) > 0 {
+			retry := make([]group, len(again))
+			for k, j := range again {
+				retry[k] = groups[j]
+			}
+			for k, o := range n.fwdBatch.submit(ctx, retry...) {
+				outs[again[k]] = o
+			}
+		}
+	} else {
+		outs = n.fwdBatch.submit(ctx, groups...)
+	}
+	for j, o := range outs {
+		i := at[j]
+		results[i], errs[i] = o.res, o.err
+		if o.err == nil {
+			if results[i].Decided == "" {
+				results[i].Decided = DecidedLog
+			}
+			n.views.record(o.res)
+		}
+	}
+	return results, errs
 }

@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"context"
 	"errors"
-	"time"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/policy"
@@ -88,59 +86,3 @@ func (b *resultBuf) results(n int) []window.Result {
 
 // errNotValidated answers a zero ValidHit.
 var errNotValidated = errors.New("hit was not validated (cluster.ValidateHit)")
-
-// CheckOne counts one validated hit: the front ends' path, one call per
-// request. The policy is looked up once; a cost the table shows can never
-// be allowed is answered without the log (the log decides the same case
-// when the table here has not caught up with a new policy); a hot key of
-// a leased policy is decided from the lease this node holds, without a
-// context or timer; everything else goes through the log within timeout
-// (none if 0). A hit of a concurrency policy is not counted (res says
-// whose it is). res is reset and filled; reuse it for the next check once
-// done with this one. Errors are *HitError, as CheckAll's.
-func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration, res *OneResult) error {
-	*res = OneResult{}
-	hit := vh.hit
-	if hit.Client == "" {
-		return notCounted(nil, errNotValidated)
-	}
-	res.Policy, res.Known = n.fsm.Policy(hit.Policy)
-	// A shadow policy never refuses: the log answers even a cost it
-	// could never allow, allowed and would-refuse.
-	prechecked := res.Known && !res.Policy.IsShadow()
-	if prechecked && res.Policy.IsConcurrency() {
-		return nil // permits, not hits: the caller says so
-	}
-	if prechecked {
-		if i, never := res.Policy.NeverAllows(hit.Cost); never {
-			res.NeverAllowed, res.Beyond = true, i
-			return nil
-		}
-	}
-	if err := fsm.ValidateCost(hit.Cost); err != nil {
-		return notCounted(nil, err)
-	}
-	if n.holder != nil {
-		if res.Known && res.Policy.IsLeased() && !res.Policy.Mirrored {
-			one := [1]Hit{hit}
-			if r, ok := n.holder.decide(one[:], &res.buf); ok {
-				n.views.record(r)
-				res.CheckResult = r
-				return nil
-			}
-		}
-		n.holder.countLog(1) // as CheckAll: every hit through the log
-	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	o := n.decide(ctx, group{hit})
-	o = n.awaitSlices(ctx, group{hit}, o)
-	if o.err == nil {
-		n.views.record(o.res)
-	}
-	res.CheckResult = o.res
-	return o.err
-}

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/rlnode/rlnode/tlsconf"
 )
 
@@ -63,25 +61,6 @@ func (c ConfigurationAnswer) server(id string) (ConfigServer, bool) {
 // maxConfigurationAnswer bounds what a node reads of an answer: a
 // configuration of a few hundred servers.
 const maxConfigurationAnswer = 64 << 10
-
-func (n *Node) serveConfiguration(w http.ResponseWriter, r *http.Request) {
-	last := n.raft.LastIndex()
-	cf := n.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		writeError(w, n.cfg.ID, fmt.Errorf("read configuration: %w", err))
-		return
-	}
-	ans := ConfigurationAnswer{ID: n.cfg.ID, LastIndex: last, Servers: []ConfigServer{}}
-	for _, s := range cf.Configuration().Servers {
-		ans.Servers = append(ans.Servers, ConfigServer{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
-	}
-	ans.Leader, ans.LeaderHTTPAddr = n.Leader()
-	if r.URL.Query().Has("verify") && n.IsLeader() {
-		ans.Verified = awaitFuture(n.raft.VerifyLeader(), n.stop) == nil
-	}
-	w.Header().Set(HeaderServedBy, n.cfg.ID)
-	writeJSON(w, ans)
-}
 
 // askConfiguration asks the node at httpAddr for its configuration. Under
 // mutual TLS the answer counts only if the certificate it came with is a

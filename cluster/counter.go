@@ -16,13 +16,6 @@ type Counter = fsm.Counter
 // ErrOverLimit: a set above what the policy's smallest limit allows.
 var ErrOverLimit = errors.New("the count is above the policy's limit")
 
-// WriteCounter sets a key's used count or counts without a limit check,
-// through the log with the leader's clock, and returns the key as it
-// stands afterwards. On a follower it goes to the leader.
-func (n *Node) WriteCounter(ctx context.Context, c Counter) (CheckResult, error) {
-	return opWriteCounter.do(ctx, n, c)
-}
-
 func checkCounter(c Counter) error {
 	if err := (Hit{Policy: c.Policy, Client: c.Client, Cost: 1}).Validate(); err != nil {
 		return err
@@ -36,7 +29,12 @@ func checkCounter(c Counter) error {
 	return nil
 }
 
-func (n *Node) writeCounter(_ context.Context, c Counter) (CheckResult, error) {
+// opWriteCounter writes the counter entry on the leader.
+var opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
+	check: checkCounter,
+	run:   writeCounter}
+
+func writeCounter(n *Node, _ context.Context, c Counter) (CheckResult, error) {
 	now, err := n.stampNow(false)
 	if err != nil {
 		return CheckResult{}, errors.Join(ErrNotLeader, err)

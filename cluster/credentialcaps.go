@@ -88,6 +88,10 @@ type budgetCounts interface {
 	ReservedBytesOfOwner(owner string) int64
 	ReservedBytes() int64
 	BudgetsDue(now int64) bool
+	// LivePermits and PermitsByPolicy are what the operator's views
+	// read (Budgets.LivePermits, Budgets.LivePermitsByPolicy).
+	LivePermits() []fsm.PermitView
+	PermitsByPolicy() map[string]int64
 }
 
 // overCap refuses, before the log, a caller whose credential holds its

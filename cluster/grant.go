@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -90,14 +89,50 @@ type Grant struct {
 // on every decision and spends nothing once it has passed on either.
 func (g Grant) Deadline(sent time.Time) lease.Deadline { return lease.DeadlineAfter(sent, g.UsableFor) }
 
+// Leases lend budget to holders through the log (cluster/DESIGN.md,
+// "Leases"): grants, returns and refunds, a type of its own over a narrow
+// interface, as the budgets are, so it is tested without a cluster
+// (leases_test.go). A request is validated once, on the node asked; it
+// goes to the leader by the one leader-operation rule (leaseRoute); the
+// leader writes the entry stamped by its clock (leaseLog).
+type Leases struct {
+	route leaseRoute
+	log   leaseLog
+	table budgetTable
+	// clocks says whether every voter continues cluster time across a
+	// failover (clockcheck.go): then no grant needs the clock allowance
+	// at its window's end.
+	clocks interface{ votersContinueTime() bool }
+	// local is this node's lease holder (holder.go), which a refund gives
+	// units back into first; nil: none.
+	local interface{ refund(hits []Hit) []int64 }
+	obs   LeaseObserver
+	// maxClockOffset is the cluster's --max-clock-offset.
+	maxClockOffset time.Duration
+	tracer         *tracer
+}
+
+// leaseRoute runs a grant or a return on the leader, here or forwarded,
+// by the one retry rule (leaderOp.retrying) within the apply timeout.
+type leaseRoute interface {
+	grant(ctx context.Context, w grantWire) (grantWire, error)
+	giveBack(ctx context.Context, w returnWire) (returnWire, error)
+}
+
+// leaseLog writes one lease entry on the leader, stamped by the leader
+// clock (Node.applyLease); the answer is the state machine's.
+type leaseLog interface {
+	applyLease(grant bool, encode func(now int64) []byte) (any, error)
+}
+
 // LeaseFor is the lease to ask for so that a grant stays usable for
 // usable: a token bucket's grant is usable the cluster's --max-clock-offset
 // less than its lease (usableFor), so it is asked that much longer. Every
 // holder (this node's, the lease API's, the quota service's) asks through
 // it, so the bound lives here with the rule that takes it off.
-func (n *Node) LeaseFor(bucket bool, usable time.Duration) time.Duration {
+func (l *Leases) LeaseFor(bucket bool, usable time.Duration) time.Duration {
 	if bucket {
-		usable += n.cfg.MaxClockOffset
+		usable += l.maxClockOffset
 	}
 	return min(usable, lease.MaxLease)
 }
@@ -143,8 +178,8 @@ type ReturnRequest struct {
 // lost, the units stay spent until the grant expires: under-admission,
 // never over). Errors: ErrUnknownPolicy, ErrNotLeased, bad input, or a
 // failure wrapping ErrNotCounted or ErrOutcomeUnknown.
-func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
-	gs, err := n.Grants(ctx, req.Holder, req.Lease, []GrantItem{{Policy: req.Policy, Client: req.Client, Want: req.Want}})
+func (l *Leases) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
+	gs, err := l.Grants(ctx, req.Holder, req.Lease, []GrantItem{{Policy: req.Policy, Client: req.Client, Want: req.Want}})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -157,8 +192,8 @@ func (n *Node) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 // Grants lends units of several keys to one holder in one entry (a node
 // prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
 // is unknown or not leased (Units 0).
-func (n *Node) Grants(ctx context.Context, holder string, leaseLen time.Duration, items []GrantItem) (_ []Grant, err error) {
-	ctx, span := n.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
+func (l *Leases) Grants(ctx context.Context, holder string, leaseLen time.Duration, items []GrantItem) (_ []Grant, err error) {
+	ctx, span := l.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
 	defer func() { fail(span, err); span.End() }()
 	if err := validateGrants(holder, leaseLen, items); err != nil {
 		return nil, notCounted(nil, err)
@@ -167,7 +202,7 @@ func (n *Node) Grants(ctx context.Context, holder string, leaseLen time.Duration
 		leaseLen = lease.DefaultLease
 	}
 	req := grantWire{Holder: holder, LeaseMs: leaseLen.Milliseconds(), Items: items}
-	wire, err := opGrant.retrying(ctx, n, req, n.cfg.ApplyTimeout)
+	wire, err := l.route.grant(ctx, req)
 	if err == nil && len(wire.Grants) != len(items) {
 		err = outcomeUnknown(fmt.Errorf("leader answered %d grants for %d items", len(wire.Grants), len(items)))
 		return nil, err
@@ -217,8 +252,8 @@ func (g Grant) err() error {
 }
 
 // grantLocal writes the grant entry on the leader.
-func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantItem) ([]Grant, error) {
-	res, err := n.applyLease(true, func(now int64) []byte { return fsm.EncodeGrant(now, holder, leaseLen.Milliseconds(), items) })
+func (l *Leases) grantLocal(holder string, leaseLen time.Duration, items []GrantItem) ([]Grant, error) {
+	res, err := l.log.applyLease(true, func(now int64) []byte { return fsm.EncodeGrant(now, holder, leaseLen.Milliseconds(), items) })
 	if err != nil {
 		return nil, err
 	}
@@ -234,24 +269,24 @@ func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantIt
 		case r.NotLeased:
 			g.Parts = []window.Result{}
 		default:
-			if p, ok := n.fsm.Policy(items[i].Policy); ok {
+			if p, ok := l.table.Policy(items[i].Policy); ok {
 				g.Algorithm = p.Alg().String()
 			}
 			g.Units, g.ID, g.Expiry, g.Parts = r.Units, r.Index, r.Exp, r.Parts
 			if r.Units > 0 {
 				g.Valid = time.Duration(r.Exp-gr.Now) * time.Millisecond
 				toEnd := toWindowEnd(gr.Now, r.Parts)
-				if n.clockCheck.votersContinueTime() {
+				if l.clocks.votersContinueTime() {
 					toEnd = 0 // no leader can move the window's end: no allowance there
 				}
-				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toEnd, n.cfg.MaxClockOffset)
+				g.UsableFor = usableFor(g.Valid, g.Algorithm == window.TokenBucket.String(), toEnd, l.maxClockOffset)
 			}
 			if r.Main >= 0 && r.Main < len(r.Parts) {
 				m := r.Parts[r.Main]
 				g.WindowStart, g.ResetAt, g.Remaining = m.WindowStart, m.ResetAt, m.Remaining
 			}
 		}
-		n.leaseObs.LeaseGranted(items[i].Policy, g.Units)
+		l.obs.LeaseGranted(items[i].Policy, g.Units)
 		out[i] = g
 	}
 	return out, nil
@@ -260,11 +295,11 @@ func (n *Node) grantLocal(holder string, leaseLen time.Duration, items []GrantIt
 // Return gives back unspent units of a grant; it reports how many went
 // back to the budget (0 when the grant had ended or its window was over:
 // the units stay spent, the safe side).
-func (n *Node) Return(ctx context.Context, req ReturnRequest) (int64, error) {
+func (l *Leases) Return(ctx context.Context, req ReturnRequest) (int64, error) {
 	if req.ID == fsm.RefundIndex {
 		return 0, notCounted(nil, errors.New("grant id 0 names no grant"))
 	}
-	got, err := n.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
+	got, err := l.Returns(ctx, req.Holder, []fsm.ReturnItem{{Policy: req.Policy, Client: req.Client, Index: req.ID, Units: req.Units}})
 	if err != nil {
 		return 0, err
 	}
@@ -286,7 +321,7 @@ const RefundHolder = "refund"
 // counted); a log part that fails after units went back into this node's
 // grants is outcome unknown, never not counted (a retry would give them
 // back twice).
-func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
+func (l *Leases) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 	// Bad input refunds nothing: checked before any unit goes back into
 	// this node's grants, as the log's part would be.
 	all := make([]fsm.ReturnItem, len(hits))
@@ -297,8 +332,8 @@ func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 		return nil, notCounted(nil, err)
 	}
 	out := make([]int64, len(hits))
-	if n.holder != nil {
-		out = n.holder.refund(hits)
+	if l.local != nil {
+		out = l.local.refund(hits)
 	}
 	var items []fsm.ReturnItem
 	var at []int
@@ -311,7 +346,7 @@ func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 	if len(items) == 0 {
 		return out, nil
 	}
-	got, err := n.Returns(ctx, RefundHolder, items)
+	got, err := l.Returns(ctx, RefundHolder, items)
 	if err != nil {
 		given := int64(0)
 		for _, u := range out {
@@ -333,11 +368,11 @@ func (n *Node) Refund(ctx context.Context, hits []Hit) ([]int64, error) {
 
 // Returns gives back unspent units of several grants of one holder in one
 // entry.
-func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
+func (l *Leases) Returns(ctx context.Context, holder string, items []fsm.ReturnItem) ([]int64, error) {
 	if err := validateReturns(holder, items); err != nil {
 		return nil, notCounted(nil, err)
 	}
-	wire, err := opReturn.retrying(ctx, n, returnWire{Holder: holder, Items: items}, n.cfg.ApplyTimeout)
+	wire, err := l.route.giveBack(ctx, returnWire{Holder: holder, Items: items})
 	if err == nil && len(wire.Returned) != len(items) {
 		return nil, outcomeUnknown(fmt.Errorf("leader answered %d returns for %d items", len(wire.Returned), len(items)))
 	}
@@ -345,8 +380,8 @@ func (n *Node) Returns(ctx context.Context, holder string, items []fsm.ReturnIte
 }
 
 // returnLocal writes the return entry on the leader.
-func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, error) {
-	res, err := n.applyLease(false, func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
+func (l *Leases) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, error) {
+	res, err := l.log.applyLease(false, func(now int64) []byte { return fsm.EncodeReturn(now, holder, items) })
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +391,7 @@ func (n *Node) returnLocal(holder string, items []fsm.ReturnItem) ([]int64, erro
 	}
 	for i, u := range rr.Returned {
 		if items[i].Index != fsm.RefundIndex {
-			n.leaseObs.LeaseReturned(items[i].Policy, u)
+			l.obs.LeaseReturned(items[i].Policy, u)
 		}
 	}
 	return rr.Returned, nil
@@ -414,19 +449,23 @@ var (
 			return validateGrants(r.Holder, time.Duration(r.LeaseMs)*time.Millisecond, r.Items)
 		},
 		run: func(n *Node, _ context.Context, r grantWire) (grantWire, error) {
-			gs, err := n.grantLocal(r.Holder, time.Duration(r.LeaseMs)*time.Millisecond, r.Items)
+			gs, err := n.leases.grantLocal(r.Holder, time.Duration(r.LeaseMs)*time.Millisecond, r.Items)
 			return grantWire{Holder: r.Holder, Grants: gs}, err
 		}}
 	opReturn = leaderOp[returnWire, returnWire]{name: "return",
 		check: func(r returnWire) error { return validateReturns(r.Holder, r.Items) },
 		run: func(n *Node, _ context.Context, r returnWire) (returnWire, error) {
-			got, err := n.returnLocal(r.Holder, r.Items)
+			got, err := n.leases.returnLocal(r.Holder, r.Items)
 			return returnWire{Holder: r.Holder, Returned: got}, err
 		}}
 )
 
-// mountLeaseOps serves the lease operations for other nodes.
-func (n *Node) mountLeaseOps(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
-	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
+// The node's route for leases and budgets: the leader-operation rule,
+// within the apply timeout.
+func (r nodeRoute) grant(ctx context.Context, w grantWire) (grantWire, error) {
+	return opGrant.retrying(ctx, r.n, w, r.n.cfg.ApplyTimeout)
+}
+
+func (r nodeRoute) giveBack(ctx context.Context, w returnWire) (returnWire, error) {
+	return opReturn.retrying(ctx, r.n, w, r.n.cfg.ApplyTimeout)
 }

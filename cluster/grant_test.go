@@ -28,7 +28,7 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	follower := c.Followers(leader)[0]
 	ctx := context.Background()
 	sent := time.Now()
-	g, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-1", Want: 6, Lease: time.Second})
+	g, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-1", Want: 6, Lease: time.Second})
 	if err != nil || g.Units != 6 || g.ID == 0 || g.Valid != time.Second || g.Remaining != 4 {
 		t.Fatalf("grant via follower: %+v %v", g, err)
 	}
@@ -41,39 +41,39 @@ func TestGrantAPIThroughLeaderAndFollower(t *testing.T) {
 	}
 	// A token bucket's grant is usable for less: its cap lifts at expiry in
 	// cluster time, which a clock jump at a failover can move earlier.
-	gb, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lb", Client: "k", Holder: "app-1", Want: 3, Lease: 2 * time.Second})
+	gb, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lb", Client: "k", Holder: "app-1", Want: 3, Lease: 2 * time.Second})
 	if want := 2*time.Second - 2*time.Millisecond*lease.MarginPPM/1000 - lease.MarginFixed - 500*time.Millisecond; err != nil || gb.Units != 3 || gb.UsableFor != want {
 		t.Fatalf("token bucket grant: %+v %v; want usable for %s", gb, err, want)
 	}
-	g2, err := leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
+	g2, err := leader.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
 	// 4 left; app-1's outstanding grant wanted 6 too: a fair share is 2.
 	if err != nil || g2.Units != 2 || g2.WindowStart != g.WindowStart {
 		t.Fatalf("second grant: %+v %v; want 2, half of the 4 left, in the first grant's window %d", g2, err, g.WindowStart)
 	}
-	g3, err := leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
+	g3, err := leader.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
 	if err != nil || g3.Units != 1 {
 		t.Fatalf("third grant: %+v %v; want 1 (2 left, wants 6 against 12)", g3, err)
 	}
-	leader.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
+	leader.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "app-2", Want: 6})
 	if res, err := leader.Check(ctx, "lf", "k", 1); err != nil || res.Allowed {
 		t.Fatalf("a strict hit with the budget lent out: %+v %v", res, err)
 	}
-	if got, err := follower.Return(ctx, cluster.ReturnRequest{Policy: "lf", Client: "k", Holder: "app-2", ID: g.ID, Units: 6}); err != nil || got != 0 {
+	if got, err := follower.Leases().Return(ctx, cluster.ReturnRequest{Policy: "lf", Client: "k", Holder: "app-2", ID: g.ID, Units: 6}); err != nil || got != 0 {
 		t.Fatalf("app-2 returned app-1's grant: %d %v", got, err)
 	}
-	if got, err := follower.Return(ctx, cluster.ReturnRequest{Policy: "lf", Client: "k", Holder: "app-1", ID: g.ID, Units: 5}); err != nil || got != 5 {
+	if got, err := follower.Leases().Return(ctx, cluster.ReturnRequest{Policy: "lf", Client: "k", Holder: "app-1", ID: g.ID, Units: 5}); err != nil || got != 5 {
 		t.Fatalf("return: %d %v", got, err)
 	}
 	if res, err := follower.Check(ctx, "lf", "k", 5); err != nil || !res.Allowed {
 		t.Fatalf("returned units are not back: %+v %v", res, err)
 	}
-	if _, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "default", Client: "k", Holder: "h", Want: 1}); !errors.Is(err, cluster.ErrNotLeased) {
+	if _, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "default", Client: "k", Holder: "h", Want: 1}); !errors.Is(err, cluster.ErrNotLeased) {
 		t.Fatalf("grant of a strict policy: %v", err)
 	}
-	if _, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "nope", Client: "k", Holder: "h", Want: 1}); !errors.Is(err, cluster.ErrUnknownPolicy) {
+	if _, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "nope", Client: "k", Holder: "h", Want: 1}); !errors.Is(err, cluster.ErrUnknownPolicy) {
 		t.Fatalf("grant of an unknown policy: %v", err)
 	}
-	if _, err := follower.Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "", Want: 1}); err == nil {
+	if _, err := follower.Leases().Grant(ctx, cluster.GrantRequest{Policy: "lf", Client: "k", Holder: "", Want: 1}); err == nil {
 		t.Fatal("a grant without a holder was accepted")
 	}
 	c.WaitConverged(5 * time.Second)

@@ -126,7 +126,7 @@ type holder struct {
 }
 
 func newHolder(n *Node) *holder {
-	h := newHolderOver(n.cfg.ID, n, n.fsm, n.leaseObs, n.cfg.ApplyTimeout, n.cfg.LeaseHotHits, lease.NewSystemClock(), n.stop)
+	h := newHolderOver(n.cfg.ID, n.leases, n.fsm, n.leaseObs, n.cfg.ApplyTimeout, n.cfg.LeaseHotHits, lease.NewSystemClock(), n.stop)
 	h.start()
 	return h
 }

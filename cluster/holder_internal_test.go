@@ -217,8 +217,8 @@ func TestLeaderOperationErrorsAreHitErrors(t *testing.T) {
 			t.Errorf("opError(%v) = %v, want a HitError of %v wrapping it", c.err, he, c.outcome)
 		}
 	}
-	var n Node
-	_, err := n.Grants(context.Background(), "", time.Second, nil)
+	var l Leases
+	_, err := l.Grants(context.Background(), "", time.Second, nil)
 	var he *HitError
 	if !errors.As(err, &he) || !errors.Is(err, ErrNotCounted) {
 		t.Fatalf("a bad grant request failed with %T %v, want a not-counted *HitError", err, err)

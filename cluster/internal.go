@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/rlnode/rlnode/internal/bearer"
 	"github.com/rlnode/rlnode/internal/problem"
 )
@@ -105,9 +107,11 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("GET "+ConfigurationPath, n.serveConfiguration)
 	mux.HandleFunc("POST "+RemovedPath, n.removal.serveNotice)
 	n.mountLeaderOps(mux)
-	n.mountLeaseOps(mux)
-	n.mountPermitOps(mux)
-	n.mountCallOps(mux)
+	mux.HandleFunc("POST "+opGrant.path(), opGrant.handler(n))
+	mux.HandleFunc("POST "+opReturn.path(), opReturn.handler(n))
+	mux.HandleFunc("POST "+opPermit.path(), opPermit.handler(n))
+	mux.HandleFunc("POST "+opReservation.path(), opReservation.handler(n))
+	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
 	return n.requireToken(mux)
 }
 
@@ -135,4 +139,24 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 	problem.Write(w, problem.New(status, code, detail))
+}
+
+// serveConfiguration is ConfigurationPath (configuration.go).
+func (n *Node) serveConfiguration(w http.ResponseWriter, r *http.Request) {
+	last := n.raft.LastIndex()
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		writeError(w, n.cfg.ID, fmt.Errorf("read configuration: %w", err))
+		return
+	}
+	ans := ConfigurationAnswer{ID: n.cfg.ID, LastIndex: last, Servers: []ConfigServer{}}
+	for _, s := range cf.Configuration().Servers {
+		ans.Servers = append(ans.Servers, ConfigServer{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	ans.Leader, ans.LeaderHTTPAddr = n.Leader()
+	if r.URL.Query().Has("verify") && n.IsLeader() {
+		ans.Verified = awaitFuture(n.raft.VerifyLeader(), n.stop) == nil
+	}
+	w.Header().Set(HeaderServedBy, n.cfg.ID)
+	writeJSON(w, ans)
 }

@@ -52,28 +52,41 @@ func (w *lagWatch) tooFar(now time.Time) error {
 		w.behind, MaxFollowerLag, now.Sub(w.since).Round(time.Second))
 }
 
-// runLagWatch compares this follower's log with the leader's every
-// lagCheckEvery; a leader, or a follower that cannot reach its leader, is
-// not behind by this measure (readiness covers a missing leader already).
-func (n *Node) runLagWatch() {
-	defer n.wg.Done()
+// lagSource is what the watch reads of its node: the leader it knows,
+// the leader's last log index, and its own.
+type lagSource interface {
+	Leader() (id, httpAddr string)
+	peerApplied(id string) (uint64, error)
+	lastIndex() uint64
+}
+
+// run compares this follower's log with the leader's every lagCheckEvery
+// until stop closes; a leader (self), or a follower that cannot reach
+// its leader, is not behind by this measure (readiness covers a missing
+// leader already).
+func (w *lagWatch) run(self string, src lagSource, stop <-chan struct{}) {
 	t := time.NewTicker(lagCheckEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
-		id, _ := n.Leader()
-		if id == "" || id == n.cfg.ID {
-			n.lag.observe(time.Now(), 0, 0)
+		id, _ := src.Leader()
+		if id == "" || id == self {
+			w.observe(time.Now(), 0, 0)
 			continue
 		}
-		leaderLast, err := n.peerApplied(id)
+		leaderLast, err := src.peerApplied(id)
 		if err != nil {
 			continue
 		}
-		n.lag.observe(time.Now(), leaderLast, n.raft.LastIndex())
+		w.observe(time.Now(), leaderLast, src.lastIndex())
 	}
 }
+
+// nodeLag is the node as the lag watch reads it.
+type nodeLag struct{ *Node }
+
+func (n nodeLag) lastIndex() uint64 { return n.raft.LastIndex() }

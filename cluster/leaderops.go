@@ -72,7 +72,7 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 		return op.lead(n, ctx, req)
 	}
 	if op.bounded {
-		err = n.forwardBounded(ctx, func(ctx context.Context) error {
+		err = n.hung.forwardBounded(ctx, n.Leader, n.stop, func(ctx context.Context) error {
 			return n.fwd.call(ctx, op.wait, op.path(), req, &resp)
 		})
 		return resp, err
@@ -271,7 +271,12 @@ var (
 			}
 			return nil
 		},
-		run: (*Node).join}
+		run: func(n *Node, _ context.Context, j JoinRequest) (JoinResult, error) {
+			if err := n.joinOnLeader(j); err != nil {
+				return JoinResult{}, err
+			}
+			return JoinResult{Index: n.raft.LastIndex()}, nil
+		}}
 	opRemove = leaderOp[RemoveRequest, none]{name: "remove", wait: true,
 		check: func(r RemoveRequest) error {
 			if r.ID == "" {
@@ -279,7 +284,9 @@ var (
 			}
 			return nil
 		},
-		run: (*Node).remove}
+		run: func(n *Node, _ context.Context, r RemoveRequest) (none, error) {
+			return none{}, n.removeOnLeader(r.ID)
+		}}
 	opTransfer = leaderOp[TransferRequest, TransferResult]{name: "transfer-leadership", wait: true,
 		run: (*Node).transferLeadership}
 	opReplaceTable = leaderOp[replaceRequest, TableChange]{name: "replace-table", wait: true,
@@ -300,9 +307,6 @@ var (
 		run: func(n *Node, ctx context.Context, r policiesResult) (TableChange, error) {
 			return n.policyWriter.replacePolicies(ctx, replaceRequest{Policies: r.Policies, IfMatch: AnyVersion})
 		}}
-	opWriteCounter = leaderOp[Counter, CheckResult]{name: "write-counter", wait: true,
-		check: checkCounter,
-		run:   (*Node).writeCounter}
 )
 
 // Paths of the streamed leader operations.

@@ -86,13 +86,6 @@ func (n *Node) JoinAt(ctx context.Context, j JoinRequest) (JoinResult, error) {
 	return opJoin.do(ctx, n, j)
 }
 
-func (n *Node) join(_ context.Context, j JoinRequest) (JoinResult, error) {
-	if err := n.joinOnLeader(j); err != nil {
-		return JoinResult{}, err
-	}
-	return JoinResult{Index: n.raft.LastIndex()}, nil
-}
-
 func (n *Node) joinOnLeader(j JoinRequest) error {
 	if err := n.checkJoinerFormat(j); err != nil {
 		return err
@@ -146,10 +139,6 @@ func (n *Node) joinOnLeader(j JoinRequest) error {
 func (n *Node) Remove(ctx context.Context, id string) error {
 	_, err := opRemove.do(ctx, n, RemoveRequest{ID: id})
 	return err
-}
-
-func (n *Node) remove(_ context.Context, r RemoveRequest) (none, error) {
-	return none{}, n.removeOnLeader(r.ID)
 }
 
 func (n *Node) removeOnLeader(id string) error {
@@ -259,7 +248,7 @@ func (n *Node) transferLeadership(ctx context.Context, r TransferRequest) (Trans
 // Leave removes this node from the cluster, handing leadership over first if
 // it leads. Used on graceful shutdown.
 func (n *Node) Leave(ctx context.Context) error {
-	if _, member := n.suffrage(); !member || n.isRemoved() || n.raft.State() == raft.Shutdown {
+	if _, member := n.suffrage(); !member || n.removal.isRemoved() || n.raft.State() == raft.Shutdown {
 		// Already removed (raft shuts itself down when its own removal
 		// commits): nothing to leave. Asking the cluster anyway retried
 		// until the shutdown timeout, against a leader it cannot know.
@@ -277,7 +266,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	for {
 		err := n.Remove(ctx, n.cfg.ID)
-		if err == nil || n.isRemoved() {
+		if err == nil || n.removal.isRemoved() {
 			// Removed, whether this call's answer got back or not.
 			return nil
 		}

@@ -46,16 +46,14 @@ type Node struct {
 	internal  http.Handler
 
 	leaderBatch  *groupCommit
-	callCommit   callCommitter // per-call items (gubernator's API) on the leader
 	promoter     promoter
 	boot         *bootstrapper // --bootstrap-expect (bootstrap.go)
 	backups      *Backups      // backup and restore (backup.go)
 	policyWriter *policyWriter // the policy table's writes on the leader (policies.go)
 	// raftRef is raft for goroutines that start before it exists (the
-	// Raft guard's accept loop); peerIPs are the members' addresses.
+	// Raft guard's accept loop).
 	raftRef    atomic.Pointer[raft.Raft]
-	peerIPs    atomic.Pointer[map[string]bool]
-	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
+	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts, and IPs
 	clockCheck *clockCheck
 	formats    *peerFormats // members' formats, for the version gate
 	// formatMark is the format the data dir records (storage.FormatFile);
@@ -66,6 +64,9 @@ type Node struct {
 	leaseObs   LeaseObserver
 	holder     *holder
 	budgets    *Budgets
+	leases     *Leases
+	calls      *Calls      // per-call items (gubernator's API)
+	slices     *Slices     // a region's slices (slices.go)
 	digests    digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
@@ -114,12 +115,15 @@ func Open(cfg Config) (*Node, error) {
 	n.formats = newPeerFormats(time.Now)
 	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
-	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
+	n.fwd = newForwarder(cfg, nodeForward{n}, n.stop, n.tracer)
 	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
-	n.budgets = newBudgets(n, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
+	n.leases = &Leases{route: nodeRoute{n}, log: n, table: n, clocks: n.clockCheck, obs: n.leaseObs,
+		maxClockOffset: cfg.MaxClockOffset, tracer: n.tracer}
+	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys}, top: n.views.top}
+	n.budgets = newBudgets(nodeRoute{n}, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
 	if err := n.open(); err != nil {
@@ -136,6 +140,8 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.slices = &Slices{log: nodeSlices{n}, state: n.fsm}
+	n.leases.local = n.holder
 	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
 	n.backups = &Backups{id: cfg.ID, dataDir: cfg.DataDir, seed: cfg.Seed, applyTimeout: cfg.ApplyTimeout,
 		state: n.fsm, node: nodeBackups{n}, policyMu: &n.policyWriter.mu, log: n.log}
@@ -152,7 +158,10 @@ func Open(cfg Config) (*Node, error) {
 	}()
 	go n.watchLeadership()
 	go n.runClockCheck()
-	go n.runLagWatch()
+	go func() {
+		defer n.wg.Done()
+		n.lag.run(cfg.ID, nodeLag{n}, n.stop)
+	}()
 	return n, nil
 }
 
@@ -245,7 +254,7 @@ func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *raftFSM) Apply(l *raft.Log) any {
 	res := f.fsm.Apply(l)
 	if l.Type == raft.LogCommand && len(l.Data) > 0 && l.Data[0] == fsm.EntrySetNode {
-		(*Node)(f).rememberPeerAddrs()
+		f.peerAddrs.remember(f.cfg.ID, f.fsm.Nodes())
 	}
 	if l.Type == raft.LogCommand {
 		f.observeTime()
@@ -265,7 +274,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.observeTime()
-	(*Node)(f).rememberPeerAddrs()
+	f.peerAddrs.remember(f.cfg.ID, f.fsm.Nodes())
 	return nil
 }
 
@@ -355,6 +364,18 @@ func (n *Node) Views() *Views { return n.views }
 // take.
 func (n *Node) Backups() *Backups { return n.backups }
 
+// Leases is this node's grants, returns and refunds (grant.go), the value
+// the front ends take.
+func (n *Node) Leases() *Leases { return n.leases }
+
+// Slices is this node's slices of its parent's grants (slices.go), the
+// value a region's holder takes.
+func (n *Node) Slices() *Slices { return n.slices }
+
+// Calls is this node's per-call limits (calls.go), the value gubernator's
+// API takes.
+func (n *Node) Calls() *Calls { return n.calls }
+
 // BootstrapExpect runs the symmetric bootstrap until this node belongs to
 // a cluster, then records its metadata through an ordinary join.
 func (n *Node) BootstrapExpect(ctx context.Context, addrs []string, log func(msg string, args ...any)) error {
@@ -409,8 +430,8 @@ func (n *Node) ClockOffset() time.Duration {
 // applied what it knows to be committed (waiting up to wait for the apply to
 // catch up, so a busy node does not flap).
 func (n *Node) Ready(wait time.Duration) error {
-	if n.isRemoved() {
-		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.notMember())
+	if n.removal.isRemoved() {
+		return fmt.Errorf("this node was removed from the cluster (%w); stop it, or add it back with rlnode join", n.removal.notMember())
 	}
 	if err := n.logWatch.failing(); err != nil {
 		return err

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rlnode/rlnode/cluster/storage"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/internal/boundedfile"
 )
 
@@ -19,11 +21,13 @@ import (
 // first snapshot could never elect anyone.
 const peerAddrFile = "peer-http.json"
 
-// peerAddrs is the cache, owned by the Node.
+// peerAddrs is the cache, owned by the Node, and the members' IP
+// addresses (refreshPeerIPs), which the Raft guard trusts.
 type peerAddrs struct {
 	mu    sync.Mutex
 	path  string
 	addrs map[string]string // id -> HTTP address
+	ips   atomic.Pointer[map[string]bool]
 }
 
 func loadPeerAddrs(dataDir string) *peerAddrs {
@@ -61,36 +65,24 @@ func (p *peerAddrs) merge(addrs map[string]string) {
 	p.addrs = next
 }
 
-// peerHTTPAddr is the HTTP address of member id: from the replicated
-// metadata, else the cache, else the bootstrap claim this node accepted.
-func (n *Node) peerHTTPAddr(id string) (string, bool) {
-	if meta, ok := n.fsm.Node(id); ok && meta.HTTPAddr != "" {
-		return meta.HTTPAddr, true
-	}
-	if a, ok := n.peerAddrs.get(id); ok {
-		return a, true
-	}
-	if c, err := n.boot.readClaim(); err == nil && c != nil {
-		for _, m := range c.Members {
-			if m.ID == id && m.HTTPAddr != "" {
-				return m.HTTPAddr, true
-			}
-		}
-	}
-	return "", false
-}
-
-// rememberPeerAddrs records the HTTP addresses the replicated metadata
-// holds; the state machine calls it after applying node metadata or a
-// snapshot.
-func (n *Node) rememberPeerAddrs() {
+// remember records the HTTP addresses the replicated metadata holds
+// (but self's); the state machine calls it after applying node metadata
+// or a snapshot.
+func (p *peerAddrs) remember(self string, nodes map[string]fsm.Node) {
 	addrs := map[string]string{}
-	for id, meta := range n.fsm.Nodes() {
-		if id != n.cfg.ID && meta.HTTPAddr != "" {
+	for id, meta := range nodes {
+		if id != self && meta.HTTPAddr != "" {
 			addrs[id] = meta.HTTPAddr
 		}
 	}
 	if len(addrs) > 0 {
-		n.peerAddrs.merge(addrs)
+		p.merge(addrs)
 	}
+}
+
+// trustedIP reports whether ip is a known peer's: its Raft handshakes do
+// not count against the budget for strangers.
+func (p *peerAddrs) trustedIP(ip string) bool {
+	m := p.ips.Load()
+	return m != nil && (*m)[ip]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -309,4 +310,59 @@ func (n *Node) refusing() string {
 func (n *Node) refusedRecently() bool {
 	_, ok := n.auth.lastRefusal()
 	return ok
+}
+
+// peerHTTPAddr is the HTTP address of member id: from the replicated
+// metadata, else the cache, else the bootstrap claim this node accepted.
+func (n *Node) peerHTTPAddr(id string) (string, bool) {
+	if meta, ok := n.fsm.Node(id); ok && meta.HTTPAddr != "" {
+		return meta.HTTPAddr, true
+	}
+	if a, ok := n.peerAddrs.get(id); ok {
+		return a, true
+	}
+	if c, err := n.boot.readClaim(); err == nil && c != nil {
+		for _, m := range c.Members {
+			if m.ID == id && m.HTTPAddr != "" {
+				return m.HTTPAddr, true
+			}
+		}
+	}
+	return "", false
+}
+
+// refreshPeerIPs resolves the hosts of the configuration's Raft addresses
+// and of the members' HTTP addresses, off the accept path (the clock
+// check's goroutine calls it every five seconds).
+func (n *Node) refreshPeerIPs() {
+	hosts := map[string]bool{}
+	for id, addr := range n.members() {
+		if h, _, err := net.SplitHostPort(string(addr)); err == nil {
+			hosts[h] = true
+		}
+		if meta, ok := n.fsm.Node(id); ok {
+			if h, _, err := net.SplitHostPort(meta.HTTPAddr); err == nil {
+				hosts[h] = true
+			}
+		}
+	}
+	ips := map[string]bool{}
+	for h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips[ip.String()] = true
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		addrs, err := net.DefaultResolver.LookupHost(ctx, h)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if ip := net.ParseIP(a); ip != nil {
+				ips[ip.String()] = true
+			}
+		}
+	}
+	n.peerAddrs.ips.Store(&ips)
 }

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/rlnode/rlnode/fsm"
@@ -184,16 +183,9 @@ var opPermit = leaderOp[permitWire, Permit]{name: "permit",
 		return n.budgets.permitLocal(w)
 	}}
 
-// mountPermitOps serves the permit and reservation operations for other
-// nodes.
-func (n *Node) mountPermitOps(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+opPermit.path(), opPermit.handler(n))
-	mux.HandleFunc("POST "+opReservation.path(), opReservation.handler(n))
-}
-
 // LivePermits lists the permits live in this node's state (as of the last
 // entry it applied), by key then age: for status pages and tests.
-func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
+func (b *Budgets) LivePermits() []fsm.PermitView { return b.counts.LivePermits() }
 
 // LivePermitsByPolicy counts the permits in this node's state per
 // concurrency policy, 0 for a concurrency policy with none (metrics, the
@@ -201,4 +193,4 @@ func (n *Node) LivePermits() []fsm.PermitView { return n.fsm.LivePermits() }
 // scrape is O(policies) under its lock, never a scan of the permits
 // (issue 35: at 1M permits a scrape stalled /check for 2.2 s). A permit
 // past its TTL counts until the sweep drops it.
-func (n *Node) LivePermitsByPolicy() map[string]int64 { return n.fsm.PermitsByPolicy() }
+func (b *Budgets) LivePermitsByPolicy() map[string]int64 { return b.counts.PermitsByPolicy() }

@@ -346,3 +346,10 @@ func (w *policyWriter) readPolicies(ctx context.Context, _ none) (policiesResult
 	ps, v := w.state.PolicyTable()
 	return policiesResult{Policies: ps, Version: v}, nil
 }
+
+// WriteCounter sets a key's used count or counts without a limit check,
+// through the log with the leader's clock, and returns the key as it
+// stands afterwards. On a follower it goes to the leader.
+func (n *Node) WriteCounter(ctx context.Context, c Counter) (CheckResult, error) {
+	return opWriteCounter.do(ctx, n, c)
+}

@@ -214,10 +214,10 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		n.setWaiting("asking " + strings.Join(addrs, ", ") + " to add this node")
 	}
 	for first := true; ; first = false {
-		if n.isRemoved() {
+		if n.removal.isRemoved() {
 			// An operator removed it while its join was retried: the
 			// removal wins; only an operator adds it back.
-			return fmt.Errorf("join: not asking again: %w", n.notMember())
+			return fmt.Errorf("join: not asking again: %w", n.removal.notMember())
 		}
 		// A node with no Raft state cannot be a voter of this
 		// incarnation (promotion needs its log), so a voter of its id is
@@ -236,11 +236,11 @@ func (n *Node) JoinAndWait(ctx context.Context, addrs []string, self JoinRequest
 		n.removal.joinedAt(res.Index)
 		deadline := time.After(5 * time.Second)
 		for waiting := true; waiting; {
-			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) && !n.isRemoved() {
+			if s, ok := n.suffrage(); ok && (s == raft.Voter || !self.voter()) && !n.removal.isRemoved() {
 				return nil
 			}
-			if n.isRemoved() {
-				return fmt.Errorf("join: not asking again: %w", n.notMember())
+			if n.removal.isRemoved() {
+				return fmt.Errorf("join: not asking again: %w", n.removal.notMember())
 			}
 			select {
 			case <-ctx.Done():

@@ -22,7 +22,7 @@ func (n *Node) openTransport() error {
 		}
 	}
 	stream = transport.GuardStream(stream, transport.RaftSecurity{TLS: cfg.TLS, Token: cfg.ClusterToken, RaftLimits: cfg.RaftLimits, HTTPAPI: BaseURL(cfg.HTTPAdvertise),
-		Authorize: n.auth.authorize, Trusted: n.trustedIP}, n.log.Named("raft-guard"))
+		Authorize: n.auth.authorize, Trusted: n.peerAddrs.trustedIP}, n.log.Named("raft-guard"))
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:          stream,
 		MaxPool:         8,

@@ -37,13 +37,13 @@ func TestRefundNotCountedGivesNothingBack(t *testing.T) {
 			local++
 		}
 	}
-	_, err := n.Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1}, {Policy: "lr", Client: "", Cost: 1}})
+	_, err := n.Leases().Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1}, {Policy: "lr", Client: "", Cost: 1}})
 	if !errors.Is(err, cluster.ErrNotCounted) {
 		t.Fatalf("refund with a malformed hit: %v, want not counted", err)
 	}
 	// Every unit spent from the grants goes back locally; the log part
 	// gives nothing while grants of the key are held.
-	got, err := n.Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1000}})
+	got, err := n.Leases().Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestRefundThatMissesTheLogAfterGivingBackLocallyIsNotNotCounted(t *testing.
 	for n.IsLeader() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	_, err := n.Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1}, {Policy: "strict", Client: "k", Cost: 1}})
+	_, err := n.Leases().Refund(ctx, []cluster.Hit{{Policy: "lr", Client: "hot", Cost: 1}, {Policy: "strict", Client: "k", Cost: 1}})
 	if err == nil || errors.Is(err, cluster.ErrNotCounted) {
 		t.Fatalf("refund after giving a unit back locally, with no leader: %v, want an error that is not not-counted", err)
 	}

@@ -323,15 +323,19 @@ func (m raftMembership) configuration() ([]raft.Server, error) {
 	return cf.Configuration().Servers, nil
 }
 
-// The node's side: what the forwarder's localNode interface and the
-// public API ask of it.
+// The node's side: what the public API asks of it, and the node as the
+// forwarder sees it (localNode).
 
 // Removed says whether this node was removed from the cluster, and why.
 func (n *Node) Removed() (reason string, removed bool) { return n.removal.Removed() }
 
-func (n *Node) isRemoved() bool  { return n.removal.isRemoved() }
-func (n *Node) notMember() error { return n.removal.notMember() }
-func (n *Node) refusedAsNonMember(leader string) {
+// nodeForward is the node as its forwarder sees it: the removal's answers
+// with the node's own.
+type nodeForward struct{ *Node }
+
+func (n nodeForward) isRemoved() bool  { return n.removal.isRemoved() }
+func (n nodeForward) notMember() error { return n.removal.notMember() }
+func (n nodeForward) refusedAsNonMember(leader string) {
 	n.removal.refusedBy(leader, n.raft.LastIndex())
 }
 

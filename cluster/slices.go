@@ -48,6 +48,40 @@ type SliceWrite struct {
 // and the clock rate error (lease.MarginPPM of what is left).
 const sliceMargin = 3 * time.Millisecond
 
+// Slices are the slices a region's node writes (region/DESIGN.md): its
+// parent's grants, recorded in its own log on its leader, a type of its
+// own over sliceLog, the node as the slices use it.
+type Slices struct {
+	log   sliceLog
+	state interface{ SliceStats() []fsm.SliceStat }
+}
+
+// sliceLog is the node as the slices write: leadership, the version
+// gate, the leader clock's stamp and one entry written.
+type sliceLog interface {
+	IsLeader() bool
+	RequireFormat(need fsm.Format) error
+	stampNow(grant bool) (int64, error)
+	// write applies data and returns the state machine's answer, or the
+	// apply's failure (not counted or outcome unknown).
+	write(data []byte) (any, error)
+}
+
+// nodeSlices is the node as the slices use it.
+type nodeSlices struct{ *Node }
+
+func (n nodeSlices) write(data []byte) (any, error) {
+	f := n.apply(data, n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, classifyApply(err)
+	}
+	res := f.Response()
+	if err, ok := res.(error); ok {
+		return nil, outcomeUnknown(err)
+	}
+	return res, nil
+}
+
 // WriteSlices records items in the region's log, on the leader only
 // (the region's holder runs there). Each grant or dry item is usable
 // from the entry's stamp for what is left of its deadline, read after
@@ -55,16 +89,16 @@ const sliceMargin = 3 * time.Millisecond
 // is not written (its result is -1: give its units back). Withdraw
 // items report the units they took out of the slice, which may then go
 // back up. It needs format R5 on every voter.
-func (n *Node) WriteSlices(items []SliceWrite) ([]int64, error) {
-	if !n.IsLeader() {
+func (s *Slices) WriteSlices(items []SliceWrite) ([]int64, error) {
+	if !s.log.IsLeader() {
 		return nil, ErrNotLeader
 	}
-	if err := n.RequireFormat(fsm.SlicesFormat); err != nil {
+	if err := s.log.RequireFormat(fsm.SlicesFormat); err != nil {
 		return nil, err
 	}
 	// The stamp is read first: what is left of each deadline is read
 	// after it, so stamp + usable is never past the deadline.
-	now, err := n.stampNow(false)
+	now, err := s.log.stampNow(false)
 	if err != nil {
 		return nil, notCounted(ErrNotLeader, err)
 	}
@@ -88,13 +122,9 @@ func (n *Node) WriteSlices(items []SliceWrite) ([]int64, error) {
 	if len(keep) == 0 {
 		return out, nil
 	}
-	f := n.apply(fsm.EncodeSlices(now, keep), n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
-		return nil, classifyApply(err)
-	}
-	res := f.Response()
-	if err, ok := res.(error); ok {
-		return nil, outcomeUnknown(err)
+	res, err := s.log.write(fsm.EncodeSlices(now, keep))
+	if err != nil {
+		return nil, err
 	}
 	sr, ok := res.(*fsm.SlicesResult)
 	if !ok {
@@ -108,7 +138,7 @@ func (n *Node) WriteSlices(items []SliceWrite) ([]int64, error) {
 
 // SliceStats is the region's slice state per key, as this node has
 // applied it (fsm.FSM.SliceStats).
-func (n *Node) SliceStats() []fsm.SliceStat { return n.fsm.SliceStats() }
+func (s *Slices) SliceStats() []fsm.SliceStat { return s.state.SliceStats() }
 
 // awaitSlices handles a decided group with a hit that found no slice:
 // it waits (up to SliceWait, or ctx) until this node has applied a

@@ -20,12 +20,18 @@ import (
 
 // Limiter is what the service needs from the cluster.
 type Limiter interface {
-	Calls(ctx context.Context, req cluster.CallsRequest) (cluster.CallsAnswer, error)
 	Ready(wait time.Duration) error
 	Peers() ([]cluster.Peer, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)
+
+// Caller decides per-call items through the log: *cluster.Calls.
+type Caller interface {
+	Decide(ctx context.Context, req cluster.CallsRequest) (cluster.CallsAnswer, error)
+}
+
+var _ Caller = (*cluster.Calls)(nil)
 
 // Observer records each item's result by name ("under_limit",
 // "over_limit", "error", "full").
@@ -50,16 +56,18 @@ const (
 // gateway share it.
 type Service struct {
 	limiter Limiter
+	calls   Caller
 	obs     Observer
 	timeout time.Duration
 }
 
-// NewService returns a service over l (obs may be nil; timeout 0: 2 s).
-func NewService(l Limiter, obs Observer, timeout time.Duration) *Service {
+// NewService returns a service over l and its calls (obs may be nil;
+// timeout 0: 2 s).
+func NewService(l Limiter, calls Caller, obs Observer, timeout time.Duration) *Service {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	return &Service{limiter: l, obs: obs, timeout: timeout}
+	return &Service{limiter: l, calls: calls, obs: obs, timeout: timeout}
 }
 
 // itemError is gubernator's per-item answer to an item it cannot decide.
@@ -117,7 +125,7 @@ func (s *Service) GetRateLimits(ctx context.Context, owner string, req *gubpb.Ge
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ans, err := s.limiter.Calls(ctx, cluster.CallsRequest{Owner: owner, Items: items})
+	ans, err := s.calls.Decide(ctx, cluster.CallsRequest{Owner: owner, Items: items})
 	if err != nil {
 		return nil, callsStatus(err)
 	}

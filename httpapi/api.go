@@ -88,13 +88,11 @@ type Debug interface {
 // Node is every role; *cluster.Node implements it.
 type Node interface {
 	Limiter
-	Leaser
 	Reader
 	PolicyAdmin
 	ClusterAdmin
 	Health
 	Debug
-	PermitCounter
 	CounterAdmin
 }
 
@@ -106,6 +104,9 @@ type Config struct {
 	// Budgets serves permits and reservations (default: the node's, when
 	// it has them: *cluster.Node.Budgets).
 	Budgets Permitter
+	// Leases serves the lease API (default: the node's, when it has
+	// them: *cluster.Node.Leases).
+	Leases Leaser
 	// Views serves the members and top-keys endpoints (default: the
 	// node's, when it has them: *cluster.Node.Views).
 	Views TopView
@@ -187,6 +188,9 @@ func New(cfg Config) *API {
 	}
 	if b, ok := cfg.Node.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Budgets == nil {
 		cfg.Budgets = b.Budgets()
+	}
+	if l, ok := cfg.Node.(interface{ Leases() *cluster.Leases }); ok && cfg.Leases == nil {
+		cfg.Leases = l.Leases()
 	}
 	if v, ok := cfg.Node.(interface{ Views() *cluster.Views }); ok && cfg.Views == nil {
 		cfg.Views = v.Views()

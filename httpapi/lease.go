@@ -42,14 +42,15 @@ const (
 )
 
 // Leaser lends budget to external holders (a follower forwards grants and
-// returns to the leader).
+// returns to the leader): *cluster.Leases.
 type Leaser interface {
-	Policy(name string) (policy.Policy, bool)
 	Grant(ctx context.Context, req cluster.GrantRequest) (cluster.Grant, error)
 	Return(ctx context.Context, req cluster.ReturnRequest) (int64, error)
 	// LeaseFor is the lease to ask for a grant usable for usable.
 	LeaseFor(bucket bool, usable time.Duration) time.Duration
 }
+
+var _ Leaser = (*cluster.Leases)(nil)
 
 // LeaseObserver records external grants per policy (metrics.Metrics
 // implements it). result is granted, exhausted (0 units), refused (bad
@@ -226,8 +227,8 @@ func (a *API) lease(c *gin.Context) {
 	}
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	g, err := a.cfg.Node.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
-		Lease: a.cfg.Node.LeaseFor(p.Alg() == window.TokenBucket, time.Duration(in.LeaseMs)*time.Millisecond)})
+	g, err := a.cfg.Leases.Grant(ctx, cluster.GrantRequest{Policy: in.Policy, Client: in.Client, Holder: holder, Want: in.Want,
+		Lease: a.cfg.Leases.LeaseFor(p.Alg() == window.TokenBucket, time.Duration(in.LeaseMs)*time.Millisecond)})
 	release(g)
 	if err != nil {
 		a.observeLease(in.Policy, "failed", 0)
@@ -282,7 +283,7 @@ func (a *API) leaseReturn(c *gin.Context) {
 	holder := externalHolder(c.Request, in.Holder)
 	ctx, cancel := a.requestContext(c)
 	defer cancel()
-	got, err := a.cfg.Node.Return(ctx, cluster.ReturnRequest{Policy: in.Policy, Client: in.Client, Holder: holder, ID: in.Grant, Units: in.Units})
+	got, err := a.cfg.Leases.Return(ctx, cluster.ReturnRequest{Policy: in.Policy, Client: in.Client, Holder: holder, ID: in.Grant, Units: in.Units})
 	if err != nil {
 		a.leaseError(c, in.Policy, err)
 		return

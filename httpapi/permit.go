@@ -39,6 +39,7 @@ type Permitter interface {
 	RenewPermit(ctx context.Context, id, owner string, ttl time.Duration) (cluster.Permit, error)
 	Reserve(ctx context.Context, req cluster.ReserveRequest) (cluster.Reservation, error)
 	Settle(ctx context.Context, id, owner string, actual int64) (cluster.Settlement, error)
+	PermitCounter
 }
 
 var _ Permitter = (*cluster.Budgets)(nil)

@@ -27,6 +27,8 @@ type PermitCounter interface {
 	LivePermitsByPolicy() map[string]int64
 }
 
+var _ PermitCounter = (*cluster.Budgets)(nil)
+
 // members is GET /v1/cluster/members: every server's own status (role,
 // term, indexes, lag, last contact, clock skew, disk use), or why it did
 // not answer.
@@ -120,7 +122,10 @@ func (a *API) top(c *gin.Context) {
 	body := TopBody{By: by, WindowMs: ct.WindowMs, Dropped: ct.Dropped, Nodes: ct.Nodes, Policies: []TopPolicy{},
 		Accuracy: fmt.Sprintf("space-saving, %d counters per policy, outcome, node and 10 s bucket: each count is at most N/%d above the truth (N: that part's hits), min is never above it", ct.K, ct.K)}
 	body.History = ct.History
-	body.Permits = a.cfg.Node.LivePermitsByPolicy()
+	body.Permits = map[string]int64{}
+	if a.cfg.Budgets != nil {
+		body.Permits = a.cfg.Budgets.LivePermitsByPolicy()
+	}
 	if live, ok := body.Permits[pol]; pol != "" {
 		body.Permits = map[string]int64{}
 		if ok {

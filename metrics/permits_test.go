@@ -23,7 +23,7 @@ func TestPermitsLivePerPolicy(t *testing.T) {
 	c := clustertest.Start(t, 1, clustertest.Options{Policies: []policy.Policy{concurrency("jobs", 5), concurrency("idle", 1)}})
 	node := c.Leader(5 * time.Second)
 	reg := prometheus.NewRegistry()
-	metrics.New(reg).WatchPermits(node)
+	metrics.New(reg).WatchPermits(node.Budgets())
 	var first cluster.Permit
 	for i := range 3 {
 		p, err := node.Budgets().AcquirePermit(context.Background(), cluster.PermitRequest{Policy: "jobs", Client: "u", TTL: time.Minute})

@@ -59,6 +59,7 @@ type heldKey struct {
 type Holder struct {
 	cfg    Config
 	node   Node
+	slices Slices
 	parent *client.Client
 	clock  *lease.SystemClock
 	lcfg   lease.Config
@@ -82,7 +83,7 @@ type Holder struct {
 }
 
 // New makes a Holder; Start runs it.
-func New(cfg Config, node Node) (*Holder, error) {
+func New(cfg Config, node Node, slices Slices) (*Holder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func New(cfg Config, node Node) (*Holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Holder{cfg: cfg, node: node, parent: parent, clock: lease.NewSystemClock(), lcfg: holderConfig(),
+	h := &Holder{cfg: cfg, node: node, slices: slices, parent: parent, clock: lease.NewSystemClock(), lcfg: holderConfig(),
 		id: HolderID(cfg.Name), keys: map[keyID]*heldKey{}, retired: map[keyID]totals{}, fetches: make(chan struct{}, maxFetches),
 		returns: make(chan struct{}, maxFetches),
 		stop:    make(chan struct{})}
@@ -146,7 +147,7 @@ func (h *Holder) tick() {
 			mirrored[p.Name] = p
 		}
 	}
-	stats := h.node.SliceStats()
+	stats := h.slices.SliceStats()
 	h.obs.setStats(stats)
 	now := h.clock.Now()
 	if h.suspended(now) {
@@ -275,7 +276,7 @@ func (h *Holder) withdrawAll(stats []fsm.SliceStat) {
 	}
 	for len(items) > 0 {
 		n := min(len(items), fsm.MaxGrantItems) // one entry's bound
-		_, _ = h.node.WriteSlices(items[:n])
+		_, _ = h.slices.WriteSlices(items[:n])
 		items = items[n:]
 	}
 	h.mu.Lock()
@@ -318,7 +319,7 @@ func (h *Holder) fetch(id keyID, hk *heldKey, want int64) {
 			retry = h.lcfg.Recheck
 		}
 		win.Kind = fsm.SliceDry
-		_, _ = h.node.WriteSlices([]cluster.SliceWrite{{Item: win, Deadline: sent.Add(retry)}})
+		_, _ = h.slices.WriteSlices([]cluster.SliceWrite{{Item: win, Deadline: sent.Add(retry)}})
 		h.ended(hk, func(k *lease.Key[client.Grant], now lease.Stamp) { k.Exhausted(now, retry, g) })
 		return
 	}
@@ -327,7 +328,7 @@ func (h *Holder) fetch(id keyID, hk *heldKey, want int64) {
 		usable = time.Minute
 	}
 	win.Kind, win.Units = fsm.SliceGrant, g.Units
-	res, err := h.node.WriteSlices([]cluster.SliceWrite{{Item: win, Deadline: sent.Add(usable)}})
+	res, err := h.slices.WriteSlices([]cluster.SliceWrite{{Item: win, Deadline: sent.Add(usable)}})
 	switch {
 	case err != nil && errors.Is(err, cluster.ErrOutcomeUnknown):
 		// The slice may be in the log: its units stay lent until the
@@ -373,7 +374,7 @@ func (h *Holder) giveBack(id keyID, grants []lease.Grant[client.Grant], forget b
 	if len(items) == 0 {
 		return
 	}
-	took, err := h.node.WriteSlices(items)
+	took, err := h.slices.WriteSlices(items)
 	if err != nil {
 		// Not withdrawn (or not known to be): nothing goes back up; the
 		// parent's units come back when its grants expire.

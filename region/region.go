@@ -27,9 +27,16 @@ type Node interface {
 	Policies() []policy.Policy
 	SetPolicy(ctx context.Context, p policy.Policy) (string, error)
 	DeletePolicy(ctx context.Context, name string) error
+}
+
+// Slices records the parent's grants in the region's log and reads them
+// back: *cluster.Slices.
+type Slices interface {
 	WriteSlices(items []cluster.SliceWrite) ([]int64, error)
 	SliceStats() []fsm.SliceStat
 }
+
+var _ Slices = (*cluster.Slices)(nil)
 
 // Config configures a Holder.
 type Config struct {

@@ -81,7 +81,7 @@ func (h *Holder) view(anyNode bool) (View, bool) {
 		stats, at = o.stats, o.statsAt
 		o.mu.Unlock()
 	case anyNode:
-		stats, at = o.followerStats(h.node)
+		stats, at = o.followerStats(h.slices)
 	default:
 		return v, false
 	}
@@ -101,11 +101,11 @@ func (h *Holder) view(anyNode bool) (View, bool) {
 
 // followerStats is the state machine's slice counters on a follower,
 // read again when the last reading is older than followerStatsEvery.
-func (o *observed) followerStats(node Node) ([]fsm.SliceStat, time.Time) {
+func (o *observed) followerStats(src Slices) ([]fsm.SliceStat, time.Time) {
 	o.fmu.Lock()
 	defer o.fmu.Unlock()
 	if o.fstats == nil || time.Since(o.fstatsAt) >= followerStatsEvery {
-		o.fstats, o.fstatsAt = node.SliceStats(), time.Now()
+		o.fstats, o.fstatsAt = src.SliceStats(), time.Now()
 		if o.fstats == nil {
 			o.fstats = []fsm.SliceStat{}
 		}

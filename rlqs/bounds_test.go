@@ -37,7 +37,7 @@ func TestBucketBudgetPerCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := rlqs.New(rlqs.Config{Leaser: node.Node, NodeBuckets: 100, CredentialBuckets: 6})
+	srv := rlqs.New(rlqs.Config{Node: node.Node, NodeBuckets: 100, CredentialBuckets: 6})
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

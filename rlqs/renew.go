@@ -53,7 +53,7 @@ func (q *stream) renewEntry(ctx context.Context, lease time.Duration, bs []*buck
 	gctx, cancel := context.WithTimeout(ctx, q.cfg.Lease)
 	defer cancel()
 	sent := time.Now()
-	gs, err := q.cfg.Leaser.Grants(gctx, q.holder, lease, items)
+	gs, err := q.cfg.Leases.Grants(gctx, q.holder, lease, items)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction

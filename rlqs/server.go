@@ -27,21 +27,27 @@ import (
 	"github.com/rlnode/rlnode/policy"
 )
 
-// Leaser is what the quota service needs from the cluster.
-type Leaser interface {
+// Node is what the quota service needs of its node.
+type Node interface {
 	Policy(name string) (policy.Policy, bool)
-	// Grants lends units of several keys to one holder in one log entry.
-	Grants(ctx context.Context, holder string, lease time.Duration, items []cluster.GrantItem) ([]cluster.Grant, error)
-	// LeaseFor is the lease to ask for a grant usable for usable (a
-	// token bucket's is asked longer by the cluster's clock bound).
-	LeaseFor(bucket bool, usable time.Duration) time.Duration
 	Ready(wait time.Duration) error
 	// Removed says this node was removed from the cluster: it can grant
 	// nothing, so a stream ends UNAVAILABLE, whatever its buckets.
 	Removed() (reason string, removed bool)
 }
 
-var _ Leaser = (*cluster.Node)(nil)
+var _ Node = (*cluster.Node)(nil)
+
+// Leaser lends the Envoys' budget: *cluster.Leases.
+type Leaser interface {
+	// Grants lends units of several keys to one holder in one log entry.
+	Grants(ctx context.Context, holder string, lease time.Duration, items []cluster.GrantItem) ([]cluster.Grant, error)
+	// LeaseFor is the lease to ask for a grant usable for usable (a
+	// token bucket's is asked longer by the cluster's clock bound).
+	LeaseFor(bucket bool, usable time.Duration) time.Duration
+}
+
+var _ Leaser = (*cluster.Leases)(nil)
 
 // errRemoved ends a stream on a removed node: Envoy reconnects, through
 // its cluster, to a node that can grant.
@@ -55,7 +61,10 @@ type Observer interface {
 
 // Config configures the service.
 type Config struct {
-	Leaser Leaser
+	Node Node
+	// Leases lends the budget (default: the node's, when it has them:
+	// *cluster.Node.Leases).
+	Leases Leaser
 	// Token, when set, must arrive as gRPC metadata "authorization: Bearer
 	// <token>" on the stream (health checks need none).
 	Token string
@@ -100,6 +109,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
+	if l, ok := c.Node.(interface{ Leases() *cluster.Leases }); ok && c.Leases == nil {
+		c.Leases = l.Leases()
+	}
 	if c.Lease == 0 {
 		c.Lease = lease.DefaultLease
 	}
@@ -174,7 +186,7 @@ func New(cfg Config) *Server {
 	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rlqs", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,
 		ServerOptions: cfg.ServerOptions})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s)
-	grpcserve.RegisterIntrospection(s.grpc, cfg.Leaser.Ready, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
+	grpcserve.RegisterIntrospection(s.grpc, cfg.Node.Ready, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	return s
 }
 
@@ -207,7 +219,7 @@ func scope(ctx context.Context) string {
 // StreamRateLimitQuotas serves one Envoy: its reports go in, assignments
 // come out, until the stream ends.
 func (s *Server) StreamRateLimitQuotas(st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	if _, removed := s.cfg.Leaser.Removed(); removed {
+	if _, removed := s.cfg.Node.Removed(); removed {
 		return errRemoved
 	}
 	q, err := newStream(s.cfg, st, scope(st.Context()), s.grants)

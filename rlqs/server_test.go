@@ -32,7 +32,7 @@ func serve(t *testing.T, node *clustertest.Node, cfg rlqs.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Leaser = node.Node
+	cfg.Node = node.Node
 	s := rlqs.New(cfg)
 	go s.Serve(ln)
 	t.Cleanup(func() {

@@ -111,7 +111,7 @@ func (q *stream) run() error {
 		case err := <-q.end:
 			return err
 		case <-reported:
-			if _, removed := q.cfg.Leaser.Removed(); removed {
+			if _, removed := q.cfg.Node.Removed(); removed {
 				return errRemoved
 			}
 			idle.Reset(q.cfg.StreamIdle)
@@ -271,8 +271,8 @@ func (q *stream) want(b *bucket) int64 {
 // lease is the lease to ask for b's grant: a token bucket's is asked
 // longer by the cluster's clock bound, so that its usable time is Lease.
 func (q *stream) lease(b *bucket) time.Duration {
-	p, ok := q.cfg.Leaser.Policy(b.policy)
-	return q.cfg.Leaser.LeaseFor(ok && p.Alg() == window.TokenBucket, q.cfg.Lease)
+	p, ok := q.cfg.Node.Policy(b.policy)
+	return q.cfg.Leases.LeaseFor(ok && p.Alg() == window.TokenBucket, q.cfg.Lease)
 }
 
 // settle turns b's grant (or the error of asking for it) into an

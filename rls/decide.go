@@ -203,7 +203,7 @@ func (s *Server) refund(ctx context.Context, plan []planned) error {
 	if len(hits) == 0 {
 		return nil
 	}
-	if _, err := s.cfg.Limiter.Refund(ctx, hits); err != nil {
+	if _, err := s.cfg.Refunds.Refund(ctx, hits); err != nil {
 		return unavailable("refund", err)
 	}
 	return nil

@@ -36,7 +36,7 @@ func TestConcurrencyDescriptors(t *testing.T) {
 	if got := verdict(t, s, user); got != "OK OK" {
 		t.Fatalf("after a release: %s", got)
 	}
-	if n := len(c.Leader(time.Second).LivePermits()); n != 2 {
+	if n := len(c.Leader(time.Second).Budgets().LivePermits()); n != 2 {
 		t.Fatalf("%d permits live, want 2", n)
 	}
 	// Refused by the daily limit: the permit taken for it goes back.
@@ -49,7 +49,7 @@ func TestConcurrencyDescriptors(t *testing.T) {
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("over the daily limit: %v %v", resp, err)
 	}
-	if n := len(c.Leader(time.Second).LivePermits()); n != 1 {
+	if n := len(c.Leader(time.Second).Budgets().LivePermits()); n != 1 {
 		t.Fatalf("%d permits live after a refused request, want 1", n)
 	}
 }

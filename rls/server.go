@@ -34,9 +34,6 @@ type Limiter interface {
 	Removed() (reason string, removed bool)
 	// Peek reads a key without counting (a descriptor's hits_addend 0).
 	Peek(ctx context.Context, policyName, client string, stale bool) (cluster.PeekResult, error)
-	// Refund takes each hit's cost off its key's current window, never
-	// below zero (a descriptor's is_negative_hits).
-	Refund(ctx context.Context, hits []cluster.Hit) ([]int64, error)
 }
 
 var _ Limiter = (*cluster.Node)(nil)
@@ -50,6 +47,14 @@ type Permits interface {
 }
 
 var _ Permits = (*cluster.Budgets)(nil)
+
+// Refunder takes a descriptor's is_negative_hits: each hit's cost off its
+// key's current window, never below zero (*cluster.Leases).
+type Refunder interface {
+	Refund(ctx context.Context, hits []cluster.Hit) ([]int64, error)
+}
+
+var _ Refunder = (*cluster.Leases)(nil)
 
 // Observer records what the service decided, per descriptor. result is one
 // of ok, over_limit, shadow_over_limit, unlimited, no_match (and
@@ -77,6 +82,10 @@ type Config struct {
 	// Permits serves concurrency policies (default: the limiter's
 	// budgets, when it has them: *cluster.Node.Budgets).
 	Permits Permits
+	// Refunds serves negative hits (default: the limiter's leases, when
+	// it has them: *cluster.Node.Leases; else the limiter, when it
+	// refunds).
+	Refunds Refunder
 	// Token, when set, must arrive as gRPC metadata "authorization: Bearer
 	// <token>" on every ShouldRateLimit call (health checks need none).
 	Token string
@@ -149,6 +158,12 @@ func New(cfg Config) *Server {
 	}
 	if b, ok := cfg.Limiter.(interface{ Budgets() *cluster.Budgets }); ok && cfg.Permits == nil {
 		cfg.Permits = b.Budgets()
+	}
+	if l, ok := cfg.Limiter.(interface{ Leases() *cluster.Leases }); ok && cfg.Refunds == nil {
+		cfg.Refunds = l.Leases()
+	}
+	if r, ok := cfg.Limiter.(Refunder); ok && cfg.Refunds == nil {
+		cfg.Refunds = r
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
 	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,

@@ -54,7 +54,7 @@ func (c *serveConfig) bindGubernator() (net.Listener, error) {
 
 // gubernatorService is the service the gRPC port and the HTTP gateway share.
 func gubernatorService(node *cluster.Node, obs *metrics.Metrics) *gubapi.Service {
-	return gubapi.NewService(node, obs, 0)
+	return gubapi.NewService(node, node.Calls(), obs, 0)
 }
 
 // startGubernator serves gubernator's V1 API on ln.

@@ -89,7 +89,7 @@ func (r *regionFlags) holder(node *cluster.Node, tlsSrc *tlsconf.Source, logger 
 	if cfg.BrokenIgnoreDeadline {
 		logger.Warn("TESTING ONLY: this region spends slices past their deadline and can exceed global limits")
 	}
-	return region.New(cfg, node)
+	return region.New(cfg, node, node.Slices())
 }
 
 // start runs h (when there is one) and says how to stop it.

@@ -363,7 +363,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	obs.WatchNode(node)
 	obs.WatchDisk(node.Views())
-	obs.WatchPermits(node)
+	obs.WatchPermits(node.Budgets())
 	warnCtx, stopWarn := context.WithCancel(ctx)
 	defer stopWarn()
 	go reportDefaultPolicy(warnCtx, node, seed, logger)
@@ -517,7 +517,7 @@ func (c *serveConfig) startSideServers(side sideListeners, node *cluster.Node, o
 		obs.WatchGRPCPort("rls", grpcSrv.srv.OpenCalls, nil)
 	}
 	if side.rlqs != nil {
-		qc := rlqs.Config{Leaser: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
+		qc := rlqs.Config{Node: node, Token: c.token, Lease: c.rlqsLease, Transit: c.rlqsTransit,
 			Logger: logger.Named("rlqs"), Observer: obs, Limits: c.grpcBounds.rlqsLimits(), Refused: obs,
 			StreamIdle: c.grpcBounds.rlqsIdle, GrantRate: c.grpcBounds.rlqsGrantRate,
 			NodeBuckets: c.grpcBounds.rlqsBuckets, CredentialBuckets: c.grpcBounds.rlqsCredBuckets,
