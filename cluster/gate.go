@@ -78,7 +78,7 @@ func (n *Node) requireLeaderFormat(need fsm.Format) error {
 	}
 	pf, ok := n.formats.get(id)
 	if !ok && addr != "" {
-		if rd, _, read := n.clockCheck.peers.readClock(addr); read && rd.ID == id {
+		if rd, _, res := n.clockCheck.peers.readClock(addr, id); res == readProven {
 			n.formats.record(rd)
 			pf, ok = peerFormat{version: rd.Version, format: rd.Format}, true
 		}
@@ -193,10 +193,16 @@ func (n *Node) checkJoinerFormat(j JoinRequest) error {
 	if mark <= fsm.OldestFormat || j.HTTPAddr == "" {
 		return nil
 	}
-	rd, _, ok := n.clockCheck.peers.readClock(j.HTTPAddr)
-	if !ok || rd.ID != j.ID {
+	rd, _, res := n.clockCheck.peers.readClock(j.HTTPAddr, j.ID)
+	switch res {
+	case readUnreached:
 		n.log.Warn("joining server not reachable at its HTTP address: its log format is unknown until it answers", "id", j.ID, "http_addr", j.HTTPAddr)
 		return nil
+	case readUnproven:
+		// Something answered without proving it is the joiner (a release
+		// before proven readings wants the bearer): its format is unknown,
+		// which is too old for this log.
+		rd = ClockReading{ID: j.ID}
 	}
 	n.formats.record(rd)
 	if have := max(rd.Format, fsm.OldestFormat); have < mark {

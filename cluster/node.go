@@ -112,9 +112,10 @@ func Open(cfg Config) (*Node, error) {
 	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
 	n.formats = newPeerFormats(time.Now)
-	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
+	clockPeers := nodeClockPeers{n: n, reader: newClockReader(n.fwd.peers, cfg.ClusterToken, cfg.TLS, cfg.Logger)}
+	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, clockPeers, n.formats, &n.clock, cfg.Logger)
 	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
