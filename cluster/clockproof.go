@@ -87,7 +87,10 @@ func (p clockProof) requestNonce(r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	mac, err := hex.DecodeString(r.Header.Get(headerClockAuth))
-	return nonce, err == nil && hmac.Equal(mac, p.requestMAC(nonce))
+	if err != nil || !hmac.Equal(mac, p.requestMAC(nonce)) {
+		return nil, false
+	}
+	return nonce, true
 }
 
 // serveReading answers a reading request with rd, and with the proof
