@@ -295,7 +295,7 @@ func (c *clockCheck) peerSkewed(id string) (bool, int64) { return c.monitor.peer
 // ClockReading reports this node's clock (with any debug skew).
 func (n *Node) ClockReading() ClockReading {
 	cluster, _ := n.clock.clusterNowMs()
-	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.format()}
+	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.gate.format()}
 }
 
 // stampNow is the time of the next entry this leader writes, or why it
@@ -335,7 +335,7 @@ func (n *Node) runClockCheck() {
 			}
 		}
 		n.clockCheck.round()
-		n.noteClusterFormat()
+		n.gate.noteCluster()
 		if tick%5 == 0 {
 			// Host names may need DNS: not every second.
 			n.refreshPeerIPs()
