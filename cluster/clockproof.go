@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -225,6 +226,109 @@ func (c *clockReader) check(resp *http.Response, nonce []byte, id string, body [
 		if name != id {
 			return fmt.Errorf("the answer's certificate names node %q, not %q", name, id)
 		}
+	}
+	return nil
+}
+
+// The other reads of a member's state at its address are made the same
+// way under a token: the operator's views of every member (its status
+// with its release and format, its top keys: views.go) and the
+// promoter's question how far a joining server's log reaches
+// (promote.go). No bearer goes to an address, and an answer counts only
+// with HMAC(token, "view answer <request URI>"|N|H(body)). Under mutual
+// TLS the connection is a node's (the CA), as for every peer request.
+
+// provenView reports whether path is a read answered with proof.
+func provenView(path string) bool {
+	return path == MemberStatusPath || path == TopPath || path == ProgressPath
+}
+
+func (p clockProof) viewMAC(requestURI string, nonce, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	return transport.ProofMAC(p.token, "view answer "+requestURI, nonce, sum[:])
+}
+
+// proveViews wraps the internal endpoints: a view read whose request
+// proved the token gets its answer proven.
+func (p clockProof) proveViews(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nonce, ok := p.requestNonce(r)
+		if !ok || r.Method != http.MethodGet || !provenView(r.URL.Path) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ans := &bufferedAnswer{header: w.Header(), status: http.StatusOK}
+		h.ServeHTTP(ans, r)
+		w.Header().Set(headerClockProof, hex.EncodeToString(p.viewMAC(r.URL.RequestURI(), nonce, ans.body.Bytes())))
+		w.WriteHeader(ans.status)
+		w.Write(ans.body.Bytes())
+	})
+}
+
+// bufferedAnswer holds an answer until its proof is computed.
+type bufferedAnswer struct {
+	header http.Header
+	status int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (b *bufferedAnswer) Header() http.Header { return b.header }
+func (b *bufferedAnswer) WriteHeader(status int) {
+	if !b.wrote {
+		b.status, b.wrote = status, true
+	}
+}
+func (b *bufferedAnswer) Write(p []byte) (int, error) {
+	b.wrote = true
+	return b.body.Write(p)
+}
+
+// provenReader reads members' state (viewPeers, and the promoter): with
+// a token it reads with proof and sends no bearer; without one, as
+// before.
+type provenReader struct {
+	peers  *peerClient
+	reader *clockReader
+}
+
+func (v provenReader) getJSON(ctx context.Context, rawURL string, out any) error {
+	if !v.reader.proof.enabled() {
+		return v.peers.getJSON(ctx, rawURL, out)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return err
+	}
+	if v.reader.https && req.URL.Scheme == "http" {
+		req.URL.Scheme = "https"
+	}
+	nonce := make([]byte, clockNonceLen)
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	req.Header.Set(headerClockNonce, hex.EncodeToString(nonce))
+	req.Header.Set(headerClockAuth, hex.EncodeToString(v.reader.proof.requestMAC(nonce)))
+	resp, err := v.reader.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read answer from %s: %w", rawURL, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeHTTPError(resp, body)
+	}
+	mac, err := hex.DecodeString(resp.Header.Get(headerClockProof))
+	if err != nil || !hmac.Equal(mac, v.reader.proof.viewMAC(req.URL.RequestURI(), nonce, body)) {
+		return fmt.Errorf("the answer from %s does not prove the cluster token (a release before proven readings, or not a member)", req.URL.Host)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decode answer from %s: %w", rawURL, err)
 	}
 	return nil
 }

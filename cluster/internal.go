@@ -108,12 +108,12 @@ func (n *Node) internalMux() http.Handler {
 	n.mountLeaseOps(mux)
 	n.mountPermitOps(mux)
 	n.mountCallOps(mux)
-	return n.requireToken(mux)
+	return n.requireToken(clockProof{token: []byte(n.cfg.ClusterToken)}.proveViews(mux))
 }
 
 // requireToken guards every node-to-node endpoint with the cluster token:
-// the bearer, or on the clock endpoint the reading request's proof of it
-// (clockproof.go), which sends no token.
+// the bearer, or on the clock endpoint and the views' reads the request's
+// proof of it (clockproof.go), which sends no token.
 func (n *Node) requireToken(h http.Handler) http.Handler {
 	tok := n.cfg.ClusterToken
 	if tok == "" {
@@ -121,7 +121,7 @@ func (n *Node) requireToken(h http.Handler) http.Handler {
 	}
 	proof := clockProof{token: []byte(tok)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == ClockPath {
+		if r.Method == http.MethodGet && (r.URL.Path == ClockPath || provenView(r.URL.Path)) {
 			if _, ok := proof.requestNonce(r); ok {
 				h.ServeHTTP(w, r)
 				return

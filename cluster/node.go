@@ -58,11 +58,14 @@ type Node struct {
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts
 	clockCheck *clockCheck
 	gate       *VersionGate
-	fwdBatch   *groupCommit
-	leaseObs   LeaseObserver
-	holder     *holder
-	budgets    *Budgets
-	digests    digestCache // Status's state digest, at most once a second
+	// proven reads members' state at their addresses with proof
+	// (clockproof.go).
+	proven   provenReader
+	fwdBatch *groupCommit
+	leaseObs LeaseObserver
+	holder   *holder
+	budgets  *Budgets
+	digests  digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
 	views *Views
@@ -112,7 +115,8 @@ func Open(cfg Config) (*Node, error) {
 	n.fwd = newForwarder(cfg, n, n.stop, n.tracer)
 	clockPeers := nodeClockPeers{n: n, reader: newClockReader(n.fwd.peers, cfg.ClusterToken, cfg.TLS, cfg.Logger)}
 	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, clockPeers, n.gate.readings, &n.clock, cfg.Logger)
-	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
+	n.proven = provenReader{peers: n.fwd.peers, reader: clockPeers.reader}
+	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.proven, &n.snapFailures)
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)

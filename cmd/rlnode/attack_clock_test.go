@@ -131,6 +131,23 @@ func TestAttackClockReadingFromADownMembersPort(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// The operator's views ask every member too (its status with its
+	// release and format, its top keys): n1 is shown without either.
+	for _, path := range []string{"/v1/cluster/members", "/v1/top?policy=clockattack"} {
+		r, err := n2.Do("GET", path, token, nil)
+		if err != nil || r.Status != 200 {
+			t.Fatalf("GET %s with n1 down: %v %d %s", path, err, r.Status, r.Raw)
+		}
+		if path == "/v1/cluster/members" {
+			members, _ := r.JSON["members"].([]any)
+			for _, raw := range members {
+				m, _ := raw.(map[string]any)
+				if ver, _ := m["version"].(string); m["id"] == "n1" && (m["format"] != float64(0) || ver != "") {
+					t.Errorf("members via n2 show the impostor's answer for n1: %v", m)
+				}
+			}
+		}
+	}
 	leaks, total, clockAsked := im.leaked(token)
 	t.Logf("the impostor on %s got %d requests; %d carried the cluster token", n1.HTTPAddr, total, len(leaks))
 	if !clockAsked {
