@@ -205,3 +205,29 @@ func closedAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestProvenViewReads: the views' and the promoter's reads of a member
+// under a token send no bearer and count only proven answers.
+func TestProvenViewReads(t *testing.T) {
+	status := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, Progress{ID: "n2", LastLogIndex: 42})
+	})
+	p := clockProof{token: []byte(proofToken)}
+	m := newRecordingServer(t, p.proveViews(status).ServeHTTP)
+	im := newRecordingServer(t, status)
+	r := provenReader{peers: newPeerClient(proofToken, nil, nil), reader: tokenReader(proofToken)}
+	var got Progress
+	if err := r.getJSON(context.Background(), "http://"+m.Listener.Addr().String()+ProgressPath, &got); err != nil || got.LastLogIndex != 42 {
+		t.Fatalf("the member's proven answer: %+v %v", got, err)
+	}
+	if err := r.getJSON(context.Background(), "http://"+im.Listener.Addr().String()+ProgressPath, &got); err == nil {
+		t.Error("an impostor's unproven answer was accepted")
+	}
+	// A read with a query is proven over its whole request URI.
+	if err := r.getJSON(context.Background(), "http://"+m.Listener.Addr().String()+TopPath+"?policy=a", &got); err != nil {
+		t.Errorf("a proven top-keys read: %v", err)
+	}
+	if m.sawToken(proofToken) || im.sawToken(proofToken) {
+		t.Error("a view read sent the cluster token to an address")
+	}
+}
