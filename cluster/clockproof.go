@@ -34,8 +34,8 @@ import (
 // only when the answer proves it is the member's:
 //
 //   - with a cluster token, the requester sends a fresh random nonce N and
-//     HMAC(token, "clock request"|N) (it knows the token; a replay only
-//     yields a reading), and the member answers with
+//     HMAC(token, "clock request"|N|request URI) (it knows the token; a
+//     replay only yields the same read), and the member answers with
 //     HMAC(token, "clock answer"|N|H(id|body)) over the exact body it
 //     sent, which names it (the primitive is the Raft handshake's,
 //     transport.ProofMAC). The token never crosses the wire.
@@ -64,8 +64,10 @@ type clockProof struct{ token []byte }
 
 func (p clockProof) enabled() bool { return len(p.token) > 0 }
 
-func (p clockProof) requestMAC(nonce []byte) []byte {
-	return transport.ProofMAC(p.token, "clock request", nonce, nil)
+// requestMAC proves the token for one read: the nonce and the request
+// URI (a replay yields that same read, never another).
+func (p clockProof) requestMAC(nonce []byte, requestURI string) []byte {
+	return transport.ProofMAC(p.token, "clock request", nonce, []byte(requestURI))
 }
 
 func (p clockProof) answerMAC(nonce []byte, id string, body []byte) []byte {
@@ -88,7 +90,7 @@ func (p clockProof) requestNonce(r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	mac, err := hex.DecodeString(r.Header.Get(headerClockAuth))
-	if err != nil || !hmac.Equal(mac, p.requestMAC(nonce)) {
+	if err != nil || !hmac.Equal(mac, p.requestMAC(nonce, r.URL.RequestURI())) {
 		return nil, false
 	}
 	return nonce, true
@@ -163,7 +165,7 @@ func (c *clockReader) read(ctx context.Context, addr, want string) (rd ClockRead
 			return rd, start, 0, readUnreached, err
 		}
 		req.Header.Set(headerClockNonce, hex.EncodeToString(nonce))
-		req.Header.Set(headerClockAuth, hex.EncodeToString(c.proof.requestMAC(nonce)))
+		req.Header.Set(headerClockAuth, hex.EncodeToString(c.proof.requestMAC(nonce, req.URL.RequestURI())))
 	}
 	start = time.Now()
 	resp, err := c.client.Do(req)
@@ -310,7 +312,7 @@ func (v provenReader) getJSON(ctx context.Context, rawURL string, out any) error
 		return err
 	}
 	req.Header.Set(headerClockNonce, hex.EncodeToString(nonce))
-	req.Header.Set(headerClockAuth, hex.EncodeToString(v.reader.proof.requestMAC(nonce)))
+	req.Header.Set(headerClockAuth, hex.EncodeToString(v.reader.proof.requestMAC(nonce, req.URL.RequestURI())))
 	resp, err := v.reader.client.Do(req)
 	if err != nil {
 		return err

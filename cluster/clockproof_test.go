@@ -115,7 +115,7 @@ func TestClockReadingProofUnderToken(t *testing.T) {
 	if _, ok := p.requestNonce(req); ok { // no valid auth: no proof
 		t.Fatal("a request without the token's proof got a nonce accepted")
 	}
-	req.Header.Set(headerClockAuth, hex.EncodeToString(p.requestMAC(fixed)))
+	req.Header.Set(headerClockAuth, hex.EncodeToString(p.requestMAC(fixed, ClockPath)))
 	clockMember("n2", proofToken)(rec, req)
 	replay.proof, replay.body = rec.Header().Get(headerClockProof), rec.Body.Bytes()
 	if replay.proof == "" {
@@ -229,5 +229,21 @@ func TestProvenViewReads(t *testing.T) {
 	}
 	if m.sawToken(proofToken) || im.sawToken(proofToken) {
 		t.Error("a view read sent the cluster token to an address")
+	}
+}
+
+// TestReadProofIsBoundToItsRequest: a sniffed request proof admits that
+// same read only, never another endpoint or query.
+func TestReadProofIsBoundToItsRequest(t *testing.T) {
+	p := clockProof{token: []byte(proofToken)}
+	nonce := make([]byte, clockNonceLen)
+	auth := hex.EncodeToString(p.requestMAC(nonce, ClockPath))
+	for uri, want := range map[string]bool{ClockPath: true, TopPath + "?policy=a": false, MemberStatusPath: false} {
+		req := httptest.NewRequest("GET", uri, nil)
+		req.Header.Set(headerClockNonce, hex.EncodeToString(nonce))
+		req.Header.Set(headerClockAuth, auth)
+		if _, ok := p.requestNonce(req); ok != want {
+			t.Errorf("the clock read's proof on %s: admitted %v, want %v", uri, ok, want)
+		}
 	}
 }
