@@ -69,9 +69,11 @@ type clockPeers interface {
 	// unknown; learnAddr keeps one found there.
 	joinAddrs() []string
 	learnAddr(id, addr string)
-	// readClock reads the node at addr: its answer, and its offset from
-	// this node's clock (known within half the round trip).
-	readClock(addr string) (ClockReading, peerOffset, bool)
+	// readClock reads the node at addr, which must prove to be member
+	// want ("": any member, the one its reading names;
+	// clockproof.go): its answer, and its offset from this node's clock
+	// (known within half the round trip).
+	readClock(addr, want string) (ClockReading, peerOffset, readResult)
 	// isLeader and transfer: stepping down for a clock that is off.
 	isLeader() bool
 	transfer(to raft.Server) error
@@ -163,8 +165,8 @@ func (c *clockCheck) measure() {
 // the readings, and the addresses, of members whose address was unknown.
 func (c *clockCheck) probeJoinAddrs(members map[string]bool) {
 	for _, addr := range c.peers.joinAddrs() {
-		rd, off, ok := c.peers.readClock(addr)
-		if !ok || !members[rd.ID] {
+		rd, off, res := c.peers.readClock(addr, "")
+		if res != readProven || !members[rd.ID] {
 			continue
 		}
 		if _, known := c.peers.httpAddr(rd.ID); known {
@@ -178,8 +180,8 @@ func (c *clockCheck) probeJoinAddrs(members map[string]bool) {
 // measurePeer takes one reading of member id's clock at addr and records
 // it; false when the peer could not be read.
 func (c *clockCheck) measurePeer(id, addr string) bool {
-	rd, off, ok := c.peers.readClock(addr)
-	if !ok || rd.ID != id {
+	rd, off, res := c.peers.readClock(addr, id)
+	if res != readProven {
 		return false
 	}
 	c.record(rd, off)
@@ -293,7 +295,7 @@ func (c *clockCheck) peerSkewed(id string) (bool, int64) { return c.monitor.peer
 // ClockReading reports this node's clock (with any debug skew).
 func (n *Node) ClockReading() ClockReading {
 	cluster, _ := n.clock.clusterNowMs()
-	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.format()}
+	return ClockReading{ID: n.cfg.ID, NowMs: n.clock.wallNowMs(), ClusterNowMs: cluster, Version: n.cfg.Version, Format: n.gate.format()}
 }
 
 // stampNow is the time of the next entry this leader writes, or why it
@@ -333,7 +335,7 @@ func (n *Node) runClockCheck() {
 			}
 		}
 		n.clockCheck.round()
-		n.noteClusterFormat()
+		n.gate.noteCluster()
 		if tick%5 == 0 {
 			// Host names may need DNS: not every second.
 			n.refreshPeerIPs()
@@ -342,7 +344,10 @@ func (n *Node) runClockCheck() {
 }
 
 // nodeClockPeers is the node as its clock check sees it.
-type nodeClockPeers struct{ n *Node }
+type nodeClockPeers struct {
+	n      *Node
+	reader *clockReader
+}
 
 func (p nodeClockPeers) servers() ([]raft.Server, bool) {
 	cf := p.n.raft.GetConfiguration()
@@ -362,18 +367,18 @@ func (p nodeClockPeers) transfer(to raft.Server) error {
 	return p.n.raft.LeadershipTransferToServer(to.ID, to.Address).Error()
 }
 
-func (p nodeClockPeers) readClock(addr string) (ClockReading, peerOffset, bool) {
+func (p nodeClockPeers) readClock(addr, want string) (ClockReading, peerOffset, readResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	start := time.Now()
-	var rd ClockReading
-	err := p.n.fwd.peers.getJSON(ctx, BaseURL(addr)+ClockPath, &rd)
-	rtt := time.Since(start)
-	if err != nil || rd.ID == "" {
-		return rd, peerOffset{}, false
+	rd, start, rtt, res, err := p.reader.read(ctx, addr, want)
+	if res == readUnproven {
+		p.reader.warnUnproven(addr, want, err)
+	}
+	if res != readProven {
+		return ClockReading{}, peerOffset{}, res
 	}
 	mid := start.UnixMilli() + p.n.clock.debugOffset.Load() + rtt.Milliseconds()/2 // the wall clock as the leader clock reads it
-	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, true
+	return rd, peerOffset{offsetMs: rd.NowMs - mid, boundMs: rtt.Milliseconds()/2 + 1}, readProven
 }
 
 // voteGate is the node's Raft transport with one change: while the

@@ -32,12 +32,15 @@ func (p *fakePeers) transfer(to raft.Server) error {
 	p.transferred = append(p.transferred, to.ID)
 	return nil
 }
-func (p *fakePeers) readClock(addr string) (ClockReading, peerOffset, bool) {
+func (p *fakePeers) readClock(addr, want string) (ClockReading, peerOffset, readResult) {
 	off, ok := p.offsets[addr]
 	if !ok {
-		return ClockReading{}, peerOffset{}, false
+		return ClockReading{}, peerOffset{}, readUnreached
 	}
-	return ClockReading{ID: addr}, peerOffset{offsetMs: off, boundMs: 1}, true
+	if want != "" && want != addr {
+		return ClockReading{}, peerOffset{}, readUnproven
+	}
+	return ClockReading{ID: addr}, peerOffset{offsetMs: off, boundMs: 1}, readProven
 }
 
 func newTestClockCheck(p *fakePeers) *clockCheck {

@@ -58,7 +58,7 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 			t.Fatalf("%s: data dir records format %d (%v) while %s is old; want 3", n.ID, f, err, old.ID)
 		}
 	}
-	if _, members := c.Nodes[0].MemberFormats(); len(members) != 3 {
+	if _, members := c.Nodes[0].VersionGate().MemberFormats(); len(members) != 3 {
 		t.Fatalf("member formats: %+v", members)
 	}
 
@@ -93,7 +93,7 @@ func TestVersionGateOpensWhenEveryMemberIsNew(t *testing.T) {
 	if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("may hold format %d entries and n4 runs log format 3", fsm.CurrentFormat)) {
 		t.Fatalf("join of a format-3 node after the gate opened (asked through a member that may not lead): %v; want a conflict naming formats 3 and %d", err, fsm.CurrentFormat)
 	}
-	if _, members := c.Nodes[0].MemberFormats(); len(members) != 3 {
+	if _, members := c.Nodes[0].VersionGate().MemberFormats(); len(members) != 3 {
 		t.Fatalf("members after the refused join: %+v; want the three", members)
 	}
 	stale.Stop()

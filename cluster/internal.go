@@ -75,7 +75,7 @@ func (n *Node) internalMux() http.Handler {
 	})
 	mux.Handle(ForwardPath, n.fwd)
 	mux.HandleFunc("GET "+ClockPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, n.ClockReading())
+		clockProof{token: []byte(n.cfg.ClusterToken)}.serveReading(w, r, n.ClockReading())
 	})
 	mux.HandleFunc("GET "+ProgressPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, Progress{ID: n.cfg.ID, LastLogIndex: n.raft.LastIndex()})
@@ -112,16 +112,25 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("POST "+opPermit.path(), opPermit.handler(n))
 	mux.HandleFunc("POST "+opReservation.path(), opReservation.handler(n))
 	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
-	return n.requireToken(mux)
+	return n.requireToken(clockProof{token: []byte(n.cfg.ClusterToken)}.proveViews(mux))
 }
 
-// requireToken guards every node-to-node endpoint with the cluster token.
+// requireToken guards every node-to-node endpoint with the cluster token:
+// the bearer, or on the clock endpoint and the views' reads the request's
+// proof of it (clockproof.go), which sends no token.
 func (n *Node) requireToken(h http.Handler) http.Handler {
 	tok := n.cfg.ClusterToken
 	if tok == "" {
 		return h
 	}
+	proof := clockProof{token: []byte(tok)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && (r.URL.Path == ClockPath || provenView(r.URL.Path)) {
+			if _, ok := proof.requestNonce(r); ok {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
 		if !bearer.Valid(r.Header.Get("Authorization"), tok) {
 			w.Header().Set("WWW-Authenticate", bearer.Challenge)
 			writeProblem(w, http.StatusUnauthorized, "unauthorized", "this endpoint needs the cluster token: Authorization: Bearer <token>")

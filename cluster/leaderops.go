@@ -64,7 +64,7 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 		}
 	}
 	if op.format != nil {
-		if err := n.requireLeaderFormat(op.format(req)); err != nil {
+		if err := n.gate.requireLeader(op.format(req)); err != nil {
 			return resp, err
 		}
 	}
@@ -84,7 +84,7 @@ func (op leaderOp[Req, Resp]) do(ctx context.Context, n *Node, req Req) (resp Re
 // lead runs op on the leader, behind the version gate.
 func (op leaderOp[Req, Resp]) lead(n *Node, ctx context.Context, req Req) (resp Resp, err error) {
 	if op.format != nil {
-		if err := n.RequireFormat(op.format(req)); err != nil {
+		if err := n.gate.RequireFormat(op.format(req)); err != nil {
 			return resp, err
 		}
 	}

@@ -55,19 +55,18 @@ type Node struct {
 	raftRef    atomic.Pointer[raft.Raft]
 	peerAddrs  *peerAddrs // members' HTTP addresses, kept across restarts, and IPs
 	clockCheck *clockCheck
-	formats    *peerFormats // members' formats, for the version gate
-	// formatMark is the format the data dir records (storage.FormatFile);
-	// formatMu makes raising it one step.
-	formatMark atomic.Uint32
-	formatMu   sync.Mutex
-	fwdBatch   *groupCommit
-	leaseObs   LeaseObserver
-	holder     *holder
-	budgets    *Budgets
-	leases     *Leases
-	calls      *Calls      // per-call items (gubernator's API)
-	slices     *Slices     // a region's slices (slices.go)
-	digests    digestCache // Status's state digest, at most once a second
+	gate       *VersionGate
+	// proven reads members' state at their addresses with proof
+	// (clockproof.go).
+	proven   provenReader
+	fwdBatch *groupCommit
+	leaseObs LeaseObserver
+	holder   *holder
+	budgets  *Budgets
+	leases   *Leases
+	calls    *Calls      // per-call items (gubernator's API)
+	slices   *Slices     // a region's slices (slices.go)
+	digests  digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
 	// (views.go); they count the hits clients sent this node.
 	views *Views
@@ -112,11 +111,13 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), notifyCh: make(chan bool, 16)}
 	n.clock.init(systemClock{origin: time.Now(), offset: &n.clock.debugOffset}, cfg.MaxClockOffset)
 	n.clock.debugOffset.Store(cfg.ClockOffset.Milliseconds())
-	n.formats = newPeerFormats(time.Now)
-	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, nodeClockPeers{n}, n.formats, &n.clock, cfg.Logger)
+	n.gate = newVersionGate(cfg.ID, cfg.Version, cfg.Format, nodeGate{n}, newPeerFormats(time.Now), cfg.Logger)
 	n.tracer = newTracer(cfg.TracerProvider, cfg.Propagator)
 	n.fwd = newForwarder(cfg, nodeForward{n}, n.stop, n.tracer)
-	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.fwd.peers, &n.snapFailures)
+	clockPeers := nodeClockPeers{n: n, reader: newClockReader(n.fwd.peers, cfg.ClusterToken, cfg.TLS, cfg.Logger)}
+	n.clockCheck = newClockCheck(cfg.ID, cfg.MaxClockOffset, clockPeers, n.gate.readings, &n.clock, cfg.Logger)
+	n.proven = provenReader{peers: n.fwd.peers, reader: clockPeers.reader}
+	n.views = newViews(cfg.ID, cfg.DataDir, nodeViews{n}, nodeViews{n}, n.proven, &n.snapFailures)
 	n.boot = newBootstrapper(cfg.ID, cfg.BootstrapExpect, cfg.DataDir, nodeBootstrap{n}, n.log)
 	n.leaseObs = leaseObserver(cfg.Observer)
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
@@ -168,7 +169,7 @@ func Open(cfg Config) (*Node, error) {
 func (n *Node) open() error {
 	cfg := n.cfg
 	data, err := storage.Open(storage.Options{Dir: cfg.DataDir, ID: cfg.ID, Kind: cfg.RaftLog, RejoinEmpty: cfg.RejoinEmpty, Logger: n.log,
-		Reads: n.format(), Version: cfg.Version})
+		Reads: n.gate.format(), Version: cfg.Version})
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
-	n.formatMark.Store(uint32(mark))
+	n.gate.loadMark(mark)
 	n.peerAddrs = loadPeerAddrs(cfg.DataDir)
 	if err := n.openTransport(); err != nil {
 		return err
@@ -529,8 +530,8 @@ func (n *Node) Status() Status {
 		ClockOffsetMs: n.clock.debugOffset.Load(),
 		ClockSkewMs:   n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), MaxClockOffset: n.cfg.MaxClockOffset.Milliseconds(),
 	}
-	s.Version, s.Format = n.cfg.Version, n.format()
-	s.ClusterFormat = n.clusterFormat()
+	s.Version, s.Format = n.cfg.Version, n.gate.format()
+	s.ClusterFormat = n.gate.ClusterFormat()
 	if fs.Halted != nil {
 		s.Halted = fs.Halted.Error()
 	}
@@ -573,15 +574,7 @@ func (n *Node) Gauges() Gauges {
 	return Gauges{IsLeader: n.IsLeader(), Term: n.raft.CurrentTerm(), AppliedIndex: n.raft.AppliedIndex(),
 		CommitIndex: n.raft.CommitIndex(), Windows: fs.StoredWindows,
 		ClockSkewMs: n.clockCheck.estimate.Load(), ClockSkewed: n.clockCheck.skewed.Load(), Membership: n.removal.membership(),
-		ClusterFormat: uint32(n.clusterFormat()), RefusedPeer: n.refusedRecently()}
-}
-
-// clusterFormat is the cluster's format as this node's gate sees it: the
-// effective format, or the one it recorded once every member reported it
-// (never lowered).
-func (n *Node) clusterFormat() fsm.Format {
-	f, _ := n.effectiveFormat()
-	return max(f, fsm.Format(n.formatMark.Load()))
+		ClusterFormat: uint32(n.gate.ClusterFormat()), RefusedPeer: n.refusedRecently()}
 }
 
 // Peer is one server of the Raft configuration.

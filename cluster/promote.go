@@ -177,7 +177,7 @@ func (n *Node) peerApplied(id string) (uint64, error) {
 		return 0, fmt.Errorf("no HTTP address known for %s", id)
 	}
 	var p Progress
-	if err := n.fwd.peers.getJSON(context.Background(), BaseURL(meta.HTTPAddr)+ProgressPath, &p); err != nil {
+	if err := n.proven.getJSON(context.Background(), BaseURL(meta.HTTPAddr)+ProgressPath, &p); err != nil {
 		return 0, err
 	}
 	if p.ID != id {

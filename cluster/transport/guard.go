@@ -127,6 +127,14 @@ const (
 
 var errHandshake = errors.New("raft handshake failed: the peer does not know the cluster token")
 
+// ProofMAC is the handshake's proof primitive, HMAC-SHA256(token,
+// "rlnode-raft "+role | nc | ns), for the other node-to-node proofs of
+// the token (the clock readings, cluster/clockproof.go): a distinct role
+// keeps each proof from being replayed as another.
+func ProofMAC(token []byte, role string, nc, ns []byte) []byte {
+	return handshakeMAC(token, role, nc, ns)
+}
+
 func handshakeMAC(token []byte, role string, nc, ns []byte) []byte {
 	m := hmac.New(sha256.New, token)
 	m.Write([]byte("rlnode-raft " + role))
