@@ -36,7 +36,7 @@ const goldenConfig = `
 domain: g
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2}
   - key: path
     value: /login
     rate_limit: {unit: hour, requests_per_unit: 1, name: login}
@@ -152,8 +152,8 @@ func rlsGoldenCases() []rlsGoldenCase {
 		{name: "quota_mode, first hit", req: greq("g", desc("quota", "q"))},
 		{name: "quota_mode, the only quota descriptor over", req: greq("g", desc("quota", "q"))},
 		{name: "metadata of a passing descriptor", req: greq("g", desc("tagged", "gold"))},
-		{name: "limit override", req: greq("g", overridden(desc("bulk", "o"), 4, typev3.RateLimitUnit_MINUTE))},
-		{name: "limit override, second hit", req: greq("g", overridden(desc("bulk", "o"), 4, typev3.RateLimitUnit_MINUTE))},
+		{name: "limit override", req: greq("g", overridden(desc("bulk", "o"), 4, typev3.RateLimitUnit_DAY))},
+		{name: "limit override, second hit", req: greq("g", overridden(desc("bulk", "o"), 4, typev3.RateLimitUnit_DAY))},
 		{name: "limit override of an unknown key", req: greq("g", overridden(desc("nope", "o"), 1, typev3.RateLimitUnit_HOUR))},
 		{name: "concurrency, first permit", req: greq("g", desc("stream", "c1"))},
 		{name: "concurrency, second permit", req: greq("g", desc("stream", "c1"))},
@@ -201,22 +201,37 @@ func startGolden(t *testing.T, obs Observer) (plain, shadow rlsv3.RateLimitServi
 	return serve(Config{ResponseHeaders: &DefaultHeaderNames, DynamicMetadata: true}), serve(Config{GlobalShadowMode: true})
 }
 
-// secondsIn names the bound a time left falls under: windows here are
-// anchored at their first hit (or epoch-aligned, for overrides), so the
-// seconds left depend on when the test runs, but never exceed the unit.
-var secondsIn = regexp.MustCompile(`(t=|durationUntilReset=|reset=|Reset: |retry-after: )(\d+)`)
+// Seconds left depend on when the test runs: windows here are anchored at
+// their first hit, but overrides are epoch-aligned and a permit's time is
+// its TTL's. A status's seconds are written as the bound its unit sets
+// (and kept as they are, failing, past it); in headers, which do not say
+// their unit, as at most a day.
+var secondsInHeader = regexp.MustCompile(`(t=|Reset: |retry-after: )(\d+)`)
 
-func boundSeconds(s string) string {
-	return secondsIn.ReplaceAllStringFunc(s, func(m string) string {
-		sub := secondsIn.FindStringSubmatch(m)
-		v, _ := strconv.ParseInt(sub[2], 10, 64)
-		for _, unit := range []int64{1, 60, 3600, 86400} {
-			if v <= unit {
-				return sub[1] + "<=" + strconv.FormatInt(unit, 10)
-			}
+func boundHeaderSeconds(s string) string {
+	return secondsInHeader.ReplaceAllStringFunc(s, func(m string) string {
+		sub := secondsInHeader.FindStringSubmatch(m)
+		if v, err := strconv.ParseInt(sub[2], 10, 64); err == nil && v <= 86400 {
+			return sub[1] + "<=86400"
 		}
 		return m
 	})
+}
+
+// unitSeconds bounds a status's seconds left: its limit's unit, or the
+// permit TTL (a minute here) for a concurrency descriptor, whose unit is
+// UNKNOWN.
+var unitSeconds = map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: 1, rlsv3.RateLimitResponse_RateLimit_MINUTE: 60,
+	rlsv3.RateLimitResponse_RateLimit_HOUR: 3600, rlsv3.RateLimitResponse_RateLimit_DAY: 86400,
+	rlsv3.RateLimitResponse_RateLimit_UNKNOWN: 60,
+}
+
+func boundStatusSeconds(unit rlsv3.RateLimitResponse_RateLimit_Unit, secs int64) string {
+	if u, ok := unitSeconds[unit]; ok && secs >= 0 && secs <= u {
+		return "<=" + strconv.FormatInt(u, 10)
+	}
+	return strconv.FormatInt(secs, 10)
 }
 
 // describeAnswer writes a response as text a reviewer can read: codes,
@@ -232,8 +247,8 @@ func describeAnswer(out *strings.Builder, resp *rlsv3.RateLimitResponse, err err
 	for i, st := range resp.GetStatuses() {
 		fmt.Fprintf(out, "status[%d] %s", i, st.GetCode())
 		if cl := st.GetCurrentLimit(); cl != nil {
-			fmt.Fprintf(out, " limit=%q/%d/%s remaining=%d durationUntilReset=%d", cl.GetName(), cl.GetRequestsPerUnit(), cl.GetUnit(),
-				st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds())
+			fmt.Fprintf(out, " limit=%q/%d/%s remaining=%d durationUntilReset=%s", cl.GetName(), cl.GetRequestsPerUnit(), cl.GetUnit(),
+				st.GetLimitRemaining(), boundStatusSeconds(cl.GetUnit(), st.GetDurationUntilReset().GetSeconds()))
 		} else if st.GetLimitRemaining() != 0 {
 			fmt.Fprintf(out, " remaining=%d", st.GetLimitRemaining())
 		}
@@ -264,7 +279,7 @@ func describeAnswer(out *strings.Builder, resp *rlsv3.RateLimitResponse, err err
 // and descriptors nothing matches, with the stats observed for each: a
 // change of the decision path (one call into the node, pooled responses)
 // must answer byte for byte the same. Seconds left are written as the
-// unit they fall under. Run with -update to rewrite the file when an
+// bound they must keep (boundStatusSeconds, boundHeaderSeconds). Run with -update to rewrite the file when an
 // answer changes on purpose.
 func TestAnswersGolden(t *testing.T) {
 	obs := &goldenObserver{}
@@ -280,7 +295,7 @@ func TestAnswersGolden(t *testing.T) {
 		cancel()
 		var answer strings.Builder
 		describeAnswer(&answer, resp, err)
-		fmt.Fprintf(&out, "### %s\n%s\n%sobserved: %s\n\n", gc.name, requestWords(gc.req), boundSeconds(answer.String()), obs.take())
+		fmt.Fprintf(&out, "### %s\n%s\n%sobserved: %s\n\n", gc.name, requestWords(gc.req), boundHeaderSeconds(answer.String()), obs.take())
 	}
 	const file = "testdata/answers.golden"
 	if *updateGolden {
