@@ -148,6 +148,9 @@ type Config struct {
 	// RegionView, on a region's node, serves GET /v1/cluster/region
 	// (nil: that route answers 404).
 	RegionView RegionViewer
+	// Headers chooses the rate-limit headers of a decided check (default
+	// HeadersBoth: RateLimit, RateLimit-Policy and X-RateLimit-*).
+	Headers HeaderSet
 	// Gubernator, when set, serves gubernator's HTTP gateway paths
 	// (POST /v1/GetRateLimits, GET /v1/HealthCheck; gubapi.Gateway).
 	Gubernator GubernatorGateway

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -19,11 +20,22 @@ import (
 type discardWriter struct {
 	h      http.Header
 	status int
+	// wire: do per answer what net/http does with a header map the
+	// handler touched: clone it when the status is written
+	// (response.WriteHeader) and write it sorted (Header.WriteSubset, in
+	// chunkWriter.writeHeader). That part of an answer's cost grows with
+	// its header count, and a discarding writer would skip it.
+	wire bool
 }
 
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *discardWriter) WriteHeader(s int)           { w.status = s }
+func (w *discardWriter) WriteHeader(s int) {
+	w.status = s
+	if w.wire {
+		_ = w.h.Clone().WriteSubset(io.Discard, nil)
+	}
+}
 
 // benchNode is a one-node cluster (real Raft, real data dir) with a strict
 // and a leased policy whose limits are never reached, and the public
@@ -33,7 +45,13 @@ func benchNode(b *testing.B) (*clustertest.Node, http.Handler) {
 	leased.Consistency = policy.Leased
 	c := apitest.Start(b, 1, clustertest.Options{Policies: []policy.Policy{policy.Fixed("strict", policy.MaxLimit, time.Hour), leased}})
 	n := c.Leader(10 * time.Second)
-	return n, httpapi.New(httpapi.Config{Node: n.Node, RequestTimeout: 5 * time.Second}).Handler()
+	return n, benchHandler(n, httpapi.HeadersBoth)
+}
+
+// benchHandler is the public handler of n answering with the given
+// rate-limit headers.
+func benchHandler(n *clustertest.Node, set httpapi.HeaderSet) http.Handler {
+	return httpapi.New(httpapi.Config{Node: n.Node, RequestTimeout: 5 * time.Second, Headers: set}).Handler()
 }
 
 // serveOne runs one request through h and fails unless it was allowed.
@@ -52,32 +70,14 @@ func serveOne(b *testing.B, h http.Handler, w *discardWriter, r *http.Request) {
 // the log: fsync and commit, many requests at once so they share entries).
 // allocs/op is what one answer costs the heap.
 func BenchmarkCheckHandler(b *testing.B) {
-	_, h := benchNode(b)
-	b.Run("leased-hot", func(b *testing.B) {
-		r := httptest.NewRequest("GET", "/check/leased/hot", nil)
-		w := &discardWriter{h: http.Header{}}
-		// Warm the key until the node holds a lease for it.
-		clustertest.Poll(b, 10*time.Second, func() error {
-			for range 50 {
-				serveOne(b, h, w, r)
-			}
-			if d := w.h.Get(cluster.HeaderDecided); d != cluster.DecidedLocal {
-				return errNotLocal
-			}
-			return nil
-		})
-		local := 0
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			serveOne(b, h, w, r)
-			if w.h[cluster.HeaderDecided][0] == cluster.DecidedLocal {
-				local++
-			}
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(local)/float64(b.N), "local/op")
-	})
+	n, h := benchNode(b)
+	b.Run("leased-hot", func(b *testing.B) { benchLeasedHot(b, h, false) })
+	// The same with net/http's per-answer header work (discardWriter.wire),
+	// per --headers choice.
+	for _, set := range []httpapi.HeaderSet{httpapi.HeadersBoth, httpapi.HeadersIETF, httpapi.HeadersLegacy} {
+		hs := benchHandler(n, set)
+		b.Run("leased-hot-wire/"+set.String(), func(b *testing.B) { benchLeasedHot(b, hs, true) })
+	}
 	b.Run("strict-hot", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(32) // the leader batches what arrives together
@@ -97,6 +97,34 @@ func BenchmarkCheckHandler(b *testing.B) {
 			serveOne(b, h, w, r)
 		}
 	})
+}
+
+// benchLeasedHot answers GET /check/leased/hot through h, decided from
+// the lease this node holds.
+func benchLeasedHot(b *testing.B, h http.Handler, wire bool) {
+	r := httptest.NewRequest("GET", "/check/leased/hot", nil)
+	w := &discardWriter{h: http.Header{}, wire: wire}
+	// Warm the key until the node holds a lease for it.
+	clustertest.Poll(b, 10*time.Second, func() error {
+		for range 50 {
+			serveOne(b, h, w, r)
+		}
+		if d := w.h.Get(cluster.HeaderDecided); d != cluster.DecidedLocal {
+			return errNotLocal
+		}
+		return nil
+	})
+	local := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		serveOne(b, h, w, r)
+		if w.h[cluster.HeaderDecided][0] == cluster.DecidedLocal {
+			local++
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(local)/float64(b.N), "local/op")
 }
 
 var errNotLocal = errorString("not decided locally yet")

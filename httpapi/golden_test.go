@@ -44,9 +44,11 @@ func (r *recordedChecks) take() string {
 // goldenCase is one request and what the fake cluster answers it.
 type goldenCase struct {
 	name, method, path string
-	header             map[string]string
-	body               string
-	answer             func(hits []cluster.Hit) (cluster.CheckResult, error)
+	// headers is the API's --headers choice (zero: both).
+	headers httpapi.HeaderSet
+	header  map[string]string
+	body    string
+	answer  func(hits []cluster.Hit) (cluster.CheckResult, error)
 }
 
 func oneHit(h cluster.Hit, o window.Outcome, parts ...window.Result) cluster.HitResult {
@@ -79,7 +81,7 @@ func goldenCases() []goldenCase {
 			return decided(allowed, servedBy, how, oneHit(hits[0], o, parts...)), nil
 		}
 	}
-	return []goldenCase{
+	cases := []goldenCase{
 		{name: "allowed, default policy, decided locally", path: "/check/alice", answer: answer(true, "n1", cluster.DecidedLocal, window.Allowed, fixedOK)},
 		{name: "allowed, named policy, through the log", path: "/check/api/bob", answer: answer(true, "n2", "", window.Allowed, fixedOK)},
 		{name: "allowed, two limits, cost 2", path: "/check/twolimits/carol?cost=2", answer: answer(true, "n1", cluster.DecidedLog, window.Allowed, secOK, fixedOK)},
@@ -124,6 +126,24 @@ func goldenCases() []goldenCase {
 				return decided(false, "n1", cluster.DecidedLog, oneHit(hits[0], window.Allowed, fixedOK), oneHit(hits[1], window.Refused, fixedNo)), nil
 			}},
 	}
+	// The same answers with --headers ietf and --headers legacy: only the
+	// rate-limit headers differ.
+	for _, set := range []httpapi.HeaderSet{httpapi.HeadersIETF, httpapi.HeadersLegacy} {
+		name := "--headers " + set.String() + ": "
+		cases = append(cases,
+			goldenCase{name: name + "allowed, two limits", headers: set, path: "/check/twolimits/carol", answer: answer(true, "n1", cluster.DecidedLog, window.Allowed, secOK, fixedOK)},
+			goldenCase{name: name + "allowed, decided locally", headers: set, path: "/check/alice", answer: answer(true, "n1", cluster.DecidedLocal, window.Allowed, fixedOK)},
+			goldenCase{name: name + "refused", headers: set, path: "/check/api/bob", answer: answer(false, "n2", cluster.DecidedLog, window.Refused, fixedNo)},
+			goldenCase{name: name + "shadow policy, would refuse", headers: set, path: "/check/shadowed/bob", answer: answer(true, "n1", cluster.DecidedLog, window.Allowed, fixedNo)},
+			goldenCase{name: name + "forward-auth refused with 403", headers: set, path: "/v1/auth/api?key=header:X-User&refuse_status=403", header: map[string]string{"X-User": "u1"},
+				answer: answer(false, "n1", cluster.DecidedLog, window.Refused, fixedNo)},
+			goldenCase{name: name + "multi-hit check (its headers are not a set's)", headers: set, method: "POST", path: "/v1/check", body: `{"hits":[{"client":"a"}]}`,
+				answer: func(hits []cluster.Hit) (cluster.CheckResult, error) {
+					return decided(true, "n1", cluster.DecidedLog, oneHit(hits[0], window.Allowed, fixedOK)), nil
+				}},
+		)
+	}
+	return cases
 }
 
 // TestCheckAnswersGolden pins every byte a check answers (status, headers
@@ -146,8 +166,12 @@ func TestCheckAnswersGolden(t *testing.T) {
 		},
 	}
 	obs := &recordedChecks{}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Node: f, Metrics: obs}).Handler())
-	t.Cleanup(srv.Close)
+	servers := map[httpapi.HeaderSet]*httptest.Server{}
+	for _, set := range []httpapi.HeaderSet{httpapi.HeadersBoth, httpapi.HeadersIETF, httpapi.HeadersLegacy} {
+		srv := httptest.NewServer(httpapi.New(httpapi.Config{Node: f, Metrics: obs, Headers: set}).Handler())
+		t.Cleanup(srv.Close)
+		servers[set] = srv
+	}
 	var out strings.Builder
 	for _, gc := range goldenCases() {
 		current = gc.answer
@@ -161,7 +185,7 @@ func TestCheckAnswersGolden(t *testing.T) {
 		if method == "" {
 			method = "GET"
 		}
-		req, err := http.NewRequest(method, srv.URL+gc.path, strings.NewReader(gc.body))
+		req, err := http.NewRequest(method, servers[gc.headers].URL+gc.path, strings.NewReader(gc.body))
 		if err != nil {
 			t.Fatal(err)
 		}

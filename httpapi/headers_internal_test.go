@@ -51,7 +51,8 @@ func referenceRateLimitHeaders(h http.Header, now int64, servedBy string, hr clu
 
 // TestRateLimitHeadersMatchReference checks the direct-map writer stores
 // exactly the keys and values Header.Set stored, for one- and multi-limit
-// policies, odd names, zero and huge numbers, and resets in the past.
+// policies, odd names, zero and huge numbers, and resets in the past, for
+// each header set (--headers both, ietf, legacy).
 func TestRateLimitHeadersMatchReference(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	parts := []window.Result{
@@ -67,15 +68,27 @@ func TestRateLimitHeadersMatchReference(t *testing.T) {
 		for k := 1; k <= len(parts); k++ {
 			for main := 0; main < k; main++ {
 				for _, now := range []int64{0, 1_700_000_000_000, 1 << 62} {
-					hr := cluster.HitResult{Policy: name, Parts: parts[len(parts)-k:], Main: main}
-					want := http.Header{}
-					referenceRateLimitHeaders(want, now, "n2", hr)
-					c, _ := gin.CreateTestContext(httptest.NewRecorder())
-					(&API{}).setRateLimitHeaders(c, now, "n2", hr)
-					if got := c.Writer.Header(); !reflect.DeepEqual(map[string][]string(got), map[string][]string(want)) {
-						t.Fatalf("policy %q, %d parts, main %d, now %d:\n got %q\nwant %q", name, k, main, now, got, want)
+					for _, set := range []HeaderSet{HeadersBoth, HeadersIETF, HeadersLegacy} {
+						hr := cluster.HitResult{Policy: name, Parts: parts[len(parts)-k:], Main: main}
+						want := http.Header{}
+						referenceRateLimitHeaders(want, now, "n2", hr)
+						// A set is the reference without the other set's keys.
+						switch set {
+						case HeadersIETF:
+							want.Del("X-RateLimit-Limit")
+							want.Del("X-RateLimit-Remaining")
+							want.Del("X-RateLimit-Reset")
+						case HeadersLegacy:
+							want.Del("RateLimit-Policy")
+							want.Del("RateLimit")
+						}
+						c, _ := gin.CreateTestContext(httptest.NewRecorder())
+						(&API{cfg: Config{Headers: set}}).setRateLimitHeaders(c, now, "n2", hr)
+						if got := c.Writer.Header(); !reflect.DeepEqual(map[string][]string(got), map[string][]string(want)) {
+							t.Fatalf("headers %s, policy %q, %d parts, main %d, now %d:\n got %q\nwant %q", set, name, k, main, now, got, want)
+						}
+						n++
 					}
-					n++
 				}
 			}
 		}
@@ -119,13 +132,16 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 	gin.SetMode(gin.TestMode)
 	hr := cluster.HitResult{Policy: "default", Parts: []window.Result{{Limit: 1_000_000_000, WindowMs: 60_000, Remaining: 999_999_000, ResetAt: 1_700_000_060_000}}}
 	c, _ := gin.CreateTestContext(httptest.NewRecorder())
-	b.Run("direct", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			clear(c.Writer.Header())
-			(&API{}).setRateLimitHeaders(c, 1_700_000_000_000, "n1", hr)
-		}
-	})
+	for _, set := range []HeaderSet{HeadersBoth, HeadersIETF, HeadersLegacy} {
+		a := &API{cfg: Config{Headers: set}}
+		b.Run("direct-"+set.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(c.Writer.Header())
+				a.setRateLimitHeaders(c, 1_700_000_000_000, "n1", hr)
+			}
+		})
+	}
 	b.Run("header-set", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -73,6 +73,7 @@ type serveConfig struct {
 	maxPermitTTL                                         time.Duration
 	raftTiming                                           cluster.Timing
 	trustedProxies                                       string
+	headers                                              httpapi.HeaderSet
 	trusted                                              []netip.Prefix
 	raftTuning                                           cluster.RaftTuning
 	raftBatchApply                                       bool
@@ -123,6 +124,7 @@ func serveFlags(help io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.raftTiming.Election, "raft-election-timeout", cluster.DefaultTiming.Election, "Raft election timeout")
 	fs.DurationVar(&c.raftTiming.LeaderLease, "raft-lease-timeout", cluster.DefaultTiming.LeaderLease, "how long a leader keeps leading without hearing from a quorum (at most the heartbeat timeout)")
 	c.raftTiming.Commit = cluster.DefaultTiming.Commit
+	fs.Var(&c.headers, "headers", "rate-limit headers of a check or forward-auth answer: ietf (RateLimit, RateLimit-Policy), legacy (X-RateLimit-Limit, -Remaining, -Reset) or both; fewer headers cost less per answer (docs/performance.md)")
 	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP forward-auth (/v1/auth, key=ip) believes")
 	fs.IntVar(&c.raftTuning.MaxAppendEntries, "raft-max-append-entries", cluster.DefaultRaftTuning.MaxAppendEntries, "most log entries in one AppendEntries RPC and one leader disk write (1..1024)")
 	fs.IntVar(&c.raftTuning.MaxRPCsInFlight, "raft-max-rpcs-inflight", cluster.DefaultRaftTuning.MaxRPCsInFlight, "AppendEntries RPCs in flight to each follower (1 = no pipelining)")
@@ -373,7 +375,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	api := httpapi.New(httpapi.Config{Node: node, Budgets: node.Budgets(), Token: c.token, DebugEndpoints: c.debugEndpoints, Logger: logger.Named("http"), Metrics: obs, LeaseMetrics: obs, MetricsHandler: obs.Handler(),
-		TrustedProxies: c.trusted, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent, RegionView: c.region.statusView(holder, node),
+		TrustedProxies: c.trusted, Headers: c.headers, Middleware: tr.Gin(), Region: c.region.name, Parent: c.region.parent, RegionView: c.region.statusView(holder, node),
 		Gubernator: gubapi.NewGateway(gubSvc)})
 	defer c.region.start(holder, obs, logger)()
 	// The public API, and the node-to-node endpoints the cluster serves

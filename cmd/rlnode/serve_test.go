@@ -74,6 +74,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{[]string{"--http-addr", "nope"}, "--http-addr"},
 		{[]string{"--raft-addr", "0.0.0.0:0"}, "--raft-advertise"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--headers", "x-ratelimit"}, `for flag -headers: "x-ratelimit": want ietf`},
 		{[]string{"--raft-lease-timeout", "5s"}, "need 0 < lease <= heartbeat <= election"},
 		{[]string{"--max-batch", "-1"}, "--max-batch -1: must be 1..65536"},
 		{[]string{"--max-batch", "0"}, "--max-batch 0: must be 1..65536"},

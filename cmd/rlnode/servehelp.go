@@ -16,7 +16,7 @@ var serveFlagGroups = []struct {
 	flags []string
 }{
 	{"node", []string{"id", "http-addr", "raft-addr", "http-advertise", "raft-advertise", "data-dir", "raft-log",
-		"limit", "window", "policies", "grpc-addr", "config", "log-level", "log-json"}},
+		"limit", "window", "policies", "headers", "grpc-addr", "config", "log-level", "log-json"}},
 	{"envoy rate limit service (with --grpc-addr)", []string{"rls-shadow-mode", "rls-response-headers", "rls-dynamic-metadata", "rls-permit-ttl"}},
 	{"envoy rate limit quota service (RLQS, leased policies)", []string{"rlqs-addr", "rlqs-lease", "rlqs-transit", "rlqs-stream-idle", "rlqs-grant-rate", "rlqs-max-buckets", "rlqs-max-buckets-per-credential"}},
 	{"regions (global budgets: docs/multi-region.md)", []string{"region", "parent", "parent-token", "region-lease", "region-slice-wait"}},
