@@ -175,10 +175,8 @@ async function refresh() {
   getJSON("../v1/status").then(renderSelf).catch(() => {});
   try {
     const withHistory = Date.now() - historyAt >= historyEveryMs;
-    const [members, top] = await Promise.all([getJSON("../v1/cluster/members"),
-      getJSON("../v1/top?by=refused&n=10" + (withHistory ? "&history=1" : ""))]);
-
-    const [members, top, region] = await Promise.all([getJSON("../v1/cluster/members"), getJSON("../v1/top?by=refused&n=10"), getRegion()]);
+    const [members, top, region] = await Promise.all([getJSON("../v1/cluster/members"),
+      getJSON("../v1/top?by=refused&n=10" + (withHistory ? "&history=1" : "")), getRegion()]);
     renderMembers(members.members);
     renderTop(top);
     renderRegion(region);
