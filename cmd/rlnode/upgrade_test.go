@@ -18,18 +18,7 @@ import (
 // entries behind it) with this binary: it must replay both, seed the
 // default policy from its flags, and keep every window.
 func TestOldDataDirKeepsItsWindows(t *testing.T) {
-	dir := t.TempDir()
-	if out, err := exec.Command("tar", "-xzf", filepath.Join("testdata", "v1-data.tar.gz"), "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("unpack fixture: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "n1", "fixture-applied-now"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	then, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, then := unpackDataFixture(t, "v1-data.tar.gz")
 	// The fixture's 1h windows opened when it was made; run the leader's
 	// clock at that time so they are still open (applied time never runs
 	// backwards, so the node continues from the fixture's applied time).
@@ -54,4 +43,25 @@ func TestOldDataDirKeepsItsWindows(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "default") || !strings.Contains(out, "5/1h") {
 		t.Fatalf("policy list after upgrade: exit %d\n%s%s", code, out, stderr)
 	}
+}
+
+// unpackDataFixture unpacks testdata/name (a data dir made by a
+// scripts/make-v*-fixture.sh) into a temporary dir and returns it with
+// the fixture's applied time (Unix ms, its n1/fixture-applied-now), at
+// which a test runs the node's clock so the fixture's windows are open.
+func unpackDataFixture(t *testing.T, name string) (dir string, appliedMs int64) {
+	t.Helper()
+	dir = t.TempDir()
+	if out, err := exec.Command("tar", "-xzf", filepath.Join("testdata", name), "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unpack fixture %s: %v\n%s", name, err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "n1", "fixture-applied-now"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appliedMs, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, appliedMs
 }

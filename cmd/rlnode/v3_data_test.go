@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,18 +17,7 @@ import (
 // with this binary: it must replay both and decide on from them.
 func TestVersion3DataDirServes(t *testing.T) {
 	proctest.Long(t)
-	dir := t.TempDir()
-	if out, err := exec.Command("tar", "-xzf", filepath.Join("testdata", "v3-data.tar.gz"), "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("unpack fixture: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "n1", "fixture-applied-now"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	then, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, then := unpackDataFixture(t, "v3-data.tar.gz")
 	// Run the leader's clock at the fixture's time, so its 1h windows and
 	// its 60 s grants are still open. The start takes a moment of real
 	// time, and a leader whose clock is ahead of the applied time by more
