@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/httpapi"
+	"github.com/rlnode/rlnode/internal/golden"
 	"github.com/rlnode/rlnode/policy"
 	"github.com/rlnode/rlnode/window"
 )
@@ -211,23 +211,5 @@ func TestCheckAnswersGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&out, "observed: %s\n%s\n", obs.take(), body)
 	}
-	const file = "testdata/check_answers.golden"
-	if *updateGolden {
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := out.String(); got != string(want) {
-		gotLines, wantLines := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := range min(len(gotLines), len(wantLines)) {
-			if gotLines[i] != wantLines[i] {
-				t.Fatalf("answers differ from %s at line %d:\n got  %s\n want %s", file, i+1, gotLines[i], wantLines[i])
-			}
-		}
-		t.Fatalf("answers differ from %s in length: %d lines, want %d", file, len(gotLines), len(wantLines))
-	}
+	golden.Check(t, "testdata/check_answers.golden", out.String(), *updateGolden)
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlnode/rlnode/cluster/clustertest"
+	"github.com/rlnode/rlnode/internal/golden"
 	"github.com/rlnode/rlnode/metrics"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -297,28 +297,7 @@ func TestAnswersGolden(t *testing.T) {
 		describeAnswer(&answer, resp, err)
 		fmt.Fprintf(&out, "### %s\n%s\n%sobserved: %s\n\n", gc.name, requestWords(gc.req), boundHeaderSeconds(answer.String()), obs.take())
 	}
-	const file = "testdata/answers.golden"
-	if *updateGolden {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := out.String(); got != string(want) {
-		gotLines, wantLines := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := range min(len(gotLines), len(wantLines)) {
-			if gotLines[i] != wantLines[i] {
-				t.Fatalf("answers differ from %s at line %d:\n got  %s\n want %s", file, i+1, gotLines[i], wantLines[i])
-			}
-		}
-		t.Fatalf("answers differ from %s in length: %d lines, want %d", file, len(gotLines), len(wantLines))
-	}
+	golden.Check(t, "testdata/answers.golden", out.String(), *updateGolden)
 }
 
 // requestWords is a request in one line: domain, hits_addend and each
