@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/rlnode/rlnode/window"
@@ -25,16 +23,7 @@ func callFixture(t *testing.T) *testFSM {
 // format change that keeps reading the old one) stays readable, with the
 // keys deciding where they left off and counted for their owner.
 func TestRestoreCallsSnapshot(t *testing.T) {
-	path := filepath.Join("testdata", "r5-calls-snapshot.bin")
-	if os.Getenv("RLNODE_WRITE_FIXTURES") == "1" {
-		if err := os.WriteFile(path, persistSnapshot(t, callFixture(t).f).Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := snapshotFixture(t, "r5-calls-snapshot.bin", callFixture)
 	tf := newTestFSM(t)
 	if err := tf.f.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
 		t.Fatal(err)

@@ -25,16 +25,7 @@ func v4Fixture(t *testing.T) *testFSM {
 // output; regenerate with RLNODE_WRITE_FIXTURES=1 only on a format change
 // that keeps reading the old one).
 func TestRestoreVersion4Snapshot(t *testing.T) {
-	path := filepath.Join("testdata", "v4-snapshot.bin")
-	if os.Getenv("RLNODE_WRITE_FIXTURES") == "1" {
-		if err := os.WriteFile(path, persistSnapshot(t, v4Fixture(t).f).Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := snapshotFixture(t, "v4-snapshot.bin", v4Fixture)
 	if b[4] != snapshotV4 {
 		t.Fatalf("fixture is version %d", b[4])
 	}
@@ -99,4 +90,22 @@ func TestPermitEntriesKeepTheirBytes(t *testing.T) {
 	if len(tf.f.LivePermits()) != 0 {
 		t.Fatal("the release-oldest entry left the permit")
 	}
+}
+
+// snapshotFixture is testdata/name, a snapshot this release wrote of
+// build's state machine; with RLNODE_WRITE_FIXTURES=1 it is written anew
+// first (only on a format change that keeps reading the old one).
+func snapshotFixture(t *testing.T, name string, build func(*testing.T) *testFSM) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("RLNODE_WRITE_FIXTURES") == "1" {
+		if err := os.WriteFile(path, persistSnapshot(t, build(t).f).Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
