@@ -71,21 +71,8 @@ func PackageHeartbeat(pkg string) (stop func()) {
 		// (The env var alone: TestMain calls this before -short is parsed.)
 		return func() {}
 	}
-	every := heartbeatEvery()
 	start := time.Now()
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-tick.C:
-				testprog.Say(fmt.Sprintf("... %s: tests running for %s", pkg, time.Since(start).Round(time.Second)))
-			}
-		}
-	}()
-	return func() { close(quit); <-done }
+	return every(heartbeatEvery(), func() {
+		testprog.Say(fmt.Sprintf("... %s: tests running for %s", pkg, time.Since(start).Round(time.Second)))
+	})
 }

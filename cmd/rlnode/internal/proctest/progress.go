@@ -28,31 +28,37 @@ type progress struct {
 var progressOf sync.Map // testing.TB -> *progress
 
 func heartbeat(t testing.TB) {
-	every := heartbeatEvery()
 	p := &progress{start: time.Now(), step: "starting"}
 	progressOf.Store(t, p)
-	stop, done := make(chan struct{}), make(chan struct{})
+	stop := every(heartbeatEvery(), func() {
+		p.mu.Lock()
+		step := p.step
+		p.mu.Unlock()
+		testprog.Say(fmt.Sprintf("... %s: running for %s; last step: %s", t.Name(), time.Since(p.start).Round(time.Second), step))
+	})
+	t.Cleanup(func() {
+		stop()
+		progressOf.Delete(t)
+	})
+}
+
+// every calls say each period until stop, which waits for it to end.
+func every(period time.Duration, say func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(every)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			case <-tick.C:
-				p.mu.Lock()
-				step := p.step
-				p.mu.Unlock()
-				testprog.Say(fmt.Sprintf("... %s: running for %s; last step: %s", t.Name(), time.Since(p.start).Round(time.Second), step))
+				say()
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-		progressOf.Delete(t)
-	})
+	return func() { close(quit); <-done }
 }
 
 // heartbeatEvery is HeartbeatEvery, or $RLNODE_TEST_HEARTBEAT.
