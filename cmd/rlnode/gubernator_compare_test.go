@@ -24,23 +24,35 @@ const gubernatorVersion = "v2.13.0"
 // into dir, or says why it cannot.
 func buildGubernator(t *testing.T, dir string) (server, driver string, skip string) {
 	t.Helper()
+	src := gubClientModule(t, dir)
+	server, driver = filepath.Join(dir, "gubernator"), filepath.Join(dir, "gubcompare")
+	if skip = buildInGubModule(src, driver, "."); skip == "" {
+		skip = buildInGubModule(src, server, "github.com/gubernator-io/gubernator/v2/cmd/gubernator")
+	}
+	return server, driver, skip
+}
+
+// gubClientModule copies testdata/gubcompare, a module that requires
+// gubernator's client at gubernatorVersion, into dir/src and returns it.
+func gubClientModule(t *testing.T, dir string) string {
+	t.Helper()
 	src := filepath.Join(dir, "src")
 	if err := os.CopyFS(src, os.DirFS("testdata/gubcompare")); err != nil {
 		t.Fatal(err)
 	}
-	server, driver = filepath.Join(dir, "gubernator"), filepath.Join(dir, "gubcompare")
-	for _, args := range [][]string{
-		{"build", "-o", driver, "."},
-		{"build", "-o", server, "github.com/gubernator-io/gubernator/v2/cmd/gubernator"},
-	} {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = src
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Sprintf("cannot build gubernator %s from the module proxy (go %s): %v\n%s", gubernatorVersion, strings.Join(args, " "), err, out)
-		}
+	return src
+}
+
+// buildInGubModule builds pkg of the module in src to out, fetching what
+// it needs from the Go module proxy; it returns why it could not, or "".
+func buildInGubModule(src, out, pkg string) string {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("cannot build %s with gubernator %s from the module proxy: %v\n%s", pkg, gubernatorVersion, err, b)
 	}
-	return server, driver, ""
+	return ""
 }
 
 // startGubernator runs one gubernator node on loopback (memberlist with
