@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rlnode/rlnode/internal/delayproxy"
+	"github.com/rlnode/rlnode/jepsen-lite/checker"
+)
+
+// The multi-cluster mode (--regions): a parent cluster and two regions of
+// three nodes each on loopback, every region node reaching the parent's
+// nodes through delay proxies (one per region and parent node); a global
+// policy written at the parent; clients hitting the regions' nodes (and
+// a few the parent's); faults inside regions and between them; and the
+// check that the allowed hits of each global window, over all of them,
+// never exceed its limit (regioncheck.go).
+
+// globalPolicy is the run's global policy.
+const globalPolicy = "jl-global"
+
+var regionNames = []string{"a", "b"}
+
+// validateRegions checks the multi-cluster flags and parses the delays
+// and nemeses.
+func (o *options) validateRegions() []error {
+	var errs []error
+	for _, f := range strings.Split(o.regionDelays, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("--region-delays %q: want two durations, e.g. 50ms,100ms", o.regionDelays))
+			break
+		}
+		o.delays = append(o.delays, d)
+	}
+	if len(errs) == 0 && len(o.delays) != len(regionNames) {
+		errs = append(errs, fmt.Errorf("--region-delays %q: want %d durations, one per region", o.regionDelays, len(regionNames)))
+	}
+	if o.globalLimit < 1 || o.globalWindow < time.Second || o.regionKeys < 1 || o.demand <= 0 {
+		errs = append(errs, errors.New("--global-limit and --region-keys must be at least 1, --global-window at least 1s, --demand positive"))
+	}
+	if o.split <= 0 || o.split >= 1 || o.parentShare < 0 || o.parentShare >= 1 || o.demandPeriod < 0 {
+		errs = append(errs, errors.New("--split must be in (0,1), --parent-share in [0,1), --demand-period not negative"))
+	}
+	if o.faultRegion != "" && o.faultRegion != "a" && o.faultRegion != "b" {
+		errs = append(errs, fmt.Errorf("--fault-region %q: want a or b", o.faultRegion))
+	}
+	var err error
+	if o.nemeses, err = parseRegionNemeses(o.nemesis); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// regionRunner is one multi-cluster run. It reuses the runner's report
+// directory, log, binary and verdict; it owns the three clusters, the
+// proxies and the workload, and tears them all down before returning.
+type regionRunner struct {
+	*runner
+	parent  *cluster
+	regions []*regionCluster
+	rsum    regionSummary
+}
+
+// regionSummary is summary.json of the multi-cluster mode.
+type regionSummary struct {
+	Valid        bool                `json:"valid"`
+	Verdict      string              `json:"verdict"`
+	Failures     []string            `json:"failures"`
+	Warnings     []string            `json:"warnings"`
+	Run          map[string]any      `json:"run"`
+	Holders      string              `json:"holders"` // application holders in a region, or why not
+	Partitions   string              `json:"partitions"`
+	TokenBucket  string              `json:"tokenBucket"`
+	Faults       []faultRecord       `json:"faults"`
+	Counts       map[string]int      `json:"counts"`
+	Availability map[string]string   `json:"availability"`
+	Global       globalResult        `json:"global"`
+	Violations   []checker.Violation `json:"violations"`
+	Convergence  map[string]any      `json:"convergence"`
+	Crashes      []crash             `json:"crashes"`
+	Nodes        []nodeInfo          `json:"nodes"`
+}
+
+func (r *regionRunner) run(ctx context.Context) int {
+	o := r.o
+	r.rsum = regionSummary{Failures: []string{}, Warnings: []string{}, Faults: []faultRecord{}, Crashes: []crash{},
+		Convergence: map[string]any{}, Violations: []checker.Violation{}}
+	closeLog, code, ok := r.prepareOut()
+	if !ok {
+		return code
+	}
+	defer closeLog()
+	r.log.Printf("jepsen-lite multi-cluster run %q: a parent and regions %v of 3 nodes each, paths to the parent delayed %v each way, global policy %d per %s over %d key(s), demand %.1fx split %.0f/%.0f (parent %.0f%%), broken region: %v, out %s, seed %d",
+		o.name, regionNames, o.delays, o.globalLimit, o.globalWindow, o.regionKeys, o.demand, o.split*100, (1-o.split)*100, o.parentShare*100, o.brokenRegion, o.out, o.seed)
+	code, line, err := r.execute(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = errors.New("interrupted by SIGINT/SIGTERM")
+	}
+	if err != nil {
+		r.rsum.Valid, r.rsum.Verdict = false, "INVALID"
+		r.rsum.Failures = append(r.rsum.Failures, "run aborted: "+err.Error())
+		r.writeRegionSummary()
+		r.verdict(fmt.Sprintf("jepsen-lite: INVALID aborted: %v (out: %s)", err, o.out))
+		return exitAborted
+	}
+	r.verdict(line)
+	return code
+}
+
+func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
+	o := r.o
+	bin, err := r.binary(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	r.mode = "loopback"
+	r.adm = newAdmin(&security{})
+	defer r.adm.close()
+	if err := r.layout(bin); err != nil {
+		return 0, "", err
+	}
+	defer r.teardown()
+	if err := bootCluster(ctx, r.parent, r.adm, r.log); err != nil {
+		return 0, "", fmt.Errorf("parent: %w", err)
+	}
+	for _, rg := range r.regions {
+		if err := bootCluster(ctx, rg.cl, r.adm, r.log); err != nil {
+			return 0, "", fmt.Errorf("region %s: %w", rg.name, err)
+		}
+	}
+	if err := r.definePolicy(ctx); err != nil {
+		return 0, "", err
+	}
+	r.rsum.Holders = r.probeHolders(ctx)
+	r.log.Printf("application holders: %s", r.rsum.Holders)
+	r.rsum.TokenBucket = "not run: the mode checks a fixed window only (a token bucket's global bound needs its own model)"
+	r.rsum.Partitions = "inside regions: skipped (loopback, no network namespaces); region from parent: the region-cut fault (proxies)"
+
+	keys := make([]string, o.regionKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	load := newRegionLoad(r.targets(), globalPolicy, keys, o.timeout, o.demandPeriod, o.seed)
+	load.start(ctx)
+	defer load.stop()
+
+	nm := &regionNemesis{parent: r.parent, regions: r.regions, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
+		fault: o.faultDuration, quiet: o.quiet, target: o.faultRegion}
+	r.log.Printf("warm-up: %s", o.quiet)
+	if err := sleepCtx(ctx, o.quiet); err != nil {
+		return 0, "", err
+	}
+	duration, extended := effectiveDuration(o.nemeses, o.duration, o.faultDuration, o.quiet)
+	if extended {
+		note := fmt.Sprintf("--duration %s is too short for one round of %d nemeses: extended to %s", o.duration, len(o.nemeses), duration)
+		r.log.Loudf("%s", note)
+		r.rsum.Warnings = append(r.rsum.Warnings, note)
+	}
+	phaseStart := time.Now()
+	r.log.Printf("faulted phase: %s, nemeses %v", duration, o.nemeses)
+	faults, err := nm.run(ctx, buildPlan(o.nemeses, duration, o.faultDuration, o.quiet, r.rng), len(o.nemeses), phaseStart, duration)
+	r.rsum.Faults = append(r.rsum.Faults, faults...)
+	if err != nil {
+		return 0, "", err
+	}
+	if err := nm.healAll(); err != nil {
+		r.rsum.Warnings = append(r.rsum.Warnings, "heal-all: "+err.Error())
+	}
+	for _, cl := range r.clusters() {
+		if err := waitSettled(ctx, cl, r.adm, 30*time.Second); err != nil {
+			if ctx.Err() != nil {
+				return 0, "", ctx.Err()
+			}
+			r.rsum.Warnings = append(r.rsum.Warnings, "settle: "+err.Error())
+		}
+	}
+	r.log.Printf("final phase: %s with no fault", o.final)
+	if err := sleepCtx(ctx, o.final); err != nil {
+		return 0, "", err
+	}
+	hits := load.stop()
+	r.log.Printf("workload stopped: %d records", len(hits))
+	for _, cl := range r.clusters() {
+		conv := checkConvergence(ctx, cl, r.adm, 20*time.Second)
+		r.rsum.Convergence[cl.specs[0].id[:1]] = conv
+		if !conv.OK {
+			r.rsum.Failures = append(r.rsum.Failures, fmt.Sprintf("cluster of %s not converged: %s", cl.specs[0].id, conv.Detail))
+		}
+		if err := cl.stopAll(10 * time.Second); err != nil {
+			r.log.Printf("stopping nodes: %v", err)
+		}
+	}
+	code, line := r.judge(hits, faults)
+	return code, line, nil
+}
+
+// layout picks the addresses, starts the proxies (region to parent) and
+// makes the three clusters (not yet started).
+func (r *regionRunner) layout(bin string) error {
+	o := r.o
+	n := 3 * (1 + len(regionNames))
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return err
+	}
+	next := 0
+	specs := func(prefix string) []nodeSpec {
+		var out []nodeSpec
+		for i := range 3 {
+			id := fmt.Sprintf("%s%d", prefix, i+1)
+			out = append(out, nodeSpec{idx: i, id: id,
+				httpAddr: net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[next])),
+				raftAddr: net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[next+1])),
+				dataDir:  filepath.Join(o.out, "data", id), logPath: filepath.Join(logDir(o.out), id+".log")})
+			next += 2
+		}
+		return out
+	}
+	common := []string{"--insecure", "--snapshot-threshold", fmt.Sprint(o.snapThreshold)}
+	common = append(common, nodeFixedFlags...)
+	common = append(common, strings.Fields(o.serveArgs)...)
+	pspecs := specs("p")
+	r.parent = newCluster(bin, pspecs, common, r.log, r.t0)
+	for k, name := range regionNames {
+		rg := &regionCluster{name: name, delay: o.delays[k], broken: o.brokenRegion && name == "a"}
+		var urls []string
+		for _, ps := range pspecs {
+			p, err := delayproxy.Start(ps.httpAddr, rg.delay)
+			if err != nil {
+				return err
+			}
+			rg.proxies = append(rg.proxies, p)
+			urls = append(urls, "http://"+p.Addr)
+		}
+		flags := append(append([]string(nil), common...), "--region", name, "--parent", strings.Join(urls, ","))
+		if rg.broken {
+			flags = append(flags, "--debug-region-ignore-slice-deadline")
+			r.log.Loudf("region %s is the BROKEN stand-in (--debug-region-ignore-slice-deadline): this run must come out INVALID", name)
+		}
+		rg.cl = newCluster(bin, specs(name), flags, r.log, r.t0)
+		r.regions = append(r.regions, rg)
+	}
+	return nil
+}
+
+func (r *regionRunner) clusters() []*cluster {
+	out := []*cluster{r.parent}
+	for _, rg := range r.regions {
+		out = append(out, rg.cl)
+	}
+	return out
+}
+
+// teardown kills what still runs and closes the proxies.
+func (r *regionRunner) teardown() {
+	for _, cl := range r.clusters() {
+		if cl != nil {
+			cl.killAll()
+		}
+	}
+	for _, rg := range r.regions {
+		for _, p := range rg.proxies {
+			p.Close()
+		}
+	}
+}
+
+// definePolicy writes the global policy at the parent and waits until
+// every regional node mirrors it.
+func (r *regionRunner) definePolicy(ctx context.Context) error {
+	body := map[string]any{"algorithm": "fixed_window", "consistency": "leased", "scope": "global",
+		"limits": []map[string]any{{"limit": r.o.globalLimit, "window": r.o.globalWindow.String()}}}
+	err := retry(ctx, 30*time.Second, func() error {
+		return r.adm.do(ctx, 5*time.Second, "PUT", r.parent.specs[0].url()+"/v1/policies/"+globalPolicy, body, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("define the global policy at the parent: %w", err)
+	}
+	for _, rg := range r.regions {
+		for _, s := range rg.cl.specs {
+			err := retry(ctx, 30*time.Second, func() error {
+				var p struct {
+					Mirrored bool   `json:"mirrored"`
+					Scope    string `json:"scope"`
+				}
+				if err := r.adm.do(ctx, 2*time.Second, "GET", s.url()+"/v1/policies/"+globalPolicy, nil, &p); err != nil {
+					return err
+				}
+				if !p.Mirrored || p.Scope != "global" {
+					return fmt.Errorf("%s: policy not mirrored yet (%+v)", s.id, p)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("region %s never mirrored the global policy: %w", rg.name, err)
+			}
+		}
+	}
+	r.log.Printf("global policy %s (%d per %s, fixed window) written at the parent, mirrored by every regional node", globalPolicy, r.o.globalLimit, r.o.globalWindow)
+	return nil
+}
+
+// probeHolders asks a regional node for a lease of a global key, as an
+// application holder would: today a region answers 409 not_leased, and
+// the mode runs no holders (it says so).
+func (r *regionRunner) probeHolders(ctx context.Context) string {
+	url := r.regions[0].cl.specs[0].url() + "/v1/leases"
+	var g struct {
+		Units int64 `json:"units"`
+	}
+	err := r.adm.do(ctx, 5*time.Second, "POST", url, map[string]any{"policy": globalPolicy, "client": "holder-probe", "holder": "jl-probe", "want": 1}, &g)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.Status == 409:
+		return fmt.Sprintf("skipped: a region refuses leases of global keys (409 %s: %s)", ae.Code, ae.Detail)
+	case err != nil:
+		return "skipped: the lease probe failed: " + err.Error()
+	}
+	return fmt.Sprintf("not run: the region granted a lease (%d units) to the probe, but this mode drives no holders yet", g.Units)
+}
+
+// targets splits the demand: the parent's share over its nodes, the rest
+// between the regions (a gets --split).
+func (r *regionRunner) targets() []regionTarget {
+	o := r.o
+	total := o.demand * float64(o.globalLimit*int64(o.regionKeys)) / o.globalWindow.Seconds()
+	workers := func(rate float64) int { return max(2, int(math.Ceil(rate*busyFactor/10))) }
+	var out []regionTarget
+	shares := []float64{o.split, 1 - o.split}
+	for k, rg := range r.regions {
+		rate := total * (1 - o.parentShare) * shares[k]
+		out = append(out, regionTarget{region: rg.name, nodes: rg.cl.specs, rate: rate, workers: workers(rate), antiphase: k == 1})
+	}
+	if o.parentShare > 0 {
+		rate := total * o.parentShare
+		out = append(out, regionTarget{region: "parent", nodes: r.parent.specs, rate: rate, workers: workers(rate)})
+	}
+	return out
+}
+
+// judge checks the hits and the processes, writes the report and words
+// the verdict.
+func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, string) {
+	o := r.o
+	res := checkGlobal(hits, o.globalLimit, o.globalWindow.Milliseconds(), 5)
+	r.rsum.Global = res
+	r.rsum.Violations = res.Violations
+	byCheck := map[string]int{}
+	for _, v := range res.Violations {
+		byCheck[v.Check]++
+	}
+	var checks []string
+	for c := range byCheck {
+		checks = append(checks, c)
+	}
+	sort.Strings(checks)
+	for _, c := range checks {
+		first := ""
+		for _, v := range res.Violations {
+			if v.Check == c {
+				first = v.Detail
+				break
+			}
+		}
+		r.rsum.Failures = append(r.rsum.Failures, fmt.Sprintf("%s: %d violation(s), first: %s", c, byCheck[c], first))
+	}
+	for _, cl := range r.clusters() {
+		r.rsum.Crashes = append(r.rsum.Crashes, cl.crashList()...)
+	}
+	for _, c := range r.rsum.Crashes {
+		r.rsum.Failures = append(r.rsum.Failures, fmt.Sprintf("node %s exited on its own: %s (see %s)", c.Node, c.Error, c.Log))
+	}
+	ran := map[string]bool{}
+	for _, f := range faults {
+		ran[f.Name] = ran[f.Name] || f.Error == ""
+	}
+	for _, n := range o.nemeses {
+		if !ran[n] {
+			r.rsum.Failures = append(r.rsum.Failures, "nemesis "+n+" never ran without error")
+		}
+	}
+	r.rsum.Counts, r.rsum.Availability = regionCounts(hits, faults, r.t0)
+	r.rsum.Valid = len(r.rsum.Failures) == 0
+	r.rsum.Verdict = map[bool]string{true: "VALID", false: "INVALID"}[r.rsum.Valid]
+	if err := writeHistory(filepath.Join(o.out, "history.jsonl"), hits); err != nil {
+		r.rsum.Warnings = append(r.rsum.Warnings, err.Error())
+	}
+	r.writeRegionSummary()
+
+	c := r.rsum.Counts
+	detail := fmt.Sprintf("%d hits (%d allowed, %d refused, %d unknown, %d failed: %d of them 503 parent_unreachable), %d global windows, max %d allowed in one of limit %d (possible incl. unknowns: %d), admission %s (lowest window %s), shares %s, %d faults, availability %s, %s, wall %s, out %s; holders: %s",
+		c["hits"], c["allowed"], c["refused"], c["unknown"], c["failed"], c["parentUnreachable"], len(res.Windows), maxAllowed(res), o.globalLimit, res.MaxPossible,
+		pct(res.Admission), pct(res.MinAdmission), shares(res.RegionShare), len(faults), r.rsum.Availability["overall"],
+		convergedWord(r.rsum.Convergence), time.Since(r.t0).Round(time.Second), o.out, r.rsum.Holders)
+	if r.rsum.Valid {
+		return exitValid, "jepsen-lite: VALID (regions) " + detail
+	}
+	for _, f := range r.rsum.Failures {
+		r.log.Loudf("FAILED: %s", f)
+	}
+	return exitInvalid, "jepsen-lite: INVALID (regions) " + strings.Join(firstN(r.rsum.Failures, 3), "; ") + " -- " + detail
+}
+
+func maxAllowed(res globalResult) int64 {
+	var m int64
+	for _, w := range res.Windows {
+		m = max(m, w.Allowed)
+	}
+	return m
+}
+
+func pct(f *float64) string {
+	if f == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", *f*100)
+}
+
+func shares(by map[string]float64) string {
+	var names []string
+	for n := range by {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, by[n]*100))
+	}
+	if len(parts) == 0 {
+		return "n/a"
+	}
+	return strings.Join(parts, " / ")
+}
+
+func convergedWord(conv map[string]any) string {
+	for _, c := range conv {
+		if cv, ok := c.(convergence); ok && !cv.OK {
+			return "NOT converged"
+		}
+	}
+	return fmt.Sprintf("%d clusters converged", len(conv))
+}
+
+// regionCounts counts the hits by outcome, and availability (a definite
+// answer: 200 or 429) overall, with no fault active and during faults.
+func regionCounts(hits []regionRecord, faults []faultRecord, t0 time.Time) (map[string]int, map[string]string) {
+	c := map[string]int{}
+	var all, quiet, faulted availStat
+	for _, h := range hits {
+		if h.Resent {
+			continue
+		}
+		c["hits"]++
+		c["hits:"+h.Region]++
+		switch {
+		case h.Outcome == checker.OutcomeOK && h.Allowed:
+			c["allowed"]++
+			c["allowed:"+h.Region]++
+		case h.Outcome == checker.OutcomeOK:
+			c["refused"]++
+		case h.Outcome == checker.OutcomeUnknown:
+			c["unknown"]++
+		default:
+			c["failed"]++
+		}
+		if h.Code == "parent_unreachable" {
+			c["parentUnreachable"]++
+		}
+		definite := h.Outcome == checker.OutcomeOK
+		all.add(definite)
+		s, e := time.Unix(0, h.Sent).Sub(t0).Seconds(), time.Unix(0, h.Recv).Sub(t0).Seconds()
+		during := false
+		for _, f := range faults {
+			during = during || s <= f.End && e >= f.Start
+		}
+		if during {
+			faulted.add(definite)
+		} else {
+			quiet.add(definite)
+		}
+	}
+	all.finish()
+	quiet.finish()
+	faulted.finish()
+	return c, map[string]string{"overall": all.String(), "noFault": quiet.String(), "duringFaults": faulted.String()}
+}
+
+// writeRegionSummary fills in the run and writes summary.json.
+func (r *regionRunner) writeRegionSummary() {
+	o := r.o
+	r.rsum.Run = map[string]any{"name": o.name, "mode": "regions (loopback)", "out": o.out, "started": r.t0.Format(time.RFC3339),
+		"wallSeconds": time.Since(r.t0).Seconds(), "seed": o.seed,
+		"flags": map[string]any{"regionDelays": o.regionDelays, "globalLimit": o.globalLimit, "globalWindow": o.globalWindow.String(),
+			"demand": o.demand, "split": o.split, "parentShare": o.parentShare, "regionKeys": o.regionKeys, "demandPeriod": o.demandPeriod.String(),
+			"brokenRegion": o.brokenRegion, "faultRegion": o.faultRegion, "duration": o.duration.String(), "faultDuration": o.faultDuration.String(),
+			"quiet": o.quiet.String(), "final": o.final.String(), "nemesis": o.nemesis, "timeout": o.timeout.String()}}
+	r.rsum.Nodes = nil
+	for _, cl := range r.clusters() {
+		if cl == nil {
+			continue
+		}
+		for i, s := range cl.specs {
+			cl.mu.Lock()
+			starts := cl.starts[i]
+			cl.mu.Unlock()
+			r.rsum.Nodes = append(r.rsum.Nodes, nodeInfo{ID: s.id, HTTP: s.httpAddr, Raft: s.raftAddr, DataDir: s.dataDir, LogFile: s.logPath, Restarts: starts})
+		}
+	}
+	if err := writeJSON(filepath.Join(o.out, "summary.json"), r.rsum); err != nil {
+		r.log.Printf("%v", err)
+	}
+}
