@@ -85,6 +85,7 @@ type options struct {
 	parentShare  float64
 	regionKeys   int
 	demandPeriod time.Duration
+	demandShape  string
 	brokenRegion bool
 	faultRegion  string
 
@@ -134,11 +135,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.regionDelays, "region-delays", "50ms,100ms", "with --regions: the delay each way of region a's and region b's paths to the parent")
 	fs.Int64Var(&o.globalLimit, "global-limit", 400, "with --regions: the global policy's limit per --global-window (fixed window, written at the parent)")
 	fs.DurationVar(&o.globalWindow, "global-window", 10*time.Second, "with --regions: the global policy's window")
-	fs.Float64Var(&o.demand, "demand", 2.5, "with --regions: total hits sent per window, as a multiple of the limit (over every key)")
+	fs.Float64Var(&o.demand, "demand", 1.5, "with --regions: total hits sent per window, as a multiple of the limit (over every key)")
 	fs.Float64Var(&o.split, "split", 0.6, "with --regions: region a's share of the regional demand (b gets the rest)")
 	fs.Float64Var(&o.parentShare, "parent-share", 0.05, "with --regions: share of the demand sent to the parent's own nodes")
 	fs.IntVar(&o.regionKeys, "region-keys", 1, "with --regions: keys of the global policy the demand is spread over (each its own global window)")
-	fs.DurationVar(&o.demandPeriod, "demand-period", 7*time.Second, "with --regions: each region is busy (1.6x its mean demand) for half this period and quiet (0.4x) for the other half, the regions in antiphase; 0: steady demand")
+	fs.DurationVar(&o.demandPeriod, "demand-period", 7*time.Second, "with --regions: region a is busy (1.75x its mean demand) for half this period and quiet (0.25x) for the other half; region b likewise with 1.618 times the period (so the total wanders under and over the limit); 0: steady demand")
+	fs.StringVar(&o.demandShape, "demand-shape", "wander", "with --regions: wander (each region busy and quiet in turn, split by --split) or burst (region a bursts a limit's 15% after each window end and trickles 2.5/s between, holding units it no longer needs when a window ends; region b sends --demand steadily)")
 	fs.BoolVar(&o.brokenRegion, "broken-region", false, "with --regions: start region a with --debug-region-ignore-slice-deadline (a region that spends slices past their deadline): the run must come out INVALID")
 	fs.StringVar(&o.faultRegion, "fault-region", "", "with --regions: aim every region fault at this region (a or b; default: a random region per fault)")
 	fs.StringVar(&o.recheck, "recheck", "", "only run the checker again over the history of the finished run in this directory (its --out), then exit")

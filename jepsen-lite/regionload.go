@@ -23,33 +23,39 @@ type regionTarget struct {
 	nodes   []nodeSpec
 	rate    float64 // mean hits per second
 	workers int
-	// antiphase puts this target's busy half-periods where the others'
-	// quiet ones are.
-	antiphase bool
+	// period is this target's busy/quiet cycle (0: steady demand).
+	period time.Duration
+	// burst, when positive, is a burst of hits per key sent at once
+	// burstDelay after each global window the target's answers named
+	// ends (the demand shape "burst"; rate is then the trickle between
+	// bursts).
+	burst int
 }
 
+// burstDelay is how long after a window's end a burst goes out: by then
+// the other region's demand has opened the next window at the parent.
+const burstDelay = 500 * time.Millisecond
+
 // busyFactor and quietFactor shape each target's demand: busy for half
-// of --demand-period at 1.6x its mean rate, then quiet at 0.4x, regions
-// in antiphase. A region that turns quiet holds units its demand no
-// longer spends quickly; when a window ends then, a correct region lets
-// them expire and a broken one spends them in the next window, which the
-// other, busy, region fills: the total goes over the limit. The period
-// is not a multiple of the window, so the turns drift across window ends.
+// of its period at 1.75x its mean rate, then quiet at 0.25x. The regions'
+// periods differ (b's is the golden ratio times a's), so the total
+// demand wanders between well under the limit and well over it, and the
+// turns drift across window ends. That is what a broken region needs to
+// be seen: a window that ends with units lent to a region and not spent
+// (a correct region lets them expire), followed by one that the demand
+// fills: a broken region spends the old units in it, and the total goes
+// over the limit.
 const (
-	busyFactor  = 1.6
-	quietFactor = 0.4
+	busyFactor  = 1.75
+	quietFactor = 0.25
 )
 
 // rateAt is target t's demand at elapsed since the load started.
-func (t regionTarget) rateAt(elapsed, period time.Duration) float64 {
-	if period <= 0 {
+func (t regionTarget) rateAt(elapsed time.Duration) float64 {
+	if t.period <= 0 {
 		return t.rate
 	}
-	busy := (elapsed/(period/2))%2 == 0
-	if t.antiphase {
-		busy = !busy
-	}
-	if busy {
+	if (elapsed/(t.period/2))%2 == 0 {
 		return t.rate * busyFactor
 	}
 	return t.rate * quietFactor
@@ -67,7 +73,6 @@ type regionLoad struct {
 	keys    []string
 	timeout time.Duration
 	seed    uint64
-	period  time.Duration // of the busy/quiet demand; 0: steady
 	hc      *http.Client
 	began   time.Time
 
@@ -76,9 +81,12 @@ type regionLoad struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	recs     []regionRecord
+	// lastReset is, per target and key, the latest window end an answer
+	// named (bursts follow it).
+	lastReset map[[2]string]int64
 }
 
-func newRegionLoad(targets []regionTarget, policy string, keys []string, timeout, period time.Duration, seed uint64) *regionLoad {
+func newRegionLoad(targets []regionTarget, policy string, keys []string, timeout time.Duration, seed uint64) *regionLoad {
 	workers := 0
 	for _, t := range targets {
 		workers += t.workers
@@ -90,8 +98,8 @@ func newRegionLoad(targets []regionTarget, policy string, keys []string, timeout
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
 	}
-	return &regionLoad{targets: targets, policy: policy, keys: keys, timeout: timeout, period: period, seed: seed,
-		hc: &http.Client{Transport: tr}, stopCh: make(chan struct{})}
+	return &regionLoad{targets: targets, policy: policy, keys: keys, timeout: timeout, seed: seed,
+		hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}), lastReset: map[[2]string]int64{}}
 }
 
 func (l *regionLoad) start(abort context.Context) {
@@ -102,7 +110,60 @@ func (l *regionLoad) start(abort context.Context) {
 			n++
 			l.wg.Go(func() { l.worker(abort, t, uint64(n)) })
 		}
+		if t.burst > 0 {
+			for _, key := range l.keys {
+				n++
+				l.wg.Go(func() { l.burster(abort, t, key, uint64(n)) })
+			}
+		}
 	}
+}
+
+// burster sends t.burst hits of key at once, at the start and then
+// burstDelay after each window end the target's answers named.
+func (l *regionLoad) burster(abort context.Context, t regionTarget, key string, id uint64) {
+	rng := rand.New(rand.NewPCG(l.seed, id))
+	var done int64 = -1
+	for {
+		l.mu.Lock()
+		end := l.lastReset[[2]string{t.region, key}]
+		l.mu.Unlock()
+		if done < 0 || end > done && time.Now().After(time.UnixMilli(end).Add(burstDelay)) {
+			done = end
+			var wg sync.WaitGroup
+			const parallel = 8
+			for w := range parallel {
+				node := t.nodes[rng.IntN(len(t.nodes))]
+				wg.Go(func() {
+					for range t.burst / parallel {
+						l.record(l.hit(abort, t.region, node, key))
+					}
+				})
+				_ = w
+			}
+			wg.Wait()
+		}
+		select {
+		case <-l.stopCh:
+			return
+		case <-abort.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// record keeps recs and follows the latest window end they name.
+func (l *regionLoad) record(recs []regionRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range recs {
+		k := [2]string{r.Region, r.Key}
+		if r.ResetAt > l.lastReset[k] {
+			l.lastReset[k] = r.ResetAt
+		}
+	}
+	l.recs = append(l.recs, recs...)
 }
 
 func (l *regionLoad) stop() []regionRecord {
@@ -126,7 +187,7 @@ func (l *regionLoad) stop() []regionRecord {
 func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64) {
 	rng := rand.New(rand.NewPCG(l.seed, id))
 	for {
-		mean := float64(time.Second) * float64(t.workers) / t.rateAt(time.Since(l.began), l.period)
+		mean := float64(time.Second) * float64(t.workers) / t.rateAt(time.Since(l.began))
 		select {
 		case <-l.stopCh:
 			return
@@ -136,10 +197,7 @@ func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64) {
 		}
 		node := t.nodes[rng.IntN(len(t.nodes))]
 		key := l.keys[rng.IntN(len(l.keys))]
-		recs := l.hit(abort, t.region, node, key)
-		l.mu.Lock()
-		l.recs = append(l.recs, recs...)
-		l.mu.Unlock()
+		l.record(l.hit(abort, t.region, node, key))
 	}
 }
 

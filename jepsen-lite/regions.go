@@ -28,6 +28,20 @@ const globalPolicy = "jl-global"
 
 var regionNames = []string{"a", "b"}
 
+// Demand shapes (--demand-shape).
+const (
+	// shapeWander: each region busy and quiet in turn, a's period
+	// --demand-period and b's 1.618 times it, split by --split.
+	shapeWander = "wander"
+	// shapeBurst: region a bursts right after each window ends and
+	// trickles between, so it holds units its demand no longer needs
+	// when the window ends; region b hammers steadily and fills every
+	// window early. A correct region lets a's leftover units expire; a
+	// region that ignores its slices' deadlines spends them in the next
+	// window, on top of the limit b fills.
+	shapeBurst = "burst"
+)
+
 // validateRegions checks the multi-cluster flags and parses the delays
 // and nemeses.
 func (o *options) validateRegions() []error {
@@ -48,6 +62,9 @@ func (o *options) validateRegions() []error {
 	}
 	if o.split <= 0 || o.split >= 1 || o.parentShare < 0 || o.parentShare >= 1 || o.demandPeriod < 0 {
 		errs = append(errs, errors.New("--split must be in (0,1), --parent-share in [0,1), --demand-period not negative"))
+	}
+	if o.demandShape != shapeWander && o.demandShape != shapeBurst {
+		errs = append(errs, fmt.Errorf("--demand-shape %q: want %s or %s", o.demandShape, shapeWander, shapeBurst))
 	}
 	if o.faultRegion != "" && o.faultRegion != "a" && o.faultRegion != "b" {
 		errs = append(errs, fmt.Errorf("--fault-region %q: want a or b", o.faultRegion))
@@ -148,7 +165,7 @@ func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%d", i)
 	}
-	load := newRegionLoad(r.targets(), globalPolicy, keys, o.timeout, o.demandPeriod, o.seed)
+	load := newRegionLoad(r.targets(), globalPolicy, keys, o.timeout, o.seed)
 	load.start(ctx)
 	defer load.stop()
 
@@ -327,17 +344,28 @@ func (r *regionRunner) probeHolders(ctx context.Context) string {
 	return fmt.Sprintf("not run: the region granted a lease (%d units) to the probe, but this mode drives no holders yet", g.Units)
 }
 
-// targets splits the demand: the parent's share over its nodes, the rest
-// between the regions (a gets --split).
+// targets splits the demand (see --demand-shape): the parent's share
+// over its nodes, the rest between the regions.
 func (r *regionRunner) targets() []regionTarget {
 	o := r.o
 	total := o.demand * float64(o.globalLimit*int64(o.regionKeys)) / o.globalWindow.Seconds()
 	workers := func(rate float64) int { return max(2, int(math.Ceil(rate*busyFactor/10))) }
 	var out []regionTarget
-	shares := []float64{o.split, 1 - o.split}
-	for k, rg := range r.regions {
-		rate := total * (1 - o.parentShare) * shares[k]
-		out = append(out, regionTarget{region: rg.name, nodes: rg.cl.specs, rate: rate, workers: workers(rate), antiphase: k == 1})
+	switch o.demandShape {
+	case shapeBurst:
+		// a: a burst of a limit's 15% per key after each window end and
+		// a trickle of 2.5 hits a second; b: the whole --demand, steady.
+		a, b := r.regions[0], r.regions[1]
+		out = append(out,
+			regionTarget{region: a.name, nodes: a.cl.specs, rate: 2.5, workers: 1, burst: int(max(8, o.globalLimit*15/100))},
+			regionTarget{region: b.name, nodes: b.cl.specs, rate: total * (1 - o.parentShare), workers: workers(total)})
+	default:
+		shares := []float64{o.split, 1 - o.split}
+		for k, rg := range r.regions {
+			rate := total * (1 - o.parentShare) * shares[k]
+			period := time.Duration(float64(o.demandPeriod) * math.Pow(math.Phi, float64(k)))
+			out = append(out, regionTarget{region: rg.name, nodes: rg.cl.specs, rate: rate, workers: workers(rate), period: period})
+		}
 	}
 	if o.parentShare > 0 {
 		rate := total * o.parentShare
