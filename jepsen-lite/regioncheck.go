@@ -52,8 +52,9 @@ type globalWindowStat struct {
 	// Possible adds the hits whose outcome is unknown and which were in
 	// flight during the window: an upper bound, never a violation.
 	Possible int64 `json:"possible"`
-	// Demand is the hits sent while the window was open, and Full says
-	// the run sent hits before it opened and after it ended.
+	// Demand is the hits sent while the window was open (and allowed
+	// hits naming it sent just before), and Full says the run sent hits
+	// before it opened and after it ended.
 	Demand int64 `json:"demand"`
 	Full   bool  `json:"full"`
 	// Admission is Allowed / min(Demand, limit) for a full window with
@@ -142,7 +143,9 @@ func checkGlobal(hits []regionRecord, limit, windowMs, slackMs int64) globalResu
 			if h.Resent && h.Outcome != checker.OutcomeUnknown || h.Key != w.Key {
 				continue
 			}
-			if !h.Resent && h.sentMs() >= start && h.sentMs() < end {
+			// Demand: hits sent while it was open, and the allowed hits
+			// naming it sent just before it opened (decided after).
+			if !h.Resent && (h.sentMs() >= start && h.sentMs() < end || h.sentMs() < start && h.Allowed && h.ResetAt == w.ResetAt) {
 				w.Demand++
 			}
 			switch {

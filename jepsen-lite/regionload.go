@@ -132,14 +132,13 @@ func (l *regionLoad) burster(abort context.Context, t regionTarget, key string, 
 			done = end
 			var wg sync.WaitGroup
 			const parallel = 8
-			for w := range parallel {
+			for range parallel {
 				node := t.nodes[rng.IntN(len(t.nodes))]
 				wg.Go(func() {
 					for range t.burst / parallel {
 						l.record(l.hit(abort, t.region, node, key))
 					}
 				})
-				_ = w
 			}
 			wg.Wait()
 		}
