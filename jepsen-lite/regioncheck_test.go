@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/jepsen-lite/checker"
 )
@@ -90,5 +92,30 @@ func TestCheckGlobal(t *testing.T) {
 	res = checkGlobal(valid, limit, window, slack)
 	if res.Admission == nil || *res.Admission != 1 || res.RegionShare["a"] != 0.55 {
 		t.Fatalf("admission %v, shares %v; want 100%% and a 55%%", pct(res.Admission), res.RegionShare)
+	}
+}
+
+// TestRegionFlags: the multi-cluster flags parse, and bad ones are
+// refused with the flag named.
+func TestRegionFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--regions"}, io.Discard)
+	if err != nil || len(o.delays) != 2 || len(o.nemeses) != len(allRegionNemeses) {
+		t.Fatalf("defaults: %v, delays %v, nemeses %v", err, o.delays, o.nemeses)
+	}
+	o, err = parseFlags([]string{"--regions", "--nemesis", "region-cut,parent-kill", "--region-delays", "150ms,50ms"}, io.Discard)
+	if err != nil || o.delays[0] != 150*time.Millisecond || len(o.nemeses) != 2 {
+		t.Fatalf("a list: %v, delays %v, nemeses %v", err, o.delays, o.nemeses)
+	}
+	for _, bad := range [][]string{
+		{"--nemesis", "kill"}, // a single-cluster fault
+		{"--region-delays", "50ms"},
+		{"--region-delays", "fast,slow"},
+		{"--demand-shape", "square"},
+		{"--fault-region", "c"},
+		{"--split", "1"},
+	} {
+		if _, err := parseFlags(append([]string{"--regions"}, bad...), io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(bad[0], "--")) {
+			t.Errorf("%v: want an error naming %s, got %v", bad, bad[0], err)
+		}
 	}
 }
