@@ -221,11 +221,15 @@ func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
 // makes the three clusters (not yet started).
 func (r *regionRunner) layout(bin string) error {
 	o := r.o
+	// One batch of ports for the nodes and the proxies: a proxy asking
+	// the kernel for a port of its own once the batch is released could
+	// be given a node's.
 	n := 3 * (1 + len(regionNames))
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(2*n + 3*len(regionNames))
 	if err != nil {
 		return err
 	}
+	proxyPorts := ports[2*n:]
 	next := 0
 	specs := func(prefix string) []nodeSpec {
 		var out []nodeSpec
@@ -248,7 +252,8 @@ func (r *regionRunner) layout(bin string) error {
 		rg := &regionCluster{name: name, delay: o.delays[k], broken: o.brokenRegion && name == "a"}
 		var urls []string
 		for _, ps := range pspecs {
-			p, err := delayproxy.Start(ps.httpAddr, rg.delay)
+			p, err := delayproxy.StartOn(net.JoinHostPort("127.0.0.1", fmt.Sprint(proxyPorts[0])), ps.httpAddr, rg.delay)
+			proxyPorts = proxyPorts[1:]
 			if err != nil {
 				return err
 			}

@@ -69,7 +69,19 @@ func runRegions(t *testing.T, args ...string) (int, string, regionSummary) {
 	if err != nil {
 		t.Fatalf("build rlnode: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "run")
+	// Kept when the test fails (its node logs), removed when it passes.
+	dir, err := os.MkdirTemp("", "jl-regions-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("run kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	out := filepath.Join(dir, "run")
 	var stdout, stderr bytes.Buffer
 	code := realMain(append([]string{"--regions", "--binary", bin, "--out", out}, args...), &stdout, &stderr)
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
