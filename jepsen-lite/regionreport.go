@@ -180,9 +180,6 @@ func (r *regionRunner) writeRegionSummary() {
 			"quiet": o.quiet.String(), "final": o.final.String(), "nemesis": o.nemesis, "timeout": o.timeout.String()}}
 	r.rsum.Nodes = nil
 	for _, cl := range r.clusters() {
-		if cl == nil {
-			continue
-		}
 		for i, s := range cl.specs {
 			cl.mu.Lock()
 			starts := cl.starts[i]

@@ -139,10 +139,10 @@ func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
 	}
 	r.adm = newAdmin(&security{})
 	defer r.adm.close()
+	defer r.teardown() // also what a layout that failed half-way started
 	if err := r.layout(bin); err != nil {
 		return 0, "", err
 	}
-	defer r.teardown()
 	if err := bootCluster(ctx, r.parent, r.adm, r.log); err != nil {
 		return 0, "", fmt.Errorf("parent: %w", err)
 	}
@@ -250,6 +250,7 @@ func (r *regionRunner) layout(bin string) error {
 	r.parent = newCluster(bin, pspecs, common, r.log, r.t0)
 	for k, name := range regionNames {
 		rg := &regionCluster{name: name, delay: o.delays[k], broken: o.brokenRegion && name == "a"}
+		r.regions = append(r.regions, rg) // teardown closes its proxies, even on an error below
 		var urls []string
 		for _, ps := range pspecs {
 			p, err := delayproxy.StartOn(net.JoinHostPort("127.0.0.1", fmt.Sprint(proxyPorts[0])), ps.httpAddr, rg.delay)
@@ -266,15 +267,19 @@ func (r *regionRunner) layout(bin string) error {
 			r.log.Loudf("region %s is the BROKEN stand-in (--debug-region-ignore-slice-deadline): this run must come out INVALID", name)
 		}
 		rg.cl = newCluster(bin, specs(name), flags, r.log, r.t0)
-		r.regions = append(r.regions, rg)
 	}
 	return nil
 }
 
 func (r *regionRunner) clusters() []*cluster {
-	out := []*cluster{r.parent}
+	var out []*cluster
+	if r.parent != nil {
+		out = append(out, r.parent)
+	}
 	for _, rg := range r.regions {
-		out = append(out, rg.cl)
+		if rg.cl != nil {
+			out = append(out, rg.cl)
+		}
 	}
 	return out
 }
@@ -282,9 +287,7 @@ func (r *regionRunner) clusters() []*cluster {
 // teardown kills what still runs and closes the proxies.
 func (r *regionRunner) teardown() {
 	for _, cl := range r.clusters() {
-		if cl != nil {
-			cl.killAll()
-		}
+		cl.killAll()
 	}
 	for _, rg := range r.regions {
 		for _, p := range rg.proxies {
