@@ -86,6 +86,7 @@ type options struct {
 	regionKeys   int
 	demandPeriod time.Duration
 	demandShape  string
+	globalBucket bool
 	brokenRegion bool
 	faultRegion  string
 
@@ -141,6 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.regionKeys, "region-keys", 1, "with --regions: keys of the global policy the demand is spread over (each its own global window)")
 	fs.DurationVar(&o.demandPeriod, "demand-period", 7*time.Second, "with --regions: region a is busy (1.75x its mean demand) for half this period and quiet (0.25x) for the other half; region b likewise with 1.618 times the period (so the total wanders under and over the limit); 0: steady demand")
 	fs.StringVar(&o.demandShape, "demand-shape", "wander", "with --regions: wander (each region busy and quiet in turn, split by --split) or burst (region a bursts a limit's 15% after each window end and trickles 2.5/s between, holding units it no longer needs when a window ends; region b sends --demand steadily)")
+	fs.BoolVar(&o.globalBucket, "global-bucket", true, "with --regions: also a token-bucket global policy (a quarter of --global-limit per --global-window, burst a fifth of that), one key, checked: no run of allowed hits beyond burst + refill over all regions")
 	fs.BoolVar(&o.brokenRegion, "broken-region", false, "with --regions: start region a with --debug-region-ignore-slice-deadline (a region that spends slices past their deadline): the run must come out INVALID")
 	fs.StringVar(&o.faultRegion, "fault-region", "", "with --regions: aim every region fault at this region (a or b; default: a random region per fault)")
 	fs.StringVar(&o.recheck, "recheck", "", "only run the checker again over the history of the finished run in this directory (its --out), then exit")

@@ -21,6 +21,7 @@ import (
 type regionRecord struct {
 	Region  string          `json:"region"` // "parent", or the region's name
 	Node    string          `json:"node"`
+	Policy  string          `json:"policy"`
 	Key     string          `json:"key"`
 	Sent    int64           `json:"sentUnixNs"` // read before the request left
 	Recv    int64           `json:"recvUnixNs"` // read after the answer (or error) came back
@@ -79,6 +80,8 @@ type globalResult struct {
 	// RegionShare is each region's share of the allowed hits of full
 	// windows.
 	RegionShare map[string]float64 `json:"regionShare,omitempty"`
+	// Bucket is the token-bucket policy's outcome (nil without one).
+	Bucket *bucketStat `json:"bucket,omitempty"`
 }
 
 // Names of the mode's checks, as in checker.Violation.Check.
@@ -88,10 +91,36 @@ const (
 	checkGlobalAfter   = "global-spent-after-window" // an allowed hit sent after the window it names ended
 	checkGlobalStatus  = "global-wrong-status"       // an answer other than 200, 429 or 503
 	checkGlobalNone    = "global-vacuous"            // no hit was allowed at all
+	checkGlobalBucket  = "global-bucket-over-limit"  // a run of allowed hits of the token bucket beyond burst + refill
 )
 
-// checkGlobal judges hits against limit per window of windowMs.
-func checkGlobal(hits []regionRecord, limit, windowMs, slackMs int64) globalResult {
+// globalConfig is what the check judges against.
+type globalConfig struct {
+	// Policy is the fixed-window global policy: Limit per WindowMs.
+	Policy          string
+	Limit, WindowMs int64
+	// Bucket, when set, is the token-bucket global policy: BucketLimit
+	// per BucketWindowMs, BucketBurst.
+	Bucket                                   string
+	BucketLimit, BucketWindowMs, BucketBurst int64
+	// SlackMs is given to the system on every time comparison.
+	SlackMs int64
+}
+
+// bucketStat is the token-bucket global policy's outcome.
+type bucketStat struct {
+	Allowed int64 `json:"allowed"`
+	Hits    int64 `json:"hits"`
+	// Fill is the allowed hits over burst + refill from the first hit
+	// sent to the last answered: the share of what an ideal global
+	// bucket could have given (demand permitting).
+	Fill float64 `json:"fill"`
+}
+
+// checkGlobal judges hits: the fixed-window policy's windows, the
+// token bucket's runs, and every answer's status.
+func checkGlobal(hits []regionRecord, cfg globalConfig) globalResult {
+	limit, windowMs, slackMs := cfg.Limit, cfg.WindowMs, cfg.SlackMs
 	res := globalResult{Violations: []checker.Violation{}, Windows: []globalWindowStat{}, Statuses: map[int]int{}}
 	bad := func(check, key, format string, args ...any) {
 		res.Violations = append(res.Violations, checker.Violation{Check: check, Key: key, Detail: fmt.Sprintf(format, args...)})
@@ -112,6 +141,9 @@ func checkGlobal(hits []regionRecord, limit, windowMs, slackMs int64) globalResu
 		case 0, http.StatusOK, http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		default:
 			bad(checkGlobalStatus, h.Key, "%s node %s answered %d %s (only 200, 429 and 503 are allowed)", h.Region, h.Node, h.Status, h.Code)
+		}
+		if h.Policy != cfg.Policy {
+			continue
 		}
 		if f, ok := first[h.Key]; !ok || h.sentMs() < f {
 			first[h.Key] = h.sentMs()
@@ -140,7 +172,7 @@ func checkGlobal(hits []regionRecord, limit, windowMs, slackMs int64) globalResu
 	for _, w := range wins {
 		start, end := float64(w.ResetAt-windowMs), float64(w.ResetAt)
 		for _, h := range hits {
-			if h.Resent && h.Outcome != checker.OutcomeUnknown || h.Key != w.Key {
+			if h.Resent && h.Outcome != checker.OutcomeUnknown || h.Policy != cfg.Policy || h.Key != w.Key {
 				continue
 			}
 			// Demand: hits sent while it was open, and the allowed hits
@@ -178,6 +210,11 @@ func checkGlobal(hits []regionRecord, limit, windowMs, slackMs int64) globalResu
 		return a.ResetAt < b.ResetAt || a.ResetAt == b.ResetAt && a.Key < b.Key
 	})
 	admission(&res, limit)
+	if cfg.Bucket != "" {
+		var v []checker.Violation
+		res.Bucket, v = checkBucket(hits, cfg)
+		res.Violations = append(res.Violations, v...)
+	}
 	slices.SortStableFunc(res.Violations, func(a, b checker.Violation) int {
 		switch {
 		case a.Check < b.Check:
@@ -219,4 +256,59 @@ func admission(res *globalResult, limit int64) {
 			res.RegionShare[r] = float64(n) / float64(got)
 		}
 	}
+}
+
+// checkBucket judges the token-bucket policy's allowed hits, over all
+// regions, as the single-cluster mode judges a leased bucket: every run
+// of them (in send order) was decided between the first one's send and
+// the latest answer, so it holds at most burst plus what refills in that
+// span (plus slack). Keys are judged apart.
+func checkBucket(hits []regionRecord, cfg globalConfig) (*bucketStat, []checker.Violation) {
+	st := &bucketStat{}
+	byKey := map[string][]regionRecord{}
+	var first, last int64
+	for _, h := range hits {
+		if h.Policy != cfg.Bucket || h.Resent {
+			continue
+		}
+		st.Hits++
+		if first == 0 || h.Sent < first {
+			first = h.Sent
+		}
+		last = max(last, h.Recv)
+		if h.Outcome == checker.OutcomeOK && h.Allowed {
+			st.Allowed++
+			byKey[h.Key] = append(byKey[h.Key], h)
+		}
+	}
+	if st.Hits > 0 {
+		ideal := float64(cfg.BucketBurst) + float64(last-first)/1e6*float64(cfg.BucketLimit)/float64(cfg.BucketWindowMs)
+		st.Fill = float64(st.Allowed) / ideal
+	}
+	var out []checker.Violation
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		allowed := byKey[key]
+		sort.Slice(allowed, func(i, j int) bool { return allowed[i].Sent < allowed[j].Sent })
+	runs:
+		for i := range allowed {
+			end := int64(0)
+			for j := i; j < len(allowed); j++ {
+				end = max(end, allowed[j].Recv)
+				spanMs := (end-allowed[i].Sent+1e6-1)/1e6 + cfg.SlackMs
+				bound := cfg.BucketBurst + spanMs*cfg.BucketLimit/cfg.BucketWindowMs
+				if n := int64(j - i + 1); n > bound {
+					out = append(out, checker.Violation{Check: checkGlobalBucket, Key: key,
+						Detail: fmt.Sprintf("token bucket %s: %d allowed within %d ms (from %s's hit at %d), burst %d + refill allows %d",
+							cfg.Bucket, n, spanMs, allowed[i].Region, allowed[i].Sent/1e6, cfg.BucketBurst, bound)})
+					break runs // one per key: the first run over is the story
+				}
+			}
+		}
+	}
+	return st, out
 }

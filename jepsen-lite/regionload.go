@@ -69,8 +69,7 @@ func (t regionTarget) rateAt(elapsed time.Duration) float64 {
 // hits finish and returns every record sorted by send time.
 type regionLoad struct {
 	targets []regionTarget
-	policy  string
-	keys    []string
+	keys    []loadKey
 	timeout time.Duration
 	seed    uint64
 	hc      *http.Client
@@ -86,7 +85,18 @@ type regionLoad struct {
 	lastReset map[[2]string]int64
 }
 
-func newRegionLoad(targets []regionTarget, policy string, keys []string, timeout time.Duration, seed uint64) *regionLoad {
+// loadKey is one key the load hits: its policy, and its share of the
+// hits (weight, relative to the other keys'). Bursts go to fixed-window
+// keys only (they follow the windows the answers name).
+type loadKey struct {
+	policy, key string
+	weight      float64
+	bursts      bool
+}
+
+func (k loadKey) String() string { return k.policy + "/" + k.key }
+
+func newRegionLoad(targets []regionTarget, keys []loadKey, timeout time.Duration, seed uint64) *regionLoad {
 	workers := 0
 	for _, t := range targets {
 		workers += t.workers
@@ -98,7 +108,7 @@ func newRegionLoad(targets []regionTarget, policy string, keys []string, timeout
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
 	}
-	return &regionLoad{targets: targets, policy: policy, keys: keys, timeout: timeout, seed: seed,
+	return &regionLoad{targets: targets, keys: keys, timeout: timeout, seed: seed,
 		hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}), lastReset: map[[2]string]int64{}}
 }
 
@@ -112,8 +122,10 @@ func (l *regionLoad) start(abort context.Context) {
 		}
 		if t.burst > 0 {
 			for _, key := range l.keys {
-				n++
-				l.wg.Go(func() { l.burster(abort, t, key, uint64(n)) })
+				if key.bursts {
+					n++
+					l.wg.Go(func() { l.burster(abort, t, key, uint64(n)) })
+				}
 			}
 		}
 	}
@@ -121,12 +133,12 @@ func (l *regionLoad) start(abort context.Context) {
 
 // burster sends t.burst hits of key at once, at the start and then
 // burstDelay after each window end the target's answers named.
-func (l *regionLoad) burster(abort context.Context, t regionTarget, key string, id uint64) {
+func (l *regionLoad) burster(abort context.Context, t regionTarget, key loadKey, id uint64) {
 	rng := rand.New(rand.NewPCG(l.seed, id))
 	var done int64 = -1
 	for {
 		l.mu.Lock()
-		end := l.lastReset[[2]string{t.region, key}]
+		end := l.lastReset[[2]string{t.region, key.String()}]
 		l.mu.Unlock()
 		if done < 0 || end > done && time.Now().After(time.UnixMilli(end).Add(burstDelay)) {
 			done = end
@@ -157,7 +169,7 @@ func (l *regionLoad) record(recs []regionRecord) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range recs {
-		k := [2]string{r.Region, r.Key}
+		k := [2]string{r.Region, r.Policy + "/" + r.Key}
 		if r.ResetAt > l.lastReset[k] {
 			l.lastReset[k] = r.ResetAt
 		}
@@ -195,14 +207,29 @@ func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64) {
 		case <-time.After(time.Duration(rng.ExpFloat64() * mean)):
 		}
 		node := t.nodes[rng.IntN(len(t.nodes))]
-		key := l.keys[rng.IntN(len(l.keys))]
+		key := l.pick(rng)
 		l.record(l.hit(abort, t.region, node, key))
 	}
 }
 
 // hit sends one check and records it; an earlier attempt Go's transport
 // wrote and then re-sent becomes a synthetic unknown record.
-func (l *regionLoad) hit(abort context.Context, region string, node nodeSpec, key string) []regionRecord {
+// pick draws a key by weight.
+func (l *regionLoad) pick(rng *rand.Rand) loadKey {
+	total := 0.0
+	for _, k := range l.keys {
+		total += k.weight
+	}
+	x := rng.Float64() * total
+	for _, k := range l.keys {
+		if x -= k.weight; x < 0 {
+			return k
+		}
+	}
+	return l.keys[len(l.keys)-1]
+}
+
+func (l *regionLoad) hit(abort context.Context, region string, node nodeSpec, key loadKey) []regionRecord {
 	var written atomic.Int32
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		if info.Err == nil {
@@ -212,7 +239,7 @@ func (l *regionLoad) hit(abort context.Context, region string, node nodeSpec, ke
 	ctx, cancel := context.WithTimeout(abort, l.timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet,
-		node.url()+"/check/"+l.policy+"/"+key, nil)
+		node.url()+"/check/"+key.policy+"/"+key.key, nil)
 	sent := time.Now()
 	resp, err := l.hc.Do(req)
 	var status int
@@ -224,7 +251,7 @@ func (l *regionLoad) hit(abort context.Context, region string, node nodeSpec, ke
 	}
 	recv := time.Now()
 	c := classify(checker.KindHit, status, body, err, written.Load() > 0)
-	rec := regionRecord{Region: region, Node: node.id, Key: key, Sent: sent.UnixNano(), Recv: recv.UnixNano(),
+	rec := regionRecord{Region: region, Node: node.id, Policy: key.policy, Key: key.key, Sent: sent.UnixNano(), Recv: recv.UnixNano(),
 		Outcome: c.Outcome, Status: status, Code: c.Code, Allowed: c.Outcome == checker.OutcomeOK && c.Allowed,
 		ResetAt: c.ResetAt, Error: c.Error}
 	out := []regionRecord{rec}

@@ -17,7 +17,7 @@ import (
 // the verdict.
 func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, string) {
 	o := r.o
-	res := checkGlobal(hits, o.globalLimit, o.globalWindow.Milliseconds(), 5)
+	res := checkGlobal(hits, r.checkConfig())
 	r.rsum.Global = res
 	r.rsum.Violations = res.Violations
 	byCheck := map[string]int{}
@@ -63,9 +63,9 @@ func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, st
 	r.writeRegionSummary()
 
 	c := r.rsum.Counts
-	detail := fmt.Sprintf("%d hits (%d allowed, %d refused, %d unknown, %d failed: %d of them 503 parent_unreachable), %d global windows, max %d allowed in one of limit %d (possible incl. unknowns: %d), admission %s (lowest window %s), shares %s, %d faults, availability %s, %s, wall %s, out %s; app holders %s",
+	detail := fmt.Sprintf("%d hits (%d allowed, %d refused, %d unknown, %d failed: %d of them 503 parent_unreachable), %d global windows, max %d allowed in one of limit %d (possible incl. unknowns: %d), admission %s (lowest window %s), shares %s, %s, %d faults, availability %s, %s, wall %s, out %s; app holders %s",
 		c["hits"], c["allowed"], c["refused"], c["unknown"], c["failed"], c["parentUnreachable"], len(res.Windows), maxAllowed(res), o.globalLimit, res.MaxPossible,
-		pct(res.Admission), pct(res.MinAdmission), shares(res.RegionShare), len(faults), r.rsum.Availability["overall"],
+		pct(res.Admission), pct(res.MinAdmission), shares(res.RegionShare), bucketWord(res.Bucket), len(faults), r.rsum.Availability["overall"],
 		convergedWord(r.rsum.Convergence), time.Since(r.t0).Round(time.Second), o.out, holdersWord(r.rsum.Holders))
 	if r.rsum.Valid {
 		return exitValid, "jepsen-lite: VALID (regions) " + detail
@@ -74,6 +74,13 @@ func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, st
 		r.log.Loudf("FAILED: %s", f)
 	}
 	return exitInvalid, "jepsen-lite: INVALID (regions) " + strings.Join(firstN(r.rsum.Failures, 3), "; ") + " -- " + detail
+}
+
+func bucketWord(b *bucketStat) string {
+	if b == nil {
+		return "no token bucket"
+	}
+	return fmt.Sprintf("token bucket %d allowed of %d hits (%.1f%% of burst + refill)", b.Allowed, b.Hits, b.Fill*100)
 }
 
 // holdersWord is the verdict line's short form of summary.json's

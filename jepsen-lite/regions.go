@@ -22,8 +22,25 @@ import (
 // check that the allowed hits of each global window, over all of them,
 // never exceed its limit (regioncheck.go).
 
-// globalPolicy is the run's global policy.
-const globalPolicy = "jl-global"
+// globalPolicy is the run's fixed-window global policy; globalBucket its
+// token-bucket one (--global-bucket): a quarter of --global-limit per
+// --global-window, with a burst of a fifth of that.
+const (
+	globalPolicy = "jl-global"
+	globalBucket = "jl-global-bucket"
+)
+
+// checkConfig is what the check judges against.
+func (r *regionRunner) checkConfig() globalConfig {
+	cfg := globalConfig{Policy: globalPolicy, Limit: r.o.globalLimit, WindowMs: r.o.globalWindow.Milliseconds(), SlackMs: 5}
+	if r.o.globalBucket {
+		cfg.Bucket, cfg.BucketLimit, cfg.BucketWindowMs, cfg.BucketBurst = globalBucket, r.bucketLimit(), cfg.WindowMs, r.bucketBurst()
+	}
+	return cfg
+}
+
+func (r *regionRunner) bucketLimit() int64 { return max(1, r.o.globalLimit/4) }
+func (r *regionRunner) bucketBurst() int64 { return max(1, r.bucketLimit()/5) }
 
 var regionNames = []string{"a", "b"}
 
@@ -156,14 +173,13 @@ func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
 	}
 	r.rsum.Holders = r.probeHolders(ctx)
 	r.log.Printf("application holders: %s", r.rsum.Holders)
-	r.rsum.TokenBucket = "not run: the mode checks a fixed window only (a token bucket's global bound needs its own model)"
+	r.rsum.TokenBucket = "not requested (--global-bucket=false)"
+	if o.globalBucket {
+		r.rsum.TokenBucket = fmt.Sprintf("%s: %d per %s, burst %d", globalBucket, r.bucketLimit(), o.globalWindow, r.bucketBurst())
+	}
 	r.rsum.Partitions = "inside regions: skipped (loopback, no network namespaces); region from parent: the region-cut fault (proxies)"
 
-	keys := make([]string, o.regionKeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d", i)
-	}
-	load := newRegionLoad(r.targets(), globalPolicy, keys, o.timeout, o.seed)
+	load := newRegionLoad(r.targets(), r.loadKeys(), o.timeout, o.seed)
 	load.start(ctx)
 	defer load.stop()
 
@@ -296,39 +312,61 @@ func (r *regionRunner) teardown() {
 	}
 }
 
-// definePolicy writes the global policy at the parent and waits until
-// every regional node mirrors it.
+// definePolicy writes the global policies at the parent and waits until
+// every regional node mirrors them.
 func (r *regionRunner) definePolicy(ctx context.Context) error {
-	body := map[string]any{"algorithm": "fixed_window", "consistency": "leased", "scope": "global",
-		"limits": []map[string]any{{"limit": r.o.globalLimit, "window": r.o.globalWindow.String()}}}
-	err := retry(ctx, 30*time.Second, func() error {
-		return r.adm.do(ctx, 5*time.Second, "PUT", r.parent.specs[0].url()+"/v1/policies/"+globalPolicy, body, nil)
-	})
-	if err != nil {
-		return fmt.Errorf("define the global policy at the parent: %w", err)
+	pols := map[string]map[string]any{globalPolicy: {"algorithm": "fixed_window", "consistency": "leased", "scope": "global",
+		"limits": []map[string]any{{"limit": r.o.globalLimit, "window": r.o.globalWindow.String()}}}}
+	if r.o.globalBucket {
+		pols[globalBucket] = map[string]any{"algorithm": "token_bucket", "consistency": "leased", "scope": "global",
+			"limits": []map[string]any{{"limit": r.bucketLimit(), "window": r.o.globalWindow.String(), "burst": r.bucketBurst()}}}
 	}
-	for _, rg := range r.regions {
-		for _, s := range rg.cl.specs {
-			err := retry(ctx, 30*time.Second, func() error {
-				var p struct {
-					Mirrored bool   `json:"mirrored"`
-					Scope    string `json:"scope"`
+	for name, body := range pols {
+		err := retry(ctx, 30*time.Second, func() error {
+			return r.adm.do(ctx, 5*time.Second, "PUT", r.parent.specs[0].url()+"/v1/policies/"+name, body, nil)
+		})
+		if err != nil {
+			return fmt.Errorf("define the global policy %s at the parent: %w", name, err)
+		}
+		for _, rg := range r.regions {
+			for _, s := range rg.cl.specs {
+				err := retry(ctx, 30*time.Second, func() error {
+					var p struct {
+						Mirrored bool   `json:"mirrored"`
+						Scope    string `json:"scope"`
+					}
+					if err := r.adm.do(ctx, 2*time.Second, "GET", s.url()+"/v1/policies/"+name, nil, &p); err != nil {
+						return err
+					}
+					if !p.Mirrored || p.Scope != "global" {
+						return fmt.Errorf("%s: policy %s not mirrored yet (%+v)", s.id, name, p)
+					}
+					return nil
+				})
+				if err != nil {
+					return fmt.Errorf("region %s never mirrored the global policy %s: %w", rg.name, name, err)
 				}
-				if err := r.adm.do(ctx, 2*time.Second, "GET", s.url()+"/v1/policies/"+globalPolicy, nil, &p); err != nil {
-					return err
-				}
-				if !p.Mirrored || p.Scope != "global" {
-					return fmt.Errorf("%s: policy not mirrored yet (%+v)", s.id, p)
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("region %s never mirrored the global policy: %w", rg.name, err)
 			}
 		}
 	}
-	r.log.Printf("global policy %s (%d per %s, fixed window) written at the parent, mirrored by every regional node", globalPolicy, r.o.globalLimit, r.o.globalWindow)
+	r.log.Printf("global policies written at the parent, mirrored by every regional node: %s (%d per %s, fixed window)%s",
+		globalPolicy, r.o.globalLimit, r.o.globalWindow, map[bool]string{true: fmt.Sprintf(", %s (token bucket, %d per %s, burst %d)",
+			globalBucket, r.bucketLimit(), r.o.globalWindow, r.bucketBurst()), false: ""}[r.o.globalBucket])
 	return nil
+}
+
+// loadKeys are the keys the load hits, weighted by their policies'
+// limits: --region-keys keys of the fixed window, and one of the token
+// bucket with --global-bucket.
+func (r *regionRunner) loadKeys() []loadKey {
+	var keys []loadKey
+	for i := range r.o.regionKeys {
+		keys = append(keys, loadKey{policy: globalPolicy, key: fmt.Sprintf("k%d", i), weight: float64(r.o.globalLimit), bursts: true})
+	}
+	if r.o.globalBucket {
+		keys = append(keys, loadKey{policy: globalBucket, key: "k0", weight: float64(r.bucketLimit())})
+	}
+	return keys
 }
 
 // probeHolders asks a regional node for a lease of a global key, as an
@@ -354,7 +392,11 @@ func (r *regionRunner) probeHolders(ctx context.Context) string {
 // over its nodes, the rest between the regions.
 func (r *regionRunner) targets() []regionTarget {
 	o := r.o
-	total := o.demand * float64(o.globalLimit*int64(o.regionKeys)) / o.globalWindow.Seconds()
+	limits := o.globalLimit * int64(o.regionKeys)
+	if o.globalBucket {
+		limits += r.bucketLimit()
+	}
+	total := o.demand * float64(limits) / o.globalWindow.Seconds()
 	workers := func(rate float64) int { return max(2, int(math.Ceil(rate*busyFactor/10))) }
 	var out []regionTarget
 	switch o.demandShape {
