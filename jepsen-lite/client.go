@@ -325,8 +325,9 @@ func label(r *opRecord, client int, kind checker.Kind, node nodeSpec, ts []targe
 // classify turns what came back into an outcome. It is pure so the rules
 // are unit-tested:
 //   - 200/429 with a well-formed body: ok (a definite answer);
-//   - 503 not_counted / no_leader / not_member (and not_leader for
-//     reads): fail, the op certainly had no effect;
+//   - 503 not_counted / no_leader / not_member / parent_unreachable (a
+//     region without a slice; and not_leader for reads): fail, the op
+//     certainly had no effect;
 //   - no response and the request never written (refused dial, dial
 //     timeout): fail, nothing reached a node;
 //   - anything else (timeout after sending, reset, 503 outcome_unknown,
@@ -402,7 +403,7 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 	_ = json.Unmarshal(body, &p) // a body that is not a problem document leaves Code empty: unknown
 	r.Code = p.Code
 	r.Error = fmt.Sprintf("HTTP %d %s: %s", status, p.Code, p.Detail)
-	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || p.Code == "not_member" || (kind == checker.KindPeek && p.Code == "not_leader")
+	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || p.Code == "not_member" || p.Code == "parent_unreachable" || (kind == checker.KindPeek && p.Code == "not_leader")
 	if status == http.StatusServiceUnavailable && notApplied {
 		r.Outcome = outcomeFail
 	} else {

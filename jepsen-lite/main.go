@@ -74,6 +74,22 @@ type options struct {
 	recheck       string
 	insecure      bool
 
+	// The multi-cluster mode (--regions, regions.go).
+	regions      bool
+	regionDelays string
+	delays       []time.Duration // parsed --region-delays: region a's, region b's
+	globalLimit  int64
+	globalWindow time.Duration
+	demand       float64
+	split        float64
+	parentShare  float64
+	regionKeys   int
+	demandPeriod time.Duration
+	demandShape  string
+	globalBucket bool
+	brokenRegion bool
+	faultRegion  string
+
 	nemeses []string // parsed --nemesis
 	skipped []string // dropped from an alias because they need 5 nodes
 
@@ -116,6 +132,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.serveArgs, "serve-args", "", "extra flags for every `rlnode serve`, space separated (e.g. \"--log-level debug\")")
 	fs.BoolVar(&o.insecure, "insecure", false, "run the nodes --insecure, without TLS and cluster token (default: mutual TLS from `rlnode tls init` and a token file)")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "only remove namespaces/bridges left by runs whose runner died, then exit")
+	fs.BoolVar(&o.regions, "regions", false, "multi-cluster mode: a parent cluster of 3 nodes and regions a and b of 3 nodes each (rlnode serve --region NAME --parent URLs), the region-to-parent paths through delay proxies, a global policy hammered from both regions, faults inside and between them; checked: no global window allows more than its limit (loopback, --insecure; see README)")
+	fs.StringVar(&o.regionDelays, "region-delays", "50ms,100ms", "with --regions: the delay each way of region a's and region b's paths to the parent")
+	fs.Int64Var(&o.globalLimit, "global-limit", 400, "with --regions: the global policy's limit per --global-window (fixed window, written at the parent)")
+	fs.DurationVar(&o.globalWindow, "global-window", 10*time.Second, "with --regions: the global policy's window")
+	fs.Float64Var(&o.demand, "demand", 1.5, "with --regions: total hits sent per window, as a multiple of the limit (over every key)")
+	fs.Float64Var(&o.split, "split", 0.6, "with --regions: region a's share of the regional demand (b gets the rest)")
+	fs.Float64Var(&o.parentShare, "parent-share", 0.05, "with --regions: share of the demand sent to the parent's own nodes")
+	fs.IntVar(&o.regionKeys, "region-keys", 1, "with --regions: keys of the global policy the demand is spread over (each its own global window)")
+	fs.DurationVar(&o.demandPeriod, "demand-period", 7*time.Second, "with --regions: region a is busy (1.75x its mean demand) for half this period and quiet (0.25x) for the other half; region b likewise with 1.618 times the period (so the total wanders under and over the limit); 0: steady demand")
+	fs.StringVar(&o.demandShape, "demand-shape", "wander", "with --regions: wander (each region busy and quiet in turn, split by --split) or burst (region a bursts a limit's 15% after each window end and trickles 2.5/s between, holding units it no longer needs when a window ends; region b sends --demand steadily)")
+	fs.BoolVar(&o.globalBucket, "global-bucket", true, "with --regions: also a token-bucket global policy (a quarter of --global-limit per --global-window, burst a fifth of that), one key, checked: no run of allowed hits beyond burst + refill over all regions")
+	fs.BoolVar(&o.brokenRegion, "broken-region", false, "with --regions: start region a with --debug-region-ignore-slice-deadline (a region that spends slices past their deadline): the run must come out INVALID")
+	fs.StringVar(&o.faultRegion, "fault-region", "", "with --regions: aim every region fault at this region (a or b; default: a random region per fault)")
 	fs.StringVar(&o.recheck, "recheck", "", "only run the checker again over the history of the finished run in this directory (its --out), then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./jepsen-lite [flags]\n\nFault-injection test for rlnode (see jepsen-lite/README.md).\n\n")
@@ -150,7 +179,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		errs = append(errs, fmt.Errorf("--name %q: want 1-8 characters of [a-z0-9]", o.name))
 	}
 	var err error
-	if o.nemeses, o.skipped, err = parseNemeses(o.nemesis, o.nodes, o.policies); err != nil {
+	if o.regions {
+		errs = append(errs, o.validateRegions()...)
+	} else if o.nemeses, o.skipped, err = parseNemeses(o.nemesis, o.nodes, o.policies); err != nil {
 		errs = append(errs, err)
 	}
 	return o, errors.Join(errs...)
@@ -212,5 +243,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	})()
 
 	r := &runner{o: o, t0: t0, log: log, rng: rng, stdout: stdout}
+	if o.regions {
+		return (&regionRunner{runner: r}).run(ctx)
+	}
 	return r.run(ctx)
 }

@@ -188,45 +188,62 @@ type nemesis struct {
 	pols      *policySet // the run's policies; nil without --policies
 }
 
-func (nm *nemesis) since() float64 { return time.Since(nm.t0).Seconds() }
-
 // run executes plan until duration has passed since phaseStart, but always
 // at least the first mustRun faults (one full round). It returns every
 // fault it ran, including failed attempts.
 func (nm *nemesis) run(ctx context.Context, plan []string, mustRun int, phaseStart time.Time, duration time.Duration) ([]faultRecord, error) {
+	s := schedule{apply: nm.apply, log: nm.log, t0: nm.t0, fault: nm.fault, quiet: nm.quiet}
+	return s.run(ctx, plan, mustRun, phaseStart, duration)
+}
+
+// healFunc undoes one fault.
+type healFunc func(ctx context.Context) error
+
+// schedule runs faults one at a time: apply, hold, heal, quiet gap. Both
+// modes' nemeses run through it; apply is theirs.
+type schedule struct {
+	apply func(ctx context.Context, name string, rec *faultRecord) (healFunc, error)
+	log   *logger
+	t0    time.Time
+	fault time.Duration
+	quiet time.Duration
+}
+
+func (s schedule) since() float64 { return time.Since(s.t0).Seconds() }
+
+// run executes plan until duration has passed since phaseStart, but
+// always at least the first mustRun faults.
+func (s schedule) run(ctx context.Context, plan []string, mustRun int, phaseStart time.Time, duration time.Duration) ([]faultRecord, error) {
 	var out []faultRecord
 	for i, name := range plan {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
-		if i >= mustRun && time.Since(phaseStart)+nm.fault+nm.quiet > duration {
+		if i >= mustRun && time.Since(phaseStart)+s.fault+s.quiet > duration {
 			break
 		}
-		rec := nm.runOne(ctx, name)
+		rec := s.runOne(ctx, name)
 		out = append(out, rec)
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
-		if err := sleepCtx(ctx, nm.quiet); err != nil {
+		if err := sleepCtx(ctx, s.quiet); err != nil {
 			return out, err
 		}
 	}
 	return out, nil
 }
 
-// healFunc undoes one fault.
-type healFunc func(ctx context.Context) error
-
 // runOne applies a fault, holds it, heals it and records all of it.
-func (nm *nemesis) runOne(ctx context.Context, name string) faultRecord {
-	rec := faultRecord{Name: name, Start: nm.since(), Began: time.Now().Format(time.RFC3339Nano), Extra: map[string]any{}}
-	heal, err := nm.apply(ctx, name, &rec)
+func (s schedule) runOne(ctx context.Context, name string) faultRecord {
+	rec := faultRecord{Name: name, Start: s.since(), Began: time.Now().Format(time.RFC3339Nano), Extra: map[string]any{}}
+	heal, err := s.apply(ctx, name, &rec)
 	if err != nil {
 		rec.Error = "apply: " + err.Error()
-		nm.log.Loudf("fault %s could not be applied: %v", name, err)
+		s.log.Loudf("fault %s could not be applied: %v", name, err)
 	} else {
-		nm.log.Printf("FAULT START %-19s %s", name, rec.Detail)
-		_ = sleepCtx(ctx, nm.fault)
+		s.log.Printf("FAULT START %-19s %s", name, rec.Detail)
+		_ = sleepCtx(ctx, s.fault)
 	}
 	if heal != nil {
 		// Heal even when the run is being cancelled: the teardown that
@@ -234,14 +251,14 @@ func (nm *nemesis) runOne(ctx context.Context, name string) faultRecord {
 		hctx := context.WithoutCancel(ctx)
 		if herr := heal(hctx); herr != nil {
 			rec.Error = strings.TrimPrefix(rec.Error+"; heal: "+herr.Error(), "; ")
-			nm.log.Loudf("fault %s: heal failed: %v", name, herr)
+			s.log.Loudf("fault %s: heal failed: %v", name, herr)
 		}
 	}
-	rec.End, rec.Ended = nm.since(), time.Now().Format(time.RFC3339Nano)
+	rec.End, rec.Ended = s.since(), time.Now().Format(time.RFC3339Nano)
 	if len(rec.Extra) == 0 {
 		rec.Extra = nil
 	}
-	nm.log.Printf("FAULT END   %-19s after %.1fs%s", name, rec.End-rec.Start, errSuffix(rec.Error))
+	s.log.Printf("FAULT END   %-19s after %.1fs%s", name, rec.End-rec.Start, errSuffix(rec.Error))
 	return rec
 }
 

@@ -423,3 +423,44 @@ func (c *cluster) waitLive(ctx context.Context, a *admin, i int, timeout time.Du
 
 // logDir is where node logs go.
 func logDir(out string) string { return filepath.Join(out, "nodes") }
+
+// bootCluster bootstraps a cluster's first node and joins the others one
+// at a time (Raft takes one membership change at a time anyway), then
+// waits for a settled cluster.
+func bootCluster(ctx context.Context, cl *cluster, adm *admin, log *logger) error {
+	specs := cl.specs
+	if err := cl.start(0); err != nil {
+		return err
+	}
+	if err := waitNodeReady(ctx, cl, adm, 0, 20*time.Second); err != nil {
+		return err
+	}
+	for i := 1; i < len(specs); i++ {
+		cl.setJoin(i, []string{specs[0].url()})
+		if err := cl.start(i); err != nil {
+			return err
+		}
+		if err := waitNodeReady(ctx, cl, adm, i, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	if err := waitSettled(ctx, cl, adm, 30*time.Second); err != nil {
+		return err
+	}
+	log.Printf("cluster of %d up: %v", len(specs), cl.names())
+	return nil
+}
+
+func waitNodeReady(ctx context.Context, cl *cluster, adm *admin, i int, timeout time.Duration) error {
+	s := cl.specs[i]
+	err := retry(ctx, timeout, func() error {
+		if !cl.running(i) {
+			return retryStop(fmt.Errorf("%s exited during startup (see %s)", s.id, s.logPath))
+		}
+		return adm.ready(ctx, s.url())
+	})
+	if err != nil {
+		return fmt.Errorf("%s not ready: %w", s.id, err)
+	}
+	return nil
+}

@@ -238,7 +238,7 @@ func writeJSON(path string, v any) error {
 }
 
 // writeHistory writes one record per line.
-func writeHistory(path string, recs []opRecord) error {
+func writeHistory[T any](path string, recs []T) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create history: %w", err)

@@ -43,23 +43,11 @@ func (r *runner) run(ctx context.Context) int {
 	o := r.o
 	r.sum = summary{Failures: []string{}, Warnings: []string{}, Faults: []faultRecord{}, Crashes: []crash{},
 		Violations: []checker.Violation{}, Files: map[string]any{}}
-	// Node data dirs live under the report dir: reusing one would restart
-	// nodes on an earlier run's Raft state (with that run's addresses).
-	for _, leftover := range []string{"data", "summary.json"} {
-		if _, err := os.Stat(filepath.Join(o.out, leftover)); err == nil {
-			fmt.Fprintf(r.stdout, "jepsen-lite: --out %s already holds a run (%s); choose a new directory or remove it\n", o.out, leftover)
-			return exitUsage
-		}
+	closeLog, code, ok := r.prepareOut()
+	if !ok {
+		return code
 	}
-	if err := os.MkdirAll(logDir(o.out), 0o755); err != nil {
-		fmt.Fprintf(r.stdout, "jepsen-lite: INVALID aborted: create out dir: %v\n", err)
-		return exitAborted
-	}
-	logFile, err := os.Create(filepath.Join(o.out, "jepsen-lite.log"))
-	if err == nil {
-		defer logFile.Close()
-		r.log.setOutput(io.MultiWriter(r.stdout, logFile))
-	}
+	defer closeLog()
 	r.log.Printf("jepsen-lite run %q: %d nodes, %d clients, %d keys, limit %d per %s, policies %v, out %s, seed %d",
 		o.name, o.nodes, o.clients, o.keys, o.limit, o.window, o.policies, o.out, o.seed)
 
@@ -78,6 +66,31 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	r.verdict(line)
 	return code
+}
+
+// prepareOut makes the report directory and tees the runner's output
+// into its log file; it refuses a directory that already holds a run.
+// closeLog closes the log file; code is the exit code when !ok.
+func (r *runner) prepareOut() (closeLog func(), code int, ok bool) {
+	o := r.o
+	// Node data dirs live under the report dir: reusing one would restart
+	// nodes on an earlier run's Raft state (with that run's addresses).
+	for _, leftover := range []string{"data", "summary.json"} {
+		if _, err := os.Stat(filepath.Join(o.out, leftover)); err == nil {
+			fmt.Fprintf(r.stdout, "jepsen-lite: --out %s already holds a run (%s); choose a new directory or remove it\n", o.out, leftover)
+			return nil, exitUsage, false
+		}
+	}
+	if err := os.MkdirAll(logDir(o.out), 0o755); err != nil {
+		fmt.Fprintf(r.stdout, "jepsen-lite: INVALID aborted: create out dir: %v\n", err)
+		return nil, exitAborted, false
+	}
+	logFile, err := os.Create(filepath.Join(o.out, "jepsen-lite.log"))
+	if err != nil {
+		return func() {}, 0, true
+	}
+	r.log.setOutput(io.MultiWriter(r.stdout, logFile))
+	return func() { logFile.Close() }, 0, true
 }
 
 // verdict prints the final line; run calls it after execute's deferred
@@ -476,43 +489,7 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// startCluster bootstraps n1 and joins the others one at a time (Raft
-// takes one membership change at a time anyway), then waits for a settled
-// cluster.
+// startCluster bootstraps n1 and joins the others (bootCluster).
 func (r *runner) startCluster(ctx context.Context) error {
-	specs := r.cl.specs
-	if err := r.cl.start(0); err != nil {
-		return err
-	}
-	if err := r.waitReady(ctx, 0, 20*time.Second); err != nil {
-		return err
-	}
-	for i := 1; i < len(specs); i++ {
-		r.cl.setJoin(i, []string{specs[0].url()})
-		if err := r.cl.start(i); err != nil {
-			return err
-		}
-		if err := r.waitReady(ctx, i, 30*time.Second); err != nil {
-			return err
-		}
-	}
-	if err := waitSettled(ctx, r.cl, r.adm, 30*time.Second); err != nil {
-		return err
-	}
-	r.log.Printf("cluster of %d up: %v", len(specs), r.cl.names())
-	return nil
-}
-
-func (r *runner) waitReady(ctx context.Context, i int, timeout time.Duration) error {
-	s := r.cl.specs[i]
-	err := retry(ctx, timeout, func() error {
-		if !r.cl.running(i) {
-			return retryStop(fmt.Errorf("%s exited during startup (see %s)", s.id, s.logPath))
-		}
-		return r.adm.ready(ctx, s.url())
-	})
-	if err != nil {
-		return fmt.Errorf("%s not ready: %w", s.id, err)
-	}
-	return nil
+	return bootCluster(ctx, r.cl, r.adm, r.log)
 }
