@@ -227,9 +227,17 @@ func TestGubernatorOneKeyThroughThreeNodes(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		t.Logf("%s: %d allowed of %d answered", b, allowed.Load(), answered.Load())
+		local := int64(0)
+		for _, n := range nodes {
+			local += leaseMetric(t, n.URL(), "rlnode_lease_local_decisions_total")
+		}
+		t.Logf("%s: %d allowed of %d answered, %d answered from node leases", b, allowed.Load(), answered.Load(), local)
 		if got := allowed.Load(); got < 950 || got > 1000 || answered.Load() < 1100 {
 			t.Fatalf("%s: %d allowed of %d answered; want 950 to 1,000 of more than 1,100", b, got, answered.Load())
+		}
+		// GLOBAL: most answers come from the nodes' leases (no log entry).
+		if want := answered.Load() / 2; b == gubpb.Behavior_GLOBAL && local < want {
+			t.Fatalf("GLOBAL: %d of %d answers from node leases, want at least %d", local, answered.Load(), want)
 		}
 	}
 }
