@@ -19,12 +19,10 @@ import (
 type callCommitter struct {
 	// log writes the entry on the leader, stamped by the leader clock;
 	// id names this node in the answers; keys bound the stored keys.
-	log      leaseLog
-	id       string
-	keys     CallKeyBounds
-	mu       sync.Mutex
-	queue    []*callWaiter
-	flushing bool
+	log  leaseLog
+	id   string
+	keys CallKeyBounds
+	comb combiner
 }
 
 type callWaiter struct {
@@ -41,6 +39,22 @@ type callDone struct {
 // submit decides req in the next entry of its owner and returns its
 // share of the answer.
 func (c *callCommitter) submit(req CallsRequest) (CallsAnswer, error) {
+	return c.comb.submit(req, c.flush)
+}
+
+// combiner is the flat combining of calls requests that the leader's
+// committer and a follower's batched hop (callforward.go) share: the
+// caller that finds no flush running flushes everything queued, then
+// hands the role to the first caller still queued.
+type combiner struct {
+	mu       sync.Mutex
+	queue    []*callWaiter
+	flushing bool
+}
+
+// submit queues req and returns its answer; flush must answer every
+// waiter it is given.
+func (c *combiner) submit(req CallsRequest, flush func([]*callWaiter)) (CallsAnswer, error) {
 	w := &callWaiter{req: req, done: make(chan callDone, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
@@ -58,7 +72,7 @@ func (c *callCommitter) submit(req CallsRequest) (CallsAnswer, error) {
 	batch := c.queue
 	c.queue = nil
 	c.mu.Unlock()
-	c.flush(batch)
+	flush(batch)
 	c.mu.Lock()
 	if len(c.queue) == 0 {
 		c.flushing = false

@@ -192,7 +192,3 @@ var opCalls = leaderOp[CallsRequest, CallsAnswer]{name: "calls",
 	run: func(n *Node, _ context.Context, req CallsRequest) (CallsAnswer, error) {
 		return n.calls.commit.submit(req)
 	}}
-
-func (r nodeRoute) calls(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
-	return opCalls.retrying(ctx, r.n, req, r.n.cfg.ApplyTimeout)
-}

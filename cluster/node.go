@@ -66,6 +66,7 @@ type Node struct {
 	budgets  *Budgets
 	leases   *Leases
 	calls    *Calls      // per-call items (gubernator's API)
+	callHop  *callHop    // a follower's batched hop of per-call requests
 	slices   *Slices     // a region's slices (slices.go)
 	digests  digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
@@ -124,6 +125,7 @@ func Open(cfg Config) (*Node, error) {
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
 	n.leases = &Leases{route: nodeRoute{n}, log: n, table: n, clocks: n.clockCheck, obs: n.leaseObs,
 		maxClockOffset: cfg.MaxClockOffset, tracer: n.tracer}
+	n.callHop = &callHop{n: n}
 	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys}, top: n.views.top,
 		holder: newCallHolder(cfg.ID, nodeRoute{n}, n.leaseObs, cfg.ApplyTimeout, cfg.MaxClockOffset, lease.NewSystemClock(), n.stop)}
 	n.budgets = newBudgets(nodeRoute{n}, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})

@@ -227,3 +227,8 @@ func decodeCalls(buf []byte) (CallsEntry, error) {
 	}
 	return e, nil
 }
+
+// DecodeCalls decodes and validates a calls entry's bytes (what a node
+// sends another: cluster's batched hop of per-call requests reuses the
+// log's encoding).
+func DecodeCalls(buf []byte) (CallsEntry, error) { return decodeCalls(buf) }
