@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlnode/rlnode/fsm"
@@ -31,6 +32,20 @@ type callHop struct {
 	mu        sync.Mutex
 	oldLeader string
 	oldUntil  time.Time
+	// hops and sent count the hops and the requests they carried.
+	hops, sent atomic.Uint64
+}
+
+// CallHopStats says how this node's per-call requests reached the leader
+// in batched hops: hops sent, and the requests they carried.
+type CallHopStats struct {
+	Hops     uint64 `json:"hops"`
+	Requests uint64 `json:"requests"`
+}
+
+// CallHopStats is this node's (a follower's) batched hops so far.
+func (n *Node) CallHopStats() CallHopStats {
+	return CallHopStats{Hops: n.callHop.hops.Load(), Requests: n.callHop.sent.Load()}
 }
 
 // oldLeaderRecheck is how long a leader that answered 404 is not asked.
@@ -93,6 +108,8 @@ func (h *callHop) send(reqs []CallsRequest) []callsResult {
 	}
 	ctx, cancel := timeoutOrStop(n.stop, n.cfg.ApplyTimeout)
 	defer cancel()
+	h.hops.Add(1)
+	h.sent.Add(uint64(len(reqs)))
 	resp, err := n.fwd.peers.do(ctx, http.MethodPost, BaseURL(addr)+CallsPath, "application/octet-stream", encodeCallsHop(reqs))
 	if err != nil {
 		if isDialError(err) {
