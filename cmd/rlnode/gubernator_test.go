@@ -26,6 +26,12 @@ const gubToken = "gub-test-token"
 // (and extra flags) and returns them with V1 clients by id.
 func gubNodes(t *testing.T, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
 	t.Helper()
+	return gubNodesOf(t, rlnodeBin, n, extra...)
+}
+
+// gubNodesOf is gubNodes with a binary of the caller's choice.
+func gubNodesOf(t *testing.T, bin string, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
+	t.Helper()
 	addrs := map[string]string{}
 	var nodes []*proctest.Node
 	for i := 1; i <= n; i++ {
@@ -35,7 +41,7 @@ func gubNodes(t *testing.T, n int, extra ...string) ([]*proctest.Node, map[strin
 		if i > 1 {
 			args = append(args, "--join", nodes[0].URL())
 		}
-		nodes = append(nodes, proctest.StartNode(t, rlnodeBin, id, args...))
+		nodes = append(nodes, proctest.StartNode(t, bin, id, args...))
 		proctest.WaitReady(t, nodes[i-1], 15*time.Second)
 	}
 	proctest.WaitVoters(t, nodes[0], n, 30*time.Second)
