@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,8 +17,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/gubapi/gubpb"
+	win "github.com/rlnode/rlnode/window"
 )
 
 const gubToken = "gub-test-token"
@@ -291,5 +295,50 @@ func TestGubernatorKeysBoundedPerCredential(t *testing.T) {
 		if full != (i == 5) {
 			t.Fatalf("gateway key %d (cluster bound 15, 10 stored by the token): %s", i, resp.Raw)
 		}
+	}
+}
+
+// TestAttackCallsHop: the leader's batched hop of per-call requests
+// (/internal/v1/calls) takes nothing without the cluster token, refuses
+// malformed, oversized and too-many-request bodies with 400 or 413
+// before deciding anything, and the node keeps answering.
+func TestAttackCallsHop(t *testing.T) {
+	nodes, clients := gubNodes(t, 1)
+	url := nodes[0].URL() + cluster.CallsPath
+	hop := func(reqs int, key string) []byte {
+		b := []byte{1}
+		b = binary.AppendUvarint(b, uint64(reqs))
+		e := fsm.EncodeCalls(fsm.CallsEntry{Now: 1, Owner: "x", MaxKeys: 1, MaxKeysPerOwner: 1, Items: []fsm.CallItem{
+			{Name: "hop", Key: key, Call: win.Call{Alg: win.CallTokenBucket, Hits: 1, Limit: 5, Duration: 60_000}}}})
+		for range reqs {
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
+		}
+		return b
+	}
+	if r, err := proctest.DoRaw("POST", url, "", hop(1, "a")); err != nil || (r.Status != 401 && r.Status != 403) {
+		t.Fatalf("without the token: %v %d %s", err, r.Status, r.Raw)
+	}
+	good := hop(1, "a")
+	for name, body := range map[string][]byte{
+		"truncated":        good[:len(good)-3],
+		"garbage":          []byte("\x01\xff\xff\xff\xff\x0f"),
+		"too many":         hop(257, "b"),
+		"trailing":         append(append([]byte(nil), good...), 0),
+		"unknown version":  append([]byte{9}, good[1:]...),
+		"larger than 8MiB": append(hop(1, "c"), make([]byte, 9<<20)...),
+	} {
+		r, err := proctest.DoRaw("POST", url, gubToken, body)
+		if err != nil || (r.Status != 400 && r.Status != 413) {
+			t.Fatalf("%s: %v %d %s", name, err, r.Status, r.Raw)
+		}
+	}
+	// Nothing of those was decided: the keys are untouched.
+	for _, key := range []string{"a", "b", "c"} {
+		got := gubAsk(t, clients[nodes[0].ID], &gubpb.RateLimitReq{Name: "hop", UniqueKey: key, Hits: 1, Limit: 5, Duration: 60_000})
+		checkGub(t, "key "+key+" after the refused hops", got[0], gubWant{limit: 5, remaining: 4})
+	}
+	if r, err := proctest.DoRaw("POST", url, gubToken, hop(1, "d")); err != nil || r.Status != 200 {
+		t.Fatalf("a well-formed hop: %v %d %s", err, r.Status, r.Raw)
 	}
 }
