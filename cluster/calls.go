@@ -116,6 +116,13 @@ func (c *Calls) Decide(ctx context.Context, req CallsRequest) (CallsAnswer, erro
 	if err := req.check(); err != nil {
 		return CallsAnswer{}, notCounted(ErrBadRequest, err)
 	}
+	for i, it := range req.Items {
+		// Grants and returns are this node's holder's to write, never a
+		// caller's.
+		if it.Lease != (fsm.CallLease{}) {
+			return CallsAnswer{}, notCounted(ErrBadRequest, fmt.Errorf("items[%d]: a lease operation", i))
+		}
+	}
 	out, err := c.decide(ctx, req)
 	if err == nil {
 		c.recordTop(req.Items, out.Items)
