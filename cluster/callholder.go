@@ -139,7 +139,7 @@ func (h *callHolder) maybeFetch(id callKeyID, k *lease.Key[callGrant], now lease
 		return
 	}
 	h.pending = append(h.pending, h.item(id, fsm.CallLease{Grant: true, Holder: h.id, Want: min(want, window.MaxCallLimit),
-		LeaseMs: (lease.DefaultLease + h.maxClockOffset).Milliseconds()}))
+		LeaseMs: min(lease.DefaultLease+h.maxClockOffset, lease.MaxLease).Milliseconds()}))
 	h.wake()
 }
 
