@@ -15,16 +15,15 @@ import (
 // entries (fsm/call_lease.go). The safety argument is gubapi/DESIGN.md's
 // "GLOBAL". Every node runs one, leader or follower.
 type callHolder struct {
-	id             string
-	route          callsRoute
-	obs            LeaseObserver
-	applyTimeout   time.Duration
-	maxClockOffset time.Duration
-	cfg            lease.Config
-	clk            lease.Clock
-	stop           <-chan struct{}
-	kick           chan struct{}
-	wg             sync.WaitGroup
+	id           string
+	route        callsRoute
+	obs          LeaseObserver
+	applyTimeout time.Duration
+	cfg          lease.Config
+	clk          lease.Clock
+	stop         <-chan struct{}
+	kick         chan struct{}
+	wg           sync.WaitGroup
 
 	mu      sync.Mutex
 	keys    map[callKeyID]*lease.Key[callGrant]
@@ -58,10 +57,10 @@ const (
 	DecidedLocalGlobal = "gubernator:global"
 )
 
-func newCallHolder(id string, route callsRoute, obs LeaseObserver, applyTimeout, maxClockOffset time.Duration,
+func newCallHolder(id string, route callsRoute, obs LeaseObserver, applyTimeout time.Duration,
 	clk lease.Clock, stop <-chan struct{}) *callHolder {
 	now := clk.Now()
-	return &callHolder{id: id, route: route, obs: obs, applyTimeout: applyTimeout, maxClockOffset: maxClockOffset,
+	return &callHolder{id: id, route: route, obs: obs, applyTimeout: applyTimeout,
 		cfg: lease.NodeConfig(), clk: clk, stop: stop, kick: make(chan struct{}, 1),
 		keys: make(map[callKeyID]*lease.Key[callGrant]), tracker: lease.NewTracker[callKeyID](callHotHits, time.Second, maxTracked, now)}
 }
@@ -139,7 +138,7 @@ func (h *callHolder) maybeFetch(id callKeyID, k *lease.Key[callGrant], now lease
 		return
 	}
 	h.pending = append(h.pending, h.item(id, fsm.CallLease{Grant: true, Holder: h.id, Want: min(want, window.MaxCallLimit),
-		LeaseMs: min(lease.DefaultLease+h.maxClockOffset, lease.MaxLease).Milliseconds()}))
+		LeaseMs: lease.DefaultLease.Milliseconds()}))
 	h.wake()
 }
 
@@ -247,12 +246,15 @@ func (h *callHolder) fetch(items []CallItem) {
 		case o.Units == 0:
 			k.Exhausted(now, time.Duration(max(o.Reset+1-ans.Now, 0))*time.Millisecond, info)
 		default:
-			// Valid in cluster time from the entry to the grant's end,
-			// less the margin and --max-clock-offset: the reading of a
-			// window-bounded grant while earlier releases may vote
-			// (lease.UsableFor), always, as the safe side.
-			valid := time.Duration(o.Expiry-ans.Now) * time.Millisecond
-			usable := lease.UsableFor(valid, true, 0, h.maxClockOffset)
+			// Usable from the send for what the leader said
+			// (callCommitter.usableMs: the margin, and the clock
+			// allowance at the window's end while it is needed).
+			usable := time.Duration(o.UsableMs) * time.Millisecond
+			if usable <= 0 {
+				k.Failed(now) // nothing usable: back off, the units go back
+				h.giveBack(id, []lease.Grant[callGrant]{{ID: o.GrantIndex, Left: o.Units}})
+				continue
+			}
 			h.giveBack(id, k.Installed(now, sent, o.GrantIndex, o.Units, usable, info))
 		}
 	}

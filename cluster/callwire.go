@@ -18,7 +18,7 @@ import (
 //	response: version, servedBy, uvarint n, n × (status, body)
 //	          status decided: varint now, uvarint items, items × (flags
 //	          byte: 1 over, 2 full, 4 policy, 8 forget, 16 leasable;
-//	          varint limit, remaining, reset, units, expiry; uvarint grant
+//	          varint limit, remaining, reset, units, expiry, usable ms; uvarint grant
 //	          index; err string)
 //	          other statuses: message string
 //
@@ -118,7 +118,7 @@ func encodeCallsHopAnswer(servedBy string, res []callsResult) []byte {
 					}
 				}
 				b = append(b, f)
-				for _, v := range [...]int64{o.Limit, o.Remaining, o.Reset, o.Units, o.Expiry} {
+				for _, v := range [...]int64{o.Limit, o.Remaining, o.Reset, o.Units, o.Expiry, o.UsableMs} {
 					b = binary.AppendVarint(b, v)
 				}
 				b = binary.AppendUvarint(b, o.GrantIndex)
@@ -164,7 +164,7 @@ func decodeCallsHopAnswer(b []byte, reqs []CallsRequest) ([]callsResult, error) 
 				f := r.byte()
 				o := CallOutcome{CallResult: window.CallResult{Over: f&outOver != 0, Forget: f&outForget != 0},
 					Full: f&outFull != 0, Policy: f&outPolicy != 0, Leasable: f&outLeasable != 0}
-				o.Limit, o.Remaining, o.Reset, o.Units, o.Expiry = r.varint(), r.varint(), r.varint(), r.varint(), r.varint()
+				o.Limit, o.Remaining, o.Reset, o.Units, o.Expiry, o.UsableMs = r.varint(), r.varint(), r.varint(), r.varint(), r.varint(), r.varint()
 				o.GrantIndex = r.uvarint()
 				o.Err = r.str(1 << 16)
 				a.Items[j] = o

@@ -126,8 +126,8 @@ func Open(cfg Config) (*Node, error) {
 	n.leases = &Leases{route: nodeRoute{n}, log: n, table: n, clocks: n.clockCheck, obs: n.leaseObs,
 		maxClockOffset: cfg.MaxClockOffset, tracer: n.tracer}
 	n.callHop = &callHop{n: n}
-	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys}, top: n.views.top,
-		holder: newCallHolder(cfg.ID, nodeRoute{n}, n.leaseObs, cfg.ApplyTimeout, cfg.MaxClockOffset, lease.NewSystemClock(), n.stop)}
+	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys, clocks: n.clockCheck, maxClockOffset: cfg.MaxClockOffset}, top: n.views.top,
+		holder: newCallHolder(cfg.ID, nodeRoute{n}, n.leaseObs, cfg.ApplyTimeout, lease.NewSystemClock(), n.stop)}
 	n.budgets = newBudgets(nodeRoute{n}, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))

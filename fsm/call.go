@@ -51,6 +51,10 @@ type CallOutcome struct {
 	Units      int64
 	GrantIndex uint64
 	Expiry     int64
+	// UsableMs is set by the leader, not the state machine: how long
+	// after sending its request the holder may spend the grant (0: not
+	// at all; cluster's callCommitter.usableMs).
+	UsableMs int64
 	// Leasable: the key is live with the item's parameters, so the
 	// holder may ask it again (a grant of 0 units means its window is
 	// spent); false: decide the item through the log instead.
