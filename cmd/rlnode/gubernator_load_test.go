@@ -59,7 +59,7 @@ func TestGubernatorFollowerLoad(t *testing.T) {
 }
 
 func followerLoad(t *testing.T, bin string) float64 {
-	nodes, clients := gubNodesOf(t, bin, 3)
+	nodes, clients := gubNodesOf(t, bin, gubToken, 3)
 	c := clients[nodes[1].ID] // n1 bootstrapped and leads; n2 follows
 	var done atomic.Int64
 	stop := time.Now().Add(5 * time.Second)

@@ -30,18 +30,22 @@ const gubToken = "gub-test-token"
 // (and extra flags) and returns them with V1 clients by id.
 func gubNodes(t *testing.T, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
 	t.Helper()
-	return gubNodesOf(t, rlnodeBin, n, extra...)
+	return gubNodesOf(t, rlnodeBin, gubToken, n, extra...)
 }
 
-// gubNodesOf is gubNodes with a binary of the caller's choice.
-func gubNodesOf(t *testing.T, bin string, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
+// gubNodesOf is gubNodes with a binary and a cluster token ("": none) of
+// the caller's choice.
+func gubNodesOf(t *testing.T, bin, token string, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
 	t.Helper()
 	addrs := map[string]string{}
 	var nodes []*proctest.Node
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		addrs[id] = proctest.FreeAddr(t)
-		args := append([]string{"--gubernator-addr", addrs[id], "--cluster-token", gubToken}, extra...)
+		args := append([]string{"--gubernator-addr", addrs[id]}, extra...)
+		if token != "" {
+			args = append(args, "--cluster-token", token)
+		}
 		if i > 1 {
 			args = append(args, "--join", nodes[0].URL())
 		}
