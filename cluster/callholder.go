@@ -113,8 +113,8 @@ func (h *callHolder) decide(items []CallItem, global []bool, out []CallOutcome, 
 		last, _ := k.Last()
 		switch {
 		case k.Available(now) >= it.Call.Hits:
-			k.Spend(now, it.Call.Hits)
-			out[i] = CallOutcome{CallResult: window.CallResult{Limit: it.Call.Limit, Remaining: k.Available(now), Reset: last.reset}}
+			from, _ := k.Spend(now, it.Call.Hits)
+			out[i] = CallOutcome{CallResult: window.CallResult{Limit: it.Call.Limit, Remaining: k.Available(now), Reset: from.Info.reset}}
 		case k.Refusing(now):
 			out[i] = CallOutcome{CallResult: window.CallResult{Over: true, Limit: it.Call.Limit, Reset: last.reset}}
 		default:
