@@ -26,7 +26,7 @@ type callHolder struct {
 	wg           sync.WaitGroup
 
 	mu      sync.Mutex
-	keys    map[callKeyID]*lease.Key[callGrant]
+	keys    map[callKeyID]*heldCallKey
 	tracker *lease.Tracker[callKeyID]
 	pending []CallItem // grant requests, sent together
 	returns []CallItem
@@ -47,6 +47,19 @@ type callKeyID struct {
 // callGrant is what an answer needs of a grant: the window's last instant.
 type callGrant struct{ reset int64 }
 
+// heldCallKey is the core's state of a lease key, and until when its
+// items go through the log without asking: a policy of the name decides
+// them (asking every back-off would write an entry each time for
+// nothing).
+type heldCallKey struct {
+	*lease.Key[callGrant]
+	strictUntil int64 // monotonic ns
+}
+
+// strictFor is how long a lease key that could not be lent from goes
+// through the log before asking again.
+const strictFor = time.Second
+
 const (
 	// callHotHits: a GLOBAL key seen this many times in two seconds on a
 	// node is leased (the caller asked for local answers).
@@ -62,7 +75,7 @@ func newCallHolder(id string, route callsRoute, obs LeaseObserver, applyTimeout 
 	now := clk.Now()
 	return &callHolder{id: id, route: route, obs: obs, applyTimeout: applyTimeout,
 		cfg: lease.NodeConfig(), clk: clk, stop: stop, kick: make(chan struct{}, 1),
-		keys: make(map[callKeyID]*lease.Key[callGrant]), tracker: lease.NewTracker[callKeyID](callHotHits, time.Second, maxTracked, now)}
+		keys: make(map[callKeyID]*heldCallKey), tracker: lease.NewTracker[callKeyID](callHotHits, time.Second, maxTracked, now)}
 }
 
 // start runs the sweeper and the fetcher until stop closes.
@@ -104,8 +117,11 @@ func (h *callHolder) decide(items []CallItem, global []bool, out []CallOutcome, 
 				continue
 			}
 			h.tracker.Forget(id)
-			k = lease.NewKey[callGrant](&h.cfg, now)
+			k = &heldCallKey{Key: lease.NewKey[callGrant](&h.cfg, now)}
 			h.keys[id] = k
+		}
+		if now.Mono < k.strictUntil {
+			continue
 		}
 		k.Demand(now, it.Call.Hits)
 		h.giveBack(id, k.TakeExpired(now, nil))
@@ -132,7 +148,7 @@ func (h *callHolder) decide(items []CallItem, global []bool, out []CallOutcome, 
 
 // maybeFetch queues a grant request when the core says so. Called with
 // mu held.
-func (h *callHolder) maybeFetch(id callKeyID, k *lease.Key[callGrant], now lease.Stamp, need int64) {
+func (h *callHolder) maybeFetch(id callKeyID, k *heldCallKey, now lease.Stamp, need int64) {
 	want, ok := k.Want(now, need)
 	if !ok {
 		return
@@ -238,11 +254,16 @@ func (h *callHolder) fetch(items []CallItem) {
 		}
 		info := callGrant{reset: o.Reset}
 		switch {
-		case err != nil || !o.Leasable:
-			// No answer, or no live key of these parameters: decide
-			// through the log (which creates or changes it) and ask again
-			// after the back-off.
+		case err != nil:
+			k.Failed(now) // ask again after the back-off
+		case !o.Leasable:
+			// No live key of these parameters (the log creates or changes
+			// it): ask again after the back-off. A policy decides the
+			// name: through the log for a while.
 			k.Failed(now)
+			if o.Policy {
+				k.strictUntil = now.Mono + int64(strictFor)
+			}
 		case o.Units == 0:
 			k.Exhausted(now, time.Duration(max(o.Reset+1-ans.Now, 0))*time.Millisecond, info)
 		default:

@@ -102,6 +102,8 @@ func (f *FSM) applyCalls(l *raft.Log) any {
 			// A policy of the name decides its items; it lends nothing here.
 			if p == nil {
 				res.Items[i] = f.applyCallLease(now, l.Index, it)
+			} else {
+				res.Items[i] = CallOutcome{Policy: true}
 			}
 		case p != nil:
 			res.Items[i] = f.callByPolicy(now, p, it)

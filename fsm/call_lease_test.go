@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/window"
 )
@@ -55,6 +56,10 @@ func TestCallGrantCountsUnitsAsSpent(t *testing.T) {
 	}
 	if o := tf.calls(t0+3, "o", 100, 100, grantItem("a", 10, 5, 2000)).Items[0]; o.Units != 0 || !o.Leasable || !o.Over {
 		t.Fatalf("grant of a spent window: %+v", o)
+	}
+	tf.set(pol("api", "fixed_window", lim(2, time.Hour)))
+	if o := tf.calls(t0+4, "o", 100, 100, grantItem("a", 10, 5, 2000)).Items[0]; o.Units != 0 || o.Leasable || !o.Policy {
+		t.Fatalf("grant of a name a policy decides: %+v", o)
 	}
 }
 
