@@ -76,15 +76,19 @@ func (f *FSM) grantCall(now int64, index uint64, key string, it CallItem) CallOu
 	writeCallState(w, window.CallTokenBucket, st, w.first.windowMs)
 	// Alive while now <= ExpireAt: the window's units end at ExpireAt+1.
 	g := grant{holder: it.Lease.Holder, index: index, units: k, want: it.Lease.Want,
-		exp: min(now+it.Lease.LeaseMs, st.ExpireAt+1), epoch: callEpoch, starts: []int64{st.Start}}
+		exp: min(now+it.Lease.LeaseMs, st.ExpireAt+1), epoch: callEpoch, starts: []int64{st.Start, st.Limit}}
 	f.addGrant(key, g)
 	o.Remaining, o.Units, o.GrantIndex, o.Expiry = st.Remaining, k, index, g.exp
 	return o
 }
 
 // returnCall gives back units of the holder's grant, only while it is
-// outstanding and only to the window it came from (same Start, capped at
-// the limit); the grant is dropped either way.
+// outstanding, only to the window it came from (same Start) and only
+// under the limit it was lent under: after a limit change the stored
+// remaining was moved by the difference and clamped at 0, which forgets
+// how much of it the grant held, so giving units back could pass the new
+// limit (they stay spent: under-admission). The grant is dropped either
+// way.
 func (f *FSM) returnCall(now int64, key string, l CallLease) int64 {
 	gs := f.grants[key]
 	j := slices.IndexFunc(gs, func(g grant) bool { return g.holder == l.Holder && g.index == l.Index })
@@ -95,7 +99,7 @@ func (f *FSM) returnCall(now int64, key string, l CallLease) int64 {
 	f.dropGrants(key, slices.Delete(gs, j, j+1))
 	units := min(l.Units, g.units)
 	idx, found := f.index[key]
-	if units <= 0 || !found || len(g.starts) != 1 {
+	if units <= 0 || !found || len(g.starts) != 2 {
 		return 0
 	}
 	w := f.slab.At(idx)
@@ -103,7 +107,7 @@ func (f *FSM) returnCall(now int64, key string, l CallLease) int64 {
 		return 0
 	}
 	st := readCallState(w)
-	if st.Fresh(now) || st.Start != g.starts[0] {
+	if st.Fresh(now) || st.Start != g.starts[0] || st.Limit != g.starts[1] {
 		return 0
 	}
 	back := min(units, max(st.Limit-st.Remaining, 0))

@@ -89,6 +89,24 @@ func TestCallReturnOnlyToItsWindow(t *testing.T) {
 	if r := tf2.calls(t0+60_600, "o", 100, 100, returnItem("a", 10, g.GrantIndex, 9)).Items[0]; r.Units != 0 {
 		t.Fatalf("a return reached another window: %d", r.Units)
 	}
+	// A limit lowered while units are lent: the remaining is moved by the
+	// difference and clamped at 0, so a return would pass the new limit.
+	// limit 100, 10 spent, 45 lent: remaining 45; limit 50: remaining 0.
+	// Giving the 45 back would allow 45 more, 55 in all under 50.
+	tf3 := newTestFSM(t)
+	for range 10 {
+		tf3.calls(t0, "o", 100, 100, tokenItem("a", 1, 100))
+	}
+	g = tf3.calls(t0+1, "o", 100, 100, grantItem("a", 100, 45, 2000)).Items[0]
+	if o := tf3.calls(t0+2, "o", 100, 100, tokenItem("a", 0, 50)).Items[0]; g.Units != 45 || o.Remaining != 0 {
+		t.Fatalf("grant %+v, then the lower limit answered %+v", g, o)
+	}
+	if r := tf3.calls(t0+3, "o", 100, 100, returnItem("a", 50, g.GrantIndex, 45)).Items[0]; r.Units != 0 {
+		t.Fatalf("a return after the limit changed gave back %d", r.Units)
+	}
+	if got := tf3.allowedCalls(t0+4, "a", 50, 60); got != 0 {
+		t.Fatalf("allowed %d more under the lowered limit of 50 with 10 spent and 45 lent", got)
+	}
 }
 
 // Units lent from a window and still held when a call opens a new one
