@@ -30,8 +30,6 @@ type callHolder struct {
 	tracker *lease.Tracker[callKeyID]
 	pending []CallItem // grant requests, sent together
 	returns []CallItem
-	// decidedLocal counts items answered here, since start.
-	decidedLocal uint64
 }
 
 // callKeyID is a lease key: the stored key and the parameters its grants
@@ -140,7 +138,6 @@ func (h *callHolder) decide(items []CallItem, global []bool, out []CallOutcome, 
 		n++
 	}
 	if n > 0 {
-		h.decidedLocal += uint64(n)
 		h.obs.DecidedLocally(DecidedLocalGlobal, n)
 	}
 	return n
@@ -195,8 +192,8 @@ func (h *callHolder) fetcher() {
 		}
 		for {
 			h.mu.Lock()
-			grants := take(&h.pending)
-			returns := take(&h.returns)
+			grants := takeCalls(&h.pending)
+			returns := takeCalls(&h.returns)
 			h.mu.Unlock()
 			if len(grants) == 0 && len(returns) == 0 {
 				break
@@ -213,8 +210,8 @@ func (h *callHolder) fetcher() {
 	}
 }
 
-// take removes up to MaxCallsPerRequest items from q.
-func take(q *[]CallItem) []CallItem {
+// takeCalls removes up to MaxCallsPerRequest items from q.
+func takeCalls(q *[]CallItem) []CallItem {
 	items := *q
 	if len(items) > MaxCallsPerRequest {
 		items, *q = items[:MaxCallsPerRequest:MaxCallsPerRequest], items[MaxCallsPerRequest:]
@@ -307,17 +304,4 @@ func (h *callHolder) sweep() {
 			delete(h.keys, id)
 		}
 	}
-}
-
-// CallLeaseStats: GLOBAL items this node answered from its leases, and
-// the keys it holds now.
-type CallLeaseStats struct {
-	DecidedLocal uint64 `json:"decidedLocal"`
-	KeysHeld     int    `json:"keysHeld"`
-}
-
-func (h *callHolder) stats() CallLeaseStats {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return CallLeaseStats{DecidedLocal: h.decidedLocal, KeysHeld: len(h.keys)}
 }

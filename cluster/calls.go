@@ -168,14 +168,6 @@ func (c *Calls) decide(ctx context.Context, req CallsRequest) (CallsAnswer, erro
 	return ans, nil
 }
 
-// LeaseStats is what this node answered from leases of GLOBAL items.
-func (c *Calls) LeaseStats() CallLeaseStats {
-	if c.holder == nil {
-		return CallLeaseStats{}
-	}
-	return c.holder.stats()
-}
-
 // recordTop hands decided items to the top-keys recorder under their
 // name (rlnode top lists them beside policies' keys), on the node a
 // client asked, as recordTop does for checks.
