@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/topkeys"
@@ -54,6 +55,9 @@ func (b CallKeyBounds) orDefault() CallKeyBounds {
 type CallsRequest struct {
 	Owner string     `json:"owner,omitempty"`
 	Items []CallItem `json:"items"`
+	// Global marks the items a node may answer from its leases
+	// (gubernator's GLOBAL, callholder.go); it stays on the node asked.
+	Global []bool `json:"-"`
 }
 
 // CallsAnswer is one outcome per item, in order.
@@ -87,6 +91,9 @@ func (r CallsRequest) check() error {
 type Calls struct {
 	route  callsRoute
 	commit *callCommitter
+	// holder answers GLOBAL items from node leases (nil: none, every
+	// item goes through the log).
+	holder *callHolder
 	// top counts decided items on the node a client asked (rlnode top).
 	top interface {
 		Record(policy, client string, o topkeys.Outcome)
@@ -109,11 +116,56 @@ func (c *Calls) Decide(ctx context.Context, req CallsRequest) (CallsAnswer, erro
 	if err := req.check(); err != nil {
 		return CallsAnswer{}, notCounted(ErrBadRequest, err)
 	}
-	out, err := c.route.calls(ctx, req)
+	for i, it := range req.Items {
+		// Grants and returns are this node's holder's to write, never a
+		// caller's.
+		if it.Lease != (fsm.CallLease{}) {
+			return CallsAnswer{}, notCounted(ErrBadRequest, fmt.Errorf("items[%d]: a lease operation", i))
+		}
+	}
+	out, err := c.decide(ctx, req)
 	if err == nil {
 		c.recordTop(req.Items, out.Items)
 	}
 	return out, err
+}
+
+// decide answers the GLOBAL items this node can from its leases and sends
+// the rest through the log, in one request.
+func (c *Calls) decide(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
+	if c.holder == nil || !slices.Contains(req.Global, true) {
+		return c.route.calls(ctx, req)
+	}
+	outs, local := make([]CallOutcome, len(req.Items)), make([]bool, len(req.Items))
+	n := c.holder.decide(req.Items, req.Global, outs, local)
+	if n == 0 {
+		return c.route.calls(ctx, req)
+	}
+	ans := CallsAnswer{Items: outs, ServedBy: c.holder.id}
+	if n == len(req.Items) {
+		return ans, nil
+	}
+	rest := CallsRequest{Owner: req.Owner, Items: make([]CallItem, 0, len(req.Items)-n)}
+	for i, it := range req.Items {
+		if !local[i] {
+			rest.Items = append(rest.Items, it)
+		}
+	}
+	got, err := c.route.calls(ctx, rest)
+	if err != nil {
+		// The local answers spent held units; the caller sees the batch
+		// fail (gubernator's client retries or gives up): under-admission.
+		return CallsAnswer{}, err
+	}
+	j := 0
+	for i := range outs {
+		if !local[i] {
+			outs[i] = got.Items[j]
+			j++
+		}
+	}
+	ans.Now, ans.ServedBy = got.Now, got.ServedBy
+	return ans, nil
 }
 
 // recordTop hands decided items to the top-keys recorder under their
@@ -139,7 +191,3 @@ var opCalls = leaderOp[CallsRequest, CallsAnswer]{name: "calls",
 	run: func(n *Node, _ context.Context, req CallsRequest) (CallsAnswer, error) {
 		return n.calls.commit.submit(req)
 	}}
-
-func (r nodeRoute) calls(ctx context.Context, req CallsRequest) (CallsAnswer, error) {
-	return opCalls.retrying(ctx, r.n, req, r.n.cfg.ApplyTimeout)
-}

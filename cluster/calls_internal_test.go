@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/topkeys"
@@ -100,5 +101,65 @@ func (s *topSeen) Record(name, key string, o topkeys.Outcome) {
 		s.refused[name+"/"+key]++
 	} else {
 		s.allowed[name+"/"+key]++
+	}
+}
+
+// grantFlags records how the committer stamps each entry: as a grant
+// (refused while cluster time catches up, counted in flight) or not.
+type grantFlags struct {
+	*budgetBench
+	mu     sync.Mutex
+	grants []bool
+}
+
+func (g *grantFlags) applyLease(grant bool, encode func(now int64) []byte) (any, error) {
+	g.mu.Lock()
+	g.grants = append(g.grants, grant)
+	g.mu.Unlock()
+	return g.budgetBench.applyLease(grant, encode)
+}
+
+type continues bool
+
+func (c continues) votersContinueTime() bool { return bool(c) }
+
+// TestCallsGrantEntriesStampedAsGrants: an entry carrying a GLOBAL key's
+// grant is stamped as a grant, callers' items are not (they go in entries
+// of their own), and the leader says how long the grant is usable: its
+// validity less the margin, and less --max-clock-offset before the
+// window's end while some voter may move cluster time at a failover.
+func TestCallsGrantEntriesStampedAsGrants(t *testing.T) {
+	bench := &budgetBench{f: fsm.New(fsm.Config{OnFatal: func(err error) { t.Errorf("fsm halted: %v", err) }}), now: 1_700_000_000_000}
+	log := &grantFlags{budgetBench: bench}
+	for _, tc := range []struct {
+		continues  bool
+		key        string
+		durationMs int64
+		usableMs   int64
+	}{
+		{true, "long", 60_000, 2000 - 8},
+		{false, "long2", 60_000, 2000 - 8},
+		{true, "short", 1000, 994},   // 1001 ms less 6.5 ms
+		{false, "short2", 1000, 494}, // and less 500 ms
+	} {
+		c := &callCommitter{log: log, id: "n1", clocks: continues(tc.continues), maxClockOffset: 500 * time.Millisecond}
+		call := CallItem{Name: "api", Key: tc.key, Call: window.Call{Alg: window.CallTokenBucket, Hits: 1, Limit: 100, Duration: tc.durationMs}}
+		grant := call
+		grant.Call.Hits = 0
+		grant.Lease = fsm.CallLease{Grant: true, Holder: "n2", Want: 10, LeaseMs: 2000}
+		log.grants = nil
+		if _, err := c.submit(CallsRequest{Owner: "app", Items: []CallItem{call}}); err != nil {
+			t.Fatal(err)
+		}
+		ans, err := c.submit(CallsRequest{Items: []CallItem{grant}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := ans.Items[0]; o.Units != 10 || o.UsableMs != tc.usableMs {
+			t.Fatalf("%s (voters continue time: %v): %+v, want 10 units usable %d ms", tc.key, tc.continues, o, tc.usableMs)
+		}
+		if len(log.grants) != 2 || log.grants[0] || !log.grants[1] {
+			t.Fatalf("entries stamped as grants: %v, want [false true]", log.grants)
+		}
 	}
 }

@@ -118,3 +118,45 @@ func first(errs []error) error {
 	}
 	return errs[0]
 }
+
+// TestCallsFollowerHopsBatched: concurrent requests through one follower
+// reach the leader in few binary hops (callforward.go), and are decided
+// exactly: one key of 100 allows exactly 100 of 300.
+func TestCallsFollowerHopsBatched(t *testing.T) {
+	c := clustertest.Start(t, 3, clustertest.Options{})
+	leader := c.WaitReady(10 * time.Second)
+	var follower *clustertest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	var mu sync.Mutex
+	allowed := 0
+	var errs []error
+	var wg sync.WaitGroup
+	for range 300 {
+		wg.Go(func() {
+			ans, err := follower.Calls().Decide(context.Background(), cluster.CallsRequest{Owner: "app", Items: []cluster.CallItem{tokenCall("hop", 1, 100)}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			if !ans.Items[0].Over {
+				allowed++
+			}
+		})
+	}
+	wg.Wait()
+	st := follower.CallHopStats()
+	t.Logf("300 requests through a follower: %d hops carried %d; %d allowed; %d failed (first: %v)", st.Hops, st.Requests, allowed, len(errs), first(errs))
+	if len(errs) > 0 || allowed != 100 {
+		t.Fatalf("%d allowed, %d failed; want 100 and none", allowed, len(errs))
+	}
+	if st.Requests != 300 || st.Hops > 150 {
+		t.Fatalf("%d hops carried %d requests; want all 300 in batches (at most 150 hops)", st.Hops, st.Requests)
+	}
+}

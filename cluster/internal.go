@@ -112,6 +112,7 @@ func (n *Node) internalMux() http.Handler {
 	mux.HandleFunc("POST "+opPermit.path(), opPermit.handler(n))
 	mux.HandleFunc("POST "+opReservation.path(), opReservation.handler(n))
 	mux.HandleFunc("POST "+opCalls.path(), opCalls.handler(n))
+	mux.HandleFunc("POST "+CallsPath, n.serveCallsHop)
 	return n.requireToken(clockProof{token: []byte(n.cfg.ClusterToken)}.proveViews(mux))
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/rlnode/rlnode/cluster/storage"
 	"github.com/rlnode/rlnode/fsm"
+	"github.com/rlnode/rlnode/lease"
 )
 
 // Node is one member of an rlnode cluster.
@@ -65,6 +66,7 @@ type Node struct {
 	budgets  *Budgets
 	leases   *Leases
 	calls    *Calls      // per-call items (gubernator's API)
+	callHop  *callHop    // a follower's batched hop of per-call requests
 	slices   *Slices     // a region's slices (slices.go)
 	digests  digestCache // Status's state digest, at most once a second
 	// views are the operator's views of the node and the cluster
@@ -123,7 +125,9 @@ func Open(cfg Config) (*Node, error) {
 	n.removal = newRemoval(cfg.ID, cfg.DataDir, n.log)
 	n.leases = &Leases{route: nodeRoute{n}, log: n, table: n, clocks: n.clockCheck, obs: n.leaseObs,
 		maxClockOffset: cfg.MaxClockOffset, tracer: n.tracer}
-	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys}, top: n.views.top}
+	n.callHop = &callHop{n: n}
+	n.calls = &Calls{route: nodeRoute{n}, commit: &callCommitter{log: n, id: cfg.ID, keys: cfg.CallKeys, clocks: n.clockCheck, maxClockOffset: cfg.MaxClockOffset}, top: n.views.top,
+		holder: newCallHolder(cfg.ID, nodeRoute{n}, n.leaseObs, cfg.ApplyTimeout, lease.NewSystemClock(), n.stop)}
 	n.budgets = newBudgets(nodeRoute{n}, n, n, cfg.MaxPermitTTL, cfg.CredentialCaps, stateCounts{n})
 	n.internal = n.requireNode(n.tracer.handler(n.internalMux()))
 	n.auth = newPeerAuth(cfg.ID, raftView{n}, peerAsker{n}, time.Now, n.log.Named("peer-auth"))
@@ -141,6 +145,7 @@ func Open(cfg Config) (*Node, error) {
 	n.leaderBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxInflight, n.applyBatch, n.tracer)
 	n.fwdBatch = newGroupCommit(cfg.MaxBatch, cfg.MaxForwardInflight, n.fwd.batch, n.tracer)
 	n.holder = newHolder(n)
+	n.calls.holder.start()
 	n.slices = &Slices{log: nodeSlices{n}, state: n.fsm}
 	n.leases.local = n.holder
 	n.policyWriter = &policyWriter{node: nodePolicies{n}, state: n.fsm, seed: cfg.Seed, log: n.log}
@@ -341,6 +346,7 @@ func (n *Node) Close() error {
 	}
 	n.wg.Wait()
 	n.holder.close()
+	n.calls.holder.close()
 	n.views.close()
 	n.fwd.close()
 	if err := n.transport.Close(); err != nil {

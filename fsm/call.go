@@ -43,6 +43,22 @@ type CallOutcome struct {
 	Policy bool
 	// Err: that policy cannot decide a hit (it counts permits).
 	Err string
+	// Lease operations (GLOBAL items, call_lease.go). Grant: Units lent,
+	// GrantIndex the grant's id (0: nothing lendable from this key now,
+	// see Leasable), Expiry its end in FSM time; the CallResult describes
+	// the key after the grant (Reset: the window's last instant). Return:
+	// Units given back.
+	Units      int64
+	GrantIndex uint64
+	Expiry     int64
+	// UsableMs is set by the leader, not the state machine: how long
+	// after sending its request the holder may spend the grant (0: not
+	// at all; cluster's callCommitter.usableMs).
+	UsableMs int64
+	// Leasable: the key is live with the item's parameters, so the
+	// holder may ask it again (a grant of 0 units means its window is
+	// spent); false: decide the item through the log instead.
+	Leasable bool
 }
 
 // CallsResult is what Apply returns for a calls entry, one outcome per item.
@@ -80,11 +96,20 @@ func (f *FSM) applyCalls(l *raft.Log) any {
 	owner := callOwnerID(e.Owner)
 	res := &CallsResult{Now: now, Items: make([]CallOutcome, len(e.Items))}
 	for i, it := range e.Items {
-		if p := f.policies[it.Name]; p != nil {
+		p := f.policies[it.Name]
+		switch {
+		case it.Lease.Grant || it.Lease.Return:
+			// A policy of the name decides its items; it lends nothing here.
+			if p == nil {
+				res.Items[i] = f.applyCallLease(now, l.Index, it)
+			} else {
+				res.Items[i] = CallOutcome{Policy: true}
+			}
+		case p != nil:
 			res.Items[i] = f.callByPolicy(now, p, it)
-			continue
+		default:
+			res.Items[i] = f.applyCall(now, it, owner, &e)
 		}
-		res.Items[i] = f.applyCall(now, it, owner, &e)
 	}
 	return res
 }
@@ -117,6 +142,10 @@ func (f *FSM) applyCall(now int64, it CallItem, owner int64, e *CallsEntry) Call
 		owner = f.slab.At(idx).first.windowMs // a live key stays its creator's
 	}
 	r, ns := window.ApplyCall(it.Call, st, now)
+	if found {
+		// Units lent from the old window stay out of a new one.
+		r, ns = f.heldInNewWindow(string(f.key), it.Call, st, now, r, ns)
+	}
 	if r.Forget {
 		if found {
 			writeCallState(f.slab.Mut(idx), it.Call.Alg, window.CallState{}, owner)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rlnode/rlnode/lease"
 	"github.com/rlnode/rlnode/window"
 )
 
@@ -30,14 +31,34 @@ const (
 	CallGregorian byte = 1 << iota
 	CallResetRemaining
 	CallDrainOverLimit
-	callFlags = CallGregorian | CallResetRemaining | CallDrainOverLimit
+	// CallGrant and CallReturn make an item a lease operation on the key
+	// (GLOBAL items, call_lease.go), not a hit: a grant to a holder, or a
+	// return of a grant's units. Unknown to no released format: format 5
+	// is unreleased, and a release before it cannot apply a calls entry.
+	CallGrant
+	CallReturn
+	callFlags = CallGregorian | CallResetRemaining | CallDrainOverLimit | CallGrant | CallReturn
 )
+
+// CallLease is an item's lease operation (GLOBAL items: node leases on
+// per-call keys, fsm/DESIGN.md "Per-call limits"). Grant: lend Holder up
+// to Want units for LeaseMs. Return: give back Units of the grant made
+// at Index (0 releases it).
+type CallLease struct {
+	Grant, Return bool
+	Holder        string
+	Want, LeaseMs int64
+	Index         uint64
+	Units         int64
+}
 
 // CallItem is one per-call item: Name and Key name the state (gubernator's
 // name and unique_key), the rest is the call.
 type CallItem struct {
 	Name, Key string
 	Call      window.Call
+	// Lease: nothing for a hit; a grant or a return (GLOBAL items).
+	Lease CallLease
 }
 
 // CallsEntry is a batch of items, stamped by the leader. Owner is the
@@ -60,7 +81,39 @@ func ValidateCallItem(it CallItem) error {
 	if err := ValidateClient(it.Key); err != nil {
 		return fmt.Errorf("unique_key: %w", err)
 	}
-	return it.Call.Validate()
+	if err := it.Call.Validate(); err != nil {
+		return err
+	}
+	return it.Lease.validate(it.Call)
+}
+
+// validate checks a lease operation: one kind at most, a valid holder,
+// and a call that is not itself a hit (hits 0, no behaviour that changes
+// the key): a lease item never changes a key's parameters.
+func (l CallLease) validate(c window.Call) error {
+	switch {
+	case !l.Grant && !l.Return:
+		if l != (CallLease{}) {
+			return fmt.Errorf("lease fields on an item that is not a lease operation")
+		}
+		return nil
+	case l.Grant && l.Return:
+		return fmt.Errorf("an item is a grant or a return, not both")
+	case c.Alg != window.CallTokenBucket:
+		return fmt.Errorf("only token-bucket keys are leased")
+	case c.Hits != 0 || c.ResetRemaining || c.DrainOverLimit:
+		return fmt.Errorf("a lease item carries no hits and no behaviour that changes the key")
+	}
+	if err := ValidateHolder(l.Holder); err != nil {
+		return err
+	}
+	if l.Grant && (l.Want < 1 || l.Want > window.MaxCallLimit || l.LeaseMs < 1 || l.LeaseMs > lease.MaxLeaseMs || l.Index != 0 || l.Units != 0) {
+		return fmt.Errorf("grant: want %d (1 to 2^40), lease %d ms (1 to %d)", l.Want, l.LeaseMs, lease.MaxLeaseMs)
+	}
+	if l.Return && (l.Index < 1 || l.Units < 0 || l.Units > window.MaxCallLimit || l.Want != 0 || l.LeaseMs != 0) {
+		return fmt.Errorf("return: grant index %d (at least 1), units %d (0 to 2^40)", l.Index, l.Units)
+	}
+	return nil
 }
 
 // Validate checks what Apply relies on.
@@ -86,7 +139,8 @@ func (e CallsEntry) Validate() error {
 
 // EncodeCalls encodes e: varint now, owner, uvarint bounds (all, per
 // owner), uvarint n, n × (name, key, algorithm byte, flags byte, uvarint
-// hits, limit, duration, burst).
+// hits, limit, duration, burst; with CallGrant: holder, uvarint want,
+// lease ms; with CallReturn: holder, uvarint grant index, units).
 func EncodeCalls(e CallsEntry) []byte {
 	b := []byte{EntryCalls, codecVersion}
 	b = binary.AppendVarint(b, e.Now)
@@ -99,10 +153,12 @@ func EncodeCalls(e CallsEntry) []byte {
 		b = appendString(b, it.Key)
 		c := it.Call
 		var flags byte
+		l := it.Lease
 		for _, f := range []struct {
 			on  bool
 			bit byte
-		}{{c.Gregorian, CallGregorian}, {c.ResetRemaining, CallResetRemaining}, {c.DrainOverLimit, CallDrainOverLimit}} {
+		}{{c.Gregorian, CallGregorian}, {c.ResetRemaining, CallResetRemaining}, {c.DrainOverLimit, CallDrainOverLimit},
+			{l.Grant, CallGrant}, {l.Return, CallReturn}} {
 			if f.on {
 				flags |= f.bit
 			}
@@ -110,6 +166,16 @@ func EncodeCalls(e CallsEntry) []byte {
 		b = append(b, byte(c.Alg), flags)
 		for _, v := range []int64{c.Hits, c.Limit, c.Duration, c.Burst} {
 			b = binary.AppendUvarint(b, uint64(v))
+		}
+		switch {
+		case l.Grant:
+			b = appendString(b, l.Holder)
+			b = binary.AppendUvarint(b, uint64(l.Want))
+			b = binary.AppendUvarint(b, uint64(l.LeaseMs))
+		case l.Return:
+			b = appendString(b, l.Holder)
+			b = binary.AppendUvarint(b, l.Index)
+			b = binary.AppendUvarint(b, uint64(l.Units))
 		}
 	}
 	return b
@@ -141,6 +207,16 @@ func decodeCalls(buf []byte) (CallsEntry, error) {
 		}
 		it.Call = window.Call{Alg: window.Algorithm(alg), Hits: v[0], Limit: v[1], Duration: v[2], Burst: v[3],
 			Gregorian: flags&CallGregorian != 0, ResetRemaining: flags&CallResetRemaining != 0, DrainOverLimit: flags&CallDrainOverLimit != 0}
+		if flags&(CallGrant|CallReturn) != 0 {
+			it.Lease = CallLease{Grant: flags&CallGrant != 0, Return: flags&CallReturn != 0,
+				Holder: string(d.bytes("holder", lease.MaxHolderLen))}
+			a, b := d.uvarint("lease number"), min(d.uvarint("lease number"), uint64(window.MaxCallLimit)+1)
+			if it.Lease.Grant {
+				it.Lease.Want, it.Lease.LeaseMs = int64(min(a, uint64(window.MaxCallLimit)+1)), int64(b)
+			} else {
+				it.Lease.Index, it.Lease.Units = a, int64(b)
+			}
+		}
 		e.Items = append(e.Items, it)
 	}
 	if err := d.end(); err != nil {
@@ -151,3 +227,8 @@ func decodeCalls(buf []byte) (CallsEntry, error) {
 	}
 	return e, nil
 }
+
+// DecodeCalls decodes and validates a calls entry's bytes (what a node
+// sends another: cluster's batched hop of per-call requests reuses the
+// log's encoding).
+func DecodeCalls(buf []byte) (CallsEntry, error) { return decodeCalls(buf) }

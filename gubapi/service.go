@@ -43,10 +43,11 @@ type Observer interface {
 // refused whole (OUT_OF_RANGE), as gubernator refuses it.
 const MaxBatch = cluster.MaxCallsPerRequest
 
-// The behaviour bits that change a decision. NO_BATCHING, GLOBAL and
-// MULTI_REGION change nothing here (DESIGN.md): every item is decided
-// exactly, through the log.
+// The behaviour bits that change a decision. NO_BATCHING and
+// MULTI_REGION change nothing here (DESIGN.md); GLOBAL lets the node
+// answer from its leases, never over the limit.
 const (
+	behaviorGlobal         = int32(gubpb.Behavior_GLOBAL)
 	behaviorGregorian      = int32(gubpb.Behavior_DURATION_IS_GREGORIAN)
 	behaviorResetRemaining = int32(gubpb.Behavior_RESET_REMAINING)
 	behaviorDrain          = int32(gubpb.Behavior_DRAIN_OVER_LIMIT)
@@ -110,6 +111,7 @@ func (s *Service) GetRateLimits(ctx context.Context, owner string, req *gubpb.Ge
 	}
 	out := &gubpb.GetRateLimitsResp{Responses: make([]*gubpb.RateLimitResp, len(req.GetRequests()))}
 	items := make([]cluster.CallItem, 0, len(req.GetRequests()))
+	global := make([]bool, 0, len(req.GetRequests()))
 	at := make([]int, 0, len(req.GetRequests()))
 	for i, r := range req.GetRequests() {
 		it, bad := toCall(r)
@@ -119,13 +121,14 @@ func (s *Service) GetRateLimits(ctx context.Context, owner string, req *gubpb.Ge
 			continue
 		}
 		items, at = append(items, it), append(at, i)
+		global = append(global, int32(r.GetBehavior())&behaviorGlobal != 0)
 	}
 	if len(items) == 0 {
 		return out, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ans, err := s.calls.Decide(ctx, cluster.CallsRequest{Owner: owner, Items: items})
+	ans, err := s.calls.Decide(ctx, cluster.CallsRequest{Owner: owner, Items: items, Global: global})
 	if err != nil {
 		return nil, callsStatus(err)
 	}

@@ -18,14 +18,16 @@ import (
 
 // The per-call workload (--percall) drives gubernator's API through the
 // HTTP gateway (POST /v1/GetRateLimits) of random nodes, under the same
-// faults as the hits: every call is a batch of two items of one hit, a
-// token bucket key and a leaky bucket key, each bringing its own limit
-// (no policy declared). The checker's per-call model judges them: at most
+// faults as the hits: every call is a batch of three items of one hit, a
+// token bucket key, a leaky bucket key and a GLOBAL token bucket key
+// (answered from node leases once hot), each bringing its own limit (no
+// policy declared). The checker's per-call model judges them: at most
 // the limit per token window, windows never overlapping, and a leaky
 // bucket never allowing more than a full bucket plus what leaked.
 const (
 	callTokenKey   = "jl-token"
 	callLeakyKey   = "jl-leaky"
+	callGlobalKey  = callTokenKey + "-global"
 	callTokenLimit = 20
 	callLeakyLimit = 10
 	callWorkers    = 4
@@ -90,6 +92,7 @@ func (w *callWorkload) body(token, leaky string) []byte {
 	b, _ := json.Marshal(map[string]any{"requests": []map[string]any{
 		{"name": "jl", "unique_key": token, "hits": 1, "limit": callTokenLimit, "duration": ms},
 		{"name": "jl", "unique_key": leaky, "hits": 1, "limit": callLeakyLimit, "duration": ms, "algorithm": "LEAKY_BUCKET"},
+		{"name": "jl", "unique_key": token + "-global", "hits": 1, "limit": callTokenLimit, "duration": ms, "behavior": "GLOBAL"},
 	}})
 	return b
 }
@@ -128,13 +131,13 @@ func (w *callWorkload) worker(ctx context.Context, rng *rand.Rand) {
 		outcome := checker.OutcomeUnknown
 		switch {
 		case err != nil: // may have reached the log
-		case code == http.StatusOK && json.Unmarshal(body, &resp) == nil && len(resp.Responses) == 2:
+		case code == http.StatusOK && json.Unmarshal(body, &resp) == nil && len(resp.Responses) == 3:
 			outcome = checker.OutcomeOK
 		case code >= 400 && code < 500, code == http.StatusServiceUnavailable && bytes.Contains(body, []byte("not counted")):
 			outcome = outcomeFail
 		}
 		w.mu.Lock()
-		for i, key := range []string{callTokenKey, callLeakyKey} {
+		for i, key := range []string{callTokenKey, callLeakyKey, callGlobalKey} {
 			w.nextID++
 			op := checker.CallOp{ID: w.nextID, Key: key, Leaky: i == 1, Invoke: invoke, Return: ret, Outcome: outcome}
 			if outcome == checker.OutcomeOK {
@@ -169,11 +172,14 @@ func (w *callWorkload) stop() []checker.CallOp {
 // checkPerCall judges the per-call history; none allowed proves nothing.
 func checkPerCall(ops []checker.CallOp, dur time.Duration, slackMs int64) ([]checker.Violation, string) {
 	v := checker.CheckCalls(ops, checker.CallLimits{TokenLimit: callTokenLimit, LeakyLimit: callLeakyLimit, DurationMs: dur.Milliseconds()}, slackMs)
-	var tok, leaky outcomeCount
+	var tok, leaky, global outcomeCount
 	for _, op := range ops {
-		if op.Leaky {
+		switch {
+		case op.Leaky:
 			leaky.add(op.Outcome, op.Allowed)
-		} else {
+		case op.Key == callGlobalKey:
+			global.add(op.Outcome, op.Allowed)
+		default:
 			tok.add(op.Outcome, op.Allowed)
 		}
 	}
@@ -181,7 +187,7 @@ func checkPerCall(ops []checker.CallOp, dur time.Duration, slackMs int64) ([]che
 		v = append(v, checker.Violation{Check: checkPerCallVacuous, Key: "percall",
 			Detail: fmt.Sprintf("%d token and %d leaky items allowed: the per-call workload proved nothing", tok.made, leaky.made)})
 	}
-	return v, fmt.Sprintf("per-call items: token %s; leaky %s", tok.String("allowed"), leaky.String("allowed"))
+	return v, fmt.Sprintf("per-call items: token %s; leaky %s; GLOBAL token %s", tok.String("allowed"), leaky.String("allowed"), global.String("allowed"))
 }
 
 const checkPerCallVacuous = "percall-vacuous"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +221,43 @@ func ptr(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestGubernatorGlobalWithItsClient: gubernator's own Go client, unchanged,
+// hammers one key of 1,000 per minute through three rlnode nodes for 3 s
+// (four callers a node, batches of one to three items): with BATCHING and
+// with GLOBAL 950 to 1,000 are allowed (never more), and with GLOBAL most
+// answers come from the nodes' leases.
+func TestGubernatorGlobalWithItsClient(t *testing.T) {
+	proctest.Long(t)
+	_, driver, skip := buildGubernator(t, t.TempDir())
+	if skip != "" {
+		testprog.Missing(t, "gubernator "+gubernatorVersion, "needs the Go module proxy (GOPROXY) reachable", skip)
+	}
+	nodes, _ := gubNodesOf(t, rlnodeBin, "", 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Args[slices.Index(n.Args, "--gubernator-addr")+1])
+	}
+	for _, b := range []string{"BATCHING", "GLOBAL"} {
+		out, err := exec.Command(driver, "-hammer", strings.Join(addrs, ","), "hammer", b, b).Output()
+		if err != nil {
+			t.Fatalf("%s: the driver failed: %v", b, err)
+		}
+		var got struct{ Allowed, Answered int64 }
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: %v: %s", b, err, out)
+		}
+		local := int64(0)
+		for _, n := range nodes {
+			local += leaseMetric(t, n.URL(), "rlnode_lease_local_decisions_total")
+		}
+		t.Logf("%s: %d allowed of %d answered, %d answered from node leases in all", b, got.Allowed, got.Answered, local)
+		if got.Allowed < 950 || got.Allowed > 1000 || got.Answered < 1100 {
+			t.Fatalf("%s: %d allowed of %d answered; want 950 to 1,000 of more than 1,100", b, got.Allowed, got.Answered)
+		}
+		if b == "GLOBAL" && local < got.Answered/2 {
+			t.Fatalf("GLOBAL: %d of %d answers from node leases, want at least half", local, got.Answered)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,8 +17,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/fsm"
 	"github.com/rlnode/rlnode/gubapi/gubpb"
+	win "github.com/rlnode/rlnode/window"
 )
 
 const gubToken = "gub-test-token"
@@ -26,16 +30,26 @@ const gubToken = "gub-test-token"
 // (and extra flags) and returns them with V1 clients by id.
 func gubNodes(t *testing.T, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
 	t.Helper()
+	return gubNodesOf(t, rlnodeBin, gubToken, n, extra...)
+}
+
+// gubNodesOf is gubNodes with a binary and a cluster token ("": none) of
+// the caller's choice.
+func gubNodesOf(t *testing.T, bin, token string, n int, extra ...string) ([]*proctest.Node, map[string]gubpb.V1Client) {
+	t.Helper()
 	addrs := map[string]string{}
 	var nodes []*proctest.Node
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		addrs[id] = proctest.FreeAddr(t)
-		args := append([]string{"--gubernator-addr", addrs[id], "--cluster-token", gubToken}, extra...)
+		args := append([]string{"--gubernator-addr", addrs[id]}, extra...)
+		if token != "" {
+			args = append(args, "--cluster-token", token)
+		}
 		if i > 1 {
 			args = append(args, "--join", nodes[0].URL())
 		}
-		nodes = append(nodes, proctest.StartNode(t, rlnodeBin, id, args...))
+		nodes = append(nodes, proctest.StartNode(t, bin, id, args...))
 		proctest.WaitReady(t, nodes[i-1], 15*time.Second)
 	}
 	proctest.WaitVoters(t, nodes[0], n, 30*time.Second)
@@ -227,9 +241,17 @@ func TestGubernatorOneKeyThroughThreeNodes(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		t.Logf("%s: %d allowed of %d answered", b, allowed.Load(), answered.Load())
+		local := int64(0)
+		for _, n := range nodes {
+			local += leaseMetric(t, n.URL(), "rlnode_lease_local_decisions_total")
+		}
+		t.Logf("%s: %d allowed of %d answered, %d answered from node leases", b, allowed.Load(), answered.Load(), local)
 		if got := allowed.Load(); got < 950 || got > 1000 || answered.Load() < 1100 {
 			t.Fatalf("%s: %d allowed of %d answered; want 950 to 1,000 of more than 1,100", b, got, answered.Load())
+		}
+		// GLOBAL: most answers come from the nodes' leases (no log entry).
+		if want := answered.Load() / 2; b == gubpb.Behavior_GLOBAL && local < want {
+			t.Fatalf("GLOBAL: %d of %d answers from node leases, want at least %d", local, answered.Load(), want)
 		}
 	}
 }
@@ -277,5 +299,50 @@ func TestGubernatorKeysBoundedPerCredential(t *testing.T) {
 		if full != (i == 5) {
 			t.Fatalf("gateway key %d (cluster bound 15, 10 stored by the token): %s", i, resp.Raw)
 		}
+	}
+}
+
+// TestAttackCallsHop: the leader's batched hop of per-call requests
+// (/internal/v1/calls) takes nothing without the cluster token, refuses
+// malformed, oversized and too-many-request bodies with 400 or 413
+// before deciding anything, and the node keeps answering.
+func TestAttackCallsHop(t *testing.T) {
+	nodes, clients := gubNodes(t, 1)
+	url := nodes[0].URL() + cluster.CallsPath
+	hop := func(reqs int, key string) []byte {
+		b := []byte{1}
+		b = binary.AppendUvarint(b, uint64(reqs))
+		e := fsm.EncodeCalls(fsm.CallsEntry{Now: 1, Owner: "x", MaxKeys: 1, MaxKeysPerOwner: 1, Items: []fsm.CallItem{
+			{Name: "hop", Key: key, Call: win.Call{Alg: win.CallTokenBucket, Hits: 1, Limit: 5, Duration: 60_000}}}})
+		for range reqs {
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
+		}
+		return b
+	}
+	if r, err := proctest.DoRaw("POST", url, "", hop(1, "a")); err != nil || (r.Status != 401 && r.Status != 403) {
+		t.Fatalf("without the token: %v %d %s", err, r.Status, r.Raw)
+	}
+	good := hop(1, "a")
+	for name, body := range map[string][]byte{
+		"truncated":        good[:len(good)-3],
+		"garbage":          []byte("\x01\xff\xff\xff\xff\x0f"),
+		"too many":         hop(257, "b"),
+		"trailing":         append(append([]byte(nil), good...), 0),
+		"unknown version":  append([]byte{9}, good[1:]...),
+		"larger than 8MiB": append(hop(1, "c"), make([]byte, 9<<20)...),
+	} {
+		r, err := proctest.DoRaw("POST", url, gubToken, body)
+		if err != nil || (r.Status != 400 && r.Status != 413) {
+			t.Fatalf("%s: %v %d %s", name, err, r.Status, r.Raw)
+		}
+	}
+	// Nothing of those was decided: the keys are untouched.
+	for _, key := range []string{"a", "b", "c"} {
+		got := gubAsk(t, clients[nodes[0].ID], &gubpb.RateLimitReq{Name: "hop", UniqueKey: key, Hits: 1, Limit: 5, Duration: 60_000})
+		checkGub(t, "key "+key+" after the refused hops", got[0], gubWant{limit: 5, remaining: 4})
+	}
+	if r, err := proctest.DoRaw("POST", url, gubToken, hop(1, "d")); err != nil || r.Status != 200 {
+		t.Fatalf("a well-formed hop: %v %d %s", err, r.Status, r.Raw)
 	}
 }

@@ -9,6 +9,11 @@
 // entry per step: the ms the call was sent at, a call error, and per item
 // status, limit, remaining, error and reset_time minus the send time
 // (null when reset_time is 0).
+//
+// With -hammer ADDRS NAME KEY BEHAVIOR it hammers one key of 1,000 per
+// minute through every address (comma separated) for 3 s, four callers
+// each, batches of one to three items, and prints {"allowed": N,
+// "answered": M}.
 package main
 
 import (
@@ -16,6 +21,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	guber "github.com/gubernator-io/gubernator/v2"
@@ -42,6 +50,10 @@ type answer struct {
 }
 
 func main() {
+	if len(os.Args) == 6 && os.Args[1] == "-hammer" {
+		hammer(strings.Split(os.Args[2], ","), os.Args[3], os.Args[4], os.Args[5])
+		return
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: gubcompare GRPC_ADDR < script.json")
 		os.Exit(2)
@@ -83,6 +95,51 @@ func main() {
 		out = append(out, a)
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fail(err)
+	}
+}
+
+func hammer(addrs []string, name, key, behavior string) {
+	b, ok := guber.Behavior_value[behavior]
+	if !ok {
+		fail(fmt.Errorf("unknown behavior %q", behavior))
+	}
+	var allowed, answered atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(3 * time.Second)
+	for _, a := range addrs {
+		client, err := guber.DialV1Server(a, nil)
+		if err != nil {
+			fail(err)
+		}
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(stop); i++ {
+					req := &guber.GetRateLimitsReq{}
+					for range 1 + i%3 {
+						req.Requests = append(req.Requests, &guber.RateLimitReq{Name: name, UniqueKey: key, Hits: 1,
+							Limit: 1000, Duration: guber.Minute, Behavior: guber.Behavior(b)})
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					resp, err := client.GetRateLimits(ctx, req)
+					cancel()
+					if err != nil {
+						continue // not counted or unknown: never counted as allowed
+					}
+					for _, r := range resp.GetResponses() {
+						answered.Add(1)
+						if r.Error == "" && r.Status == guber.Status_UNDER_LIMIT {
+							allowed.Add(1)
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err := json.NewEncoder(os.Stdout).Encode(map[string]int64{"allowed": allowed.Load(), "answered": answered.Load()}); err != nil {
 		fail(err)
 	}
 }
