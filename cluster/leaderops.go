@@ -395,6 +395,11 @@ var errorCodes = []struct {
 	{ErrBadRequest, "bad_request", http.StatusBadRequest},
 	{ErrNeverFits, "cost_exceeds_limit", http.StatusUnprocessableEntity},
 	{ErrCredentialBudget, "credential_budget", http.StatusTooManyRequests},
+	// Last, so a named cause gives the status: the leader knows nothing
+	// was written (cluster time catching up, say), and the sender asks
+	// again instead of reporting an outcome it cannot know. A sender that
+	// predates the code takes the 503 as unknown, as it took the 500.
+	{ErrNotCounted, "not_counted", http.StatusServiceUnavailable},
 }
 
 // writeError answers err as a problem document naming its cluster errors.

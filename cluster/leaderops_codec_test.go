@@ -19,6 +19,9 @@ func TestLeaderErrorsRoundTrip(t *testing.T) {
 		fmt.Errorf("restore: %w: it holds 3 windows", ErrNotEmpty),
 		fmt.Errorf("restore: the body is %w", ErrInvalidBackup),
 		ErrNotLeader,
+		// Nothing written, for a reason the leader names in words only:
+		// the sender must still know it may ask again.
+		notCounted(nil, errCatchingUp),
 		errors.New("disk on fire"),
 	} {
 		rec := httptest.NewRecorder()
@@ -30,6 +33,9 @@ func TestLeaderErrorsRoundTrip(t *testing.T) {
 			if errors.Is(got, c.err) != errors.Is(err, c.err) {
 				t.Errorf("%q: came back as %q, errors.Is(%v) = %v", err, got, c.err, errors.Is(got, c.err))
 			}
+		}
+		if errors.Is(err, ErrNotCounted) && !errors.Is(got, ErrNotCounted) {
+			t.Errorf("%q: came back as %q, no longer not counted (the sender would report an unknown outcome)", err, got)
 		}
 		var he *HTTPError
 		if !errors.As(got, &he) || he.Detail != err.Error() || he.ServedBy != "n1" {
