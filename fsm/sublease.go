@@ -48,9 +48,19 @@ func (f *FSM) grantSliced(now int64, index uint64, holder string, leaseMs int64,
 		return r
 	}
 	k.prune(now, f.term)
-	held, last := k.live(now, f.term)
-	if last != nil {
-		part.ResetAt, part.WindowStart = last.resetAt, last.windowStart
+	// Only slices of one global window, the earliest live slice's: a
+	// grant's units all belong to the window its answer names.
+	held, first := int64(0), -1
+	for i := range k.slices {
+		s := &k.slices[i]
+		if s.exp <= now || s.left == 0 || (first >= 0 && s.resetAt != k.slices[first].resetAt) {
+			continue
+		}
+		if first < 0 {
+			first = i
+			part.ResetAt, part.WindowStart = s.resetAt, s.windowStart
+		}
+		held += s.left
 	}
 	gs := f.grants[key]
 	others := int64(0)
@@ -84,22 +94,18 @@ func (f *FSM) grantSliced(now int64, index uint64, holder string, leaseMs int64,
 	g := grant{holder: holder, index: index, units: units, want: it.Want, exp: now + leaseMs, epoch: p.epoch,
 		term: f.term, starts: make([]int64, 1)}
 	need := units
-	for i := 0; need > 0 && i < len(k.slices); i++ {
+	for i := first; need > 0 && i < len(k.slices); i++ {
 		s := &k.slices[i]
-		if s.term != f.term || s.exp <= now || s.left == 0 {
+		if s.exp <= now || s.left == 0 || s.resetAt != part.ResetAt {
 			continue
 		}
 		take := min(s.left, need)
 		s.left -= take
 		need -= take
 		g.from = append(g.from, sliceTake{grant: s.grant, units: take})
-		g.exp = min(g.exp, s.exp)
-		if len(g.from) == 1 {
-			// The grant ends with its earliest slice: its window is that
-			// slice's (a later slice's units are spent before it ends).
-			part.ResetAt, part.WindowStart, g.starts[0] = s.resetAt, s.windowStart, s.windowStart
-		}
+		g.exp = min(g.exp, s.exp) // the first one's: slices are by expiry
 	}
+	g.starts[0] = part.WindowStart
 	k.spent += units // lent units are demand for the region's holder too
 	f.addGrant(key, g)
 	part.Outcome, part.Remaining = window.Allowed, held-units

@@ -81,7 +81,7 @@ func TestSubleaseTakesItsUnitsOutOfTheSlices(t *testing.T) {
 
 // TestSubleaseEndsWithTheEarliestSliceItTookFrom: a grant spanning two
 // slices ends with the earlier one; a grant is never lent more than the
-// live slices hold.
+// live slices hold, and only from slices of one global window.
 func TestSubleaseEndsWithTheEarliestSliceItTookFrom(t *testing.T) {
 	tf := newTestFSM(t)
 	tf.set(mirrored("g", 400, 10*time.Second))
@@ -96,6 +96,16 @@ func TestSubleaseEndsWithTheEarliestSliceItTookFrom(t *testing.T) {
 	}
 	if n := tf.allowedNow(1, t0+30, 5); n != 0 {
 		t.Fatalf("strict hits allowed %d with everything lent, want 0", n)
+	}
+	// Slices of two global windows: a grant takes from one only, the
+	// earliest slice's, and names it.
+	tf = newTestFSM(t)
+	tf.set(mirrored("g", 400, 10*time.Second))
+	tf.slices(1, t0+40, sliceOf(9, 3, 1000, t0+9000), sliceOf(10, 10, 3000, t0+19_000))
+	g = tf.grantIn(1, t0+50, "n3", 2000, GrantItem{Policy: "g", Client: "c", Want: 5})
+	if g.Units != 3 || g.Exp != t0+1040 || g.Parts[0].ResetAt != t0+9000 {
+		t.Fatalf("sub-lease with slices of two windows: %d units until %d naming %d, want 3 of the first until 1040",
+			g.Units, g.Exp-t0, g.Parts[0].ResetAt-t0)
 	}
 }
 
