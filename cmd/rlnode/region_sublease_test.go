@@ -15,27 +15,34 @@ import (
 
 // TestRegionSubleasesStayWithinTheGlobalLimit: in a region of three
 // nodes, node leases (every node, followers too) and a client.Local
-// application decide hits of a global key locally, from sub-leases of
-// the region's slices; a second region hammers the same key; the
-// parent is behind 50 ms-each-way proxies. No global window allows more
-// than its limit across regions and holders, and local decisions
-// actually happen (the answers say so, and the nodes' metrics count
-// them).
+// application decide hits of global keys locally, from sub-leases of
+// the region's slices; a second region takes from the same keys; the
+// parent is behind 50 ms-each-way proxies. Two global policies at once:
+// g (400 per 10 s) hammered far past its limit, and gt (1000 per 10 s)
+// at about 60% of it, so holders hold unspent units whenever a window
+// ends (a sub-lease that outlived its slice would spend them after the
+// window they belong to). No global window of either allows more than
+// its limit across regions and holders, no allowed hit is spent after
+// its window, and local decisions actually happen (the answers say so,
+// and the followers' metrics count them).
 func TestRegionSubleasesStayWithinTheGlobalLimit(t *testing.T) {
 	proctest.Long(t)
 	m := startRegions(t, regionDelay, map[string]regionSpec{"eu": {nodes: 3}, "us": {nodes: 1}})
 	m.globalPolicy(t, "g", globalLimit, globalWindow)
+	m.globalPolicy(t, "gt", 1000, globalWindow)
 
-	var log hitLog
+	var hammered, trickled hitLog
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(context.Background())
 	defer func() { stop(); wg.Wait() }()
 	var addrs []string
 	for _, n := range m.nodes["eu"] {
 		addrs = append(addrs, n.HTTPAddr)
-		hammer(ctx, &wg, &log, n.URL(), "eu", "g", "tenant", 2, 10*time.Millisecond)
+		hammer(ctx, &wg, &hammered, n.URL(), "eu", "g", "tenant", 2, 10*time.Millisecond)
+		hammer(ctx, &wg, &trickled, n.URL(), "eu", "gt", "tenant", 1, 70*time.Millisecond)
 	}
-	hammer(ctx, &wg, &log, m.regions["us"].URL(), "us", "g", "tenant", 2, 10*time.Millisecond)
+	hammer(ctx, &wg, &hammered, m.regions["us"].URL(), "us", "g", "tenant", 2, 10*time.Millisecond)
+	hammer(ctx, &wg, &trickled, m.regions["us"].URL(), "us", "gt", "tenant", 1, 70*time.Millisecond)
 	c, err := client.New(client.Config{Addrs: addrs, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -46,21 +53,102 @@ func TestRegionSubleasesStayWithinTheGlobalLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Close(context.Background())
-	appErrs := map[string]int{}
-	var errMu sync.Mutex
-	for range 2 {
+	var errs appErrors
+	appHammer(ctx, &wg, &hammered, &errs, app, "g", 2, 10*time.Millisecond)
+	appHammer(ctx, &wg, &trickled, &errs, app, "gt", 1, 70*time.Millisecond)
+	start := time.Now()
+	time.Sleep(32 * time.Second)
+	stop()
+	wg.Wait()
+
+	counts := map[string]int{} // allowed hits by policy, region and how they were decided
+	for name, log := range map[string]*hitLog{"g": &hammered, "gt": &trickled} {
+		limit := int64(globalLimit)
+		if name == "gt" {
+			limit = 1000
+		}
+		hits := log.all()
+		if bad := globalViolations(hits, limit, globalWindowMs); len(bad) > 0 {
+			t.Errorf("%s: global limit exceeded (%d violations), first: %v", name, len(bad), bad[:min(len(bad), 5)])
+		}
+		for _, h := range hits {
+			if h.allowed {
+				counts[name+"/"+h.region+"/"+h.decided]++
+			}
+		}
+		var windows []string
+		for w, by := range windowAdmission(hits, globalWindowMs, start, time.Now()) {
+			windows = append(windows, fmt.Sprintf("ending %d: eu %d, us %d", w, by["eu"], by["us"]))
+		}
+		t.Logf("%s (limit %d per 10 s), whole windows: %v", name, limit, windows)
+	}
+	leader := leaderOf(t, m.nodes["eu"])
+	var nodeLocal []int64
+	followersLocal := int64(0)
+	for _, n := range m.nodes["eu"] {
+		v := leaseMetric(t, n.URL(), `rlnode_lease_local_decisions_total{policy="g`)
+		nodeLocal = append(nodeLocal, v)
+		if n != leader {
+			followersLocal += v
+		}
+	}
+	t.Logf("allowed by policy/region/how decided: %v; eu nodes' local decisions of global keys: %v; application errors: %v (load: see uptime)",
+		counts, nodeLocal, errs.snapshot())
+	if counts["g/eu/local"]+counts["gt/eu/local"] == 0 || counts["g/eu/app"]+counts["gt/eu/app"] == 0 {
+		t.Errorf("no allowed hit in eu decided from a node lease or by the application's sub-lease: %v", counts)
+	}
+	if followersLocal == 0 {
+		t.Errorf("eu's followers decided no hit of a global key from a node lease: %v", nodeLocal)
+	}
+}
+
+// appErrors counts an application's errors by problem code.
+type appErrors struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (e *appErrors) add(err error) {
+	kind := "other"
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		kind = ce.Code
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.by == nil {
+		e.by = map[string]int{}
+	}
+	e.by[kind]++
+}
+
+func (e *appErrors) snapshot() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range e.by {
+		out[k] = v
+	}
+	return out
+}
+
+// appHammer decides hits of (policyName, "tenant") through an
+// application's client.Local from workers callers, each pausing pace
+// between its hits, until ctx ends; decided is "app" for a decision
+// made from the application's own grant, "log" for one the cluster
+// made.
+func appHammer(ctx context.Context, wg *sync.WaitGroup, log *hitLog, errs *appErrors, app *client.Local, policyName string, workers int, pace time.Duration) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				h := regionHit{region: "eu", sent: time.Now()}
-				r, err := app.Allow(ctx, "g", "tenant")
+				r, err := app.Allow(ctx, policyName, "tenant")
 				h.recv = time.Now()
 				switch {
 				case err != nil && ctx.Err() == nil:
-					errMu.Lock()
-					appErrs[appErrKind(err)]++
-					errMu.Unlock()
+					errs.add(err)
 				case err == nil:
 					h.status, h.allowed, h.resetAt, h.decided = 429, r.Allowed, r.ResetAt.UnixMilli(), "log"
 					if r.Allowed {
@@ -73,57 +161,9 @@ func TestRegionSubleasesStayWithinTheGlobalLimit(t *testing.T) {
 				log.add(h)
 				select {
 				case <-ctx.Done():
-				case <-time.After(10 * time.Millisecond):
+				case <-time.After(pace):
 				}
 			}
 		}()
 	}
-	start := time.Now()
-	time.Sleep(32 * time.Second)
-	stop()
-	wg.Wait()
-	hits := log.all()
-
-	if bad := globalViolations(hits, globalLimit, globalWindowMs); len(bad) > 0 {
-		t.Fatalf("global limit exceeded (%d violations), first: %v", len(bad), bad[:min(len(bad), 5)])
-	}
-	counts := map[string]int{} // allowed hits by how they were decided
-	for _, h := range hits {
-		if h.allowed {
-			counts[h.region+"/"+h.decided]++
-		}
-	}
-	var nodeLocal []int64
-	for _, n := range m.nodes["eu"] {
-		nodeLocal = append(nodeLocal, leaseMetric(t, n.URL(), `rlnode_lease_local_decisions_total{policy="g"}`))
-	}
-	var windows []string
-	for w, by := range windowAdmission(hits, globalWindowMs, start, time.Now()) {
-		windows = append(windows, fmt.Sprintf("window ending %d: eu %d, us %d", w, by["eu"], by["us"]))
-	}
-	t.Logf("allowed by how decided: %v; eu nodes' local decisions of g: %v; application errors: %v; whole windows: %v",
-		counts, nodeLocal, appErrs, windows)
-	if counts["eu/local"] == 0 || counts["eu/app"] == 0 {
-		t.Errorf("no allowed hit decided from a node lease (%d) or by the application's sub-lease (%d) in eu",
-			counts["eu/local"], counts["eu/app"])
-	}
-	followersLocal := int64(0)
-	leader := leaderOf(t, m.nodes["eu"])
-	for i, n := range m.nodes["eu"] {
-		if n != leader {
-			followersLocal += nodeLocal[i]
-		}
-	}
-	if followersLocal == 0 {
-		t.Errorf("eu's followers decided no hit of g from a node lease: %v", nodeLocal)
-	}
-}
-
-// appErrKind names an application's error for the report.
-func appErrKind(err error) string {
-	var ce *client.Error
-	if errors.As(err, &ce) {
-		return ce.Code
-	}
-	return "other"
 }
