@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlnode/rlnode/client"
 	"github.com/rlnode/rlnode/cmd/rlnode/internal/proctest"
+	"github.com/rlnode/rlnode/rlqs/rlqstest"
 )
 
 // TestRegionSubleasesStayWithinTheGlobalLimit: in a region of three
@@ -165,5 +166,47 @@ func appHammer(ctx context.Context, wg *sync.WaitGroup, log *hitLog, errs *appEr
 				}
 			}
 		}()
+	}
+}
+
+// TestRLQSInARegionGetsSubleases: Envoys on a region's RLQS port get
+// assignments of a global policy's bucket, sub-leases of the region's
+// slices, that together never exceed the global limit (the parent
+// behind a 50 ms-each-way proxy).
+func TestRLQSInARegionGetsSubleases(t *testing.T) {
+	proctest.Long(t)
+	const limit = 50
+	rlqsAddr := proctest.FreeAddr(t)
+	m := startMultiRegion(t, regionDelay, map[string][]string{"eu": {"--rlqs-addr", rlqsAddr, "--rlqs-lease", "1s"}})
+	m.globalPolicy(t, "edge", limit, "1h")
+
+	bucket := map[string]string{"tenant": "acme"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var envoys []*rlqstest.Envoy
+	for range 2 {
+		e, err := rlqstest.Start(rlqstest.Config{Addr: rlqsAddr, Domain: "edge", Interval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		e.Allow(bucket)
+		if err := e.WaitAssigned(ctx, bucket); err != nil {
+			t.Fatalf("an Envoy in the region got no assignment of a global policy: %v", err)
+		}
+		envoys = append(envoys, e)
+	}
+	allowed := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		for _, e := range envoys {
+			if e.Allow(bucket) {
+				allowed++
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("two Envoys in the region allowed %d of a global limit of %d", allowed, limit)
+	if allowed > limit || allowed == 0 {
+		t.Fatalf("%d allowed across two Envoys in the region, global limit %d", allowed, limit)
 	}
 }
