@@ -77,7 +77,8 @@ func (f *FSM) grantSliced(now int64, index uint64, holder string, leaseMs int64,
 	part.Remaining = held
 	if units <= 0 {
 		if held > 0 {
-			return r // shared out or too many grants: nothing now, as for any key
+			r.Index = index // too many grants of the key: nothing now, as for any key
+			return r
 		}
 		if k.dryTerm == int64(f.term) && k.dryUntil > now {
 			part.RetryAfterMs = k.dryUntil - now

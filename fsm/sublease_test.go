@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -226,5 +227,23 @@ func TestSubleasesStayOutOfSnapshots(t *testing.T) {
 	}
 	if digestOf(a.f) != digestOf(b.f) {
 		t.Fatal("a sub-lease only one replica could make changed its digest")
+	}
+}
+
+// TestSubleasesOfAKeyAreBounded: past maxGrantsPerKey outstanding
+// sub-leases of a key, a grant gets nothing (a grant of 0 units, not
+// NoSlice: the slices hold units, the key just has too many holders).
+func TestSubleasesOfAKeyAreBounded(t *testing.T) {
+	tf := newTestFSM(t)
+	tf.set(mirrored("g", 4000, 10*time.Second))
+	tf.slices(1, t0, sliceOf(7, 1000, 5000, t0+9000))
+	for i := range maxGrantsPerKey {
+		if g := tf.grantIn(1, t0+1, fmt.Sprint("h", i), 2000, GrantItem{Policy: "g", Client: "c", Want: 1}); g.Units != 1 {
+			t.Fatalf("sub-lease %d: %+v", i, g)
+		}
+	}
+	g := tf.grantIn(1, t0+2, "late", 2000, GrantItem{Policy: "g", Client: "c", Want: 1})
+	if g.Units != 0 || g.Index == 0 || g.NoSlice {
+		t.Fatalf("sub-lease past the bound: %+v, want 0 units with an id (not NoSlice)", g)
 	}
 }
