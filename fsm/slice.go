@@ -189,7 +189,8 @@ type SliceStat struct {
 	Policy, Client string
 	// Held is what live slices of the current term hold now.
 	Held int64
-	// Spent, Short (units of hits that found no slice), Withdrawn and
+	// Spent (by strict hits, or lent as sub-leases), Short (units of
+	// hits and sub-lease requests that found no slice), Withdrawn and
 	// Got (units recorded) are running totals since the key's slice
 	// state was created on this node.
 	Spent, Short, Withdrawn, Got int64
