@@ -203,7 +203,7 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64, demand bo
 				// The fetch this caller waited for failed: the same
 				// error the caller that started it gets, never a
 				// refusal (the middleware's fail mode decides).
-				if errors.Is(err, ErrNotLeased) || errors.Is(err, ErrTooManyGrants) {
+				if errors.Is(err, ErrNotLeased) || errors.Is(err, ErrTooManyGrants) || noSlice(err) {
 					return l.c.Check(ctx, policy, key, n)
 				}
 				return Result{}, err
@@ -231,7 +231,7 @@ func (l *Local) slow(ctx context.Context, policy, key string, n int64, demand bo
 			case errors.Is(err, ErrNotLeased):
 				l.markStrict(policy)
 				return l.c.Check(ctx, policy, key, n)
-			case errors.Is(err, ErrTooManyGrants):
+			case errors.Is(err, ErrTooManyGrants), noSlice(err):
 				return l.c.Check(ctx, policy, key, n)
 			}
 			return Result{}, err
@@ -400,4 +400,12 @@ func (l *Local) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// noSlice reports a grant refused because the region holds no slice of
+// a global key right now (503 parent_unreachable, nothing granted): the
+// cluster's check waits for a slice, so the hit goes there.
+func noSlice(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == "parent_unreachable"
 }

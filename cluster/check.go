@@ -226,7 +226,7 @@ func (n *Node) CheckOne(ctx context.Context, vh ValidHit, timeout time.Duration,
 		return notCounted(nil, err)
 	}
 	if n.holder != nil {
-		if res.Known && res.Policy.IsLeased() && !res.Policy.Mirrored {
+		if res.Known && res.Policy.IsLeased() {
 			one := [1]Hit{hit}
 			if r, ok := n.holder.decide(one[:], &res.buf); ok {
 				n.views.record(r)

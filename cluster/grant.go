@@ -81,6 +81,10 @@ type Grant struct {
 	ResetAt     int64           `json:"resetAt"`
 	Remaining   int64           `json:"remaining"`
 	Parts       []window.Result `json:"parts"`
+	// NoSlice: the policy is this region's mirror of a global budget and
+	// the region holds no live slice of the key (fsm.GrantResult.NoSlice):
+	// nothing lent; Grant fails with ErrParentUnreachable, not counted.
+	NoSlice bool `json:"noSlice,omitempty"`
 }
 
 // Deadline is when the holder must stop spending the grant's units: sent
@@ -191,7 +195,8 @@ func (l *Leases) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 
 // Grants lends units of several keys to one holder in one entry (a node
 // prefetching its hot keys). Per item, a Grant with ID 0 is a policy that
-// is unknown or not leased (Units 0).
+// is unknown or not leased, or a mirrored key with no live slice (Units
+// 0; Grant.err says which).
 func (l *Leases) Grants(ctx context.Context, holder string, leaseLen time.Duration, items []GrantItem) (_ []Grant, err error) {
 	ctx, span := l.tracer.start(ctx, "rlnode.grant", attribute.String("rlnode.holder", holder), attribute.Int("rlnode.items", len(items)))
 	defer func() { fail(span, err); span.End() }()
@@ -245,6 +250,9 @@ func validateReturns(holder string, items []fsm.ReturnItem) error {
 
 // err is the error of a grant that named no lendable policy.
 func (g Grant) err() error {
+	if g.NoSlice {
+		return notCounted(ErrParentUnreachable, nil)
+	}
 	if g.Parts == nil {
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, g.Policy)
 	}
@@ -268,6 +276,8 @@ func (l *Leases) grantLocal(holder string, leaseLen time.Duration, items []Grant
 		case r.UnknownPolicy:
 		case r.NotLeased:
 			g.Parts = []window.Result{}
+		case r.NoSlice:
+			g.Parts, g.NoSlice = r.Parts, true
 		default:
 			if p, ok := l.table.Policy(items[i].Policy); ok {
 				g.Algorithm = p.Alg().String()

@@ -161,7 +161,7 @@ func (h *holder) leasedNow() *leasedSet {
 	}
 	s := &leasedSet{version: v, names: make(map[string]bool)}
 	for _, p := range h.table.Policies() {
-		if p.IsLeased() && !p.Mirrored { // a region's slices are lent to strict hits only
+		if p.IsLeased() { // a region's mirrored global policy too: its grants are sub-leases of slices
 			s.names[p.Name] = true
 		}
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -58,5 +59,32 @@ func TestSlicesWithoutACluster(t *testing.T) {
 	follower := &Slices{log: sliceBench{bench, false}, state: bench.f}
 	if _, err := follower.WriteSlices([]SliceWrite{{Item: grant(9, 1), Deadline: now.Add(time.Second)}}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("a follower's write: %v, want ErrNotLeader", err)
+	}
+}
+
+// TestSubleaseThroughTheLeases: a grant of a mirrored policy is a
+// sub-lease of the region's slices through the ordinary lease path:
+// with no slice it fails not counted with ErrParentUnreachable (never a
+// 0-unit refusal), with one it lends from it until the slice's expiry,
+// naming the slice's global window.
+func TestSubleaseThroughTheLeases(t *testing.T) {
+	g := policy.Policy{Name: "g", Algorithm: "fixed_window", Limits: []policy.Limit{{Limit: 400, Window: policy.Duration(10 * time.Second)}},
+		Consistency: policy.Leased, Scope: policy.Global, Mirrored: true}
+	l, bench := testLeases(t, g)
+	ctx := context.Background()
+	_, err := l.Grant(ctx, GrantRequest{Policy: "g", Client: "c", Holder: "app-1", Want: 5, Lease: 2 * time.Second})
+	if !errors.Is(err, ErrParentUnreachable) || !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("sub-lease with no slice: %v, want ErrParentUnreachable, not counted", err)
+	}
+	gs, err := l.Grants(ctx, "node-2", time.Second, []GrantItem{{Policy: "g", Client: "c", Want: 5}})
+	if err != nil || gs[0].ID != 0 || gs[0].Units != 0 || !gs[0].NoSlice {
+		t.Fatalf("a node's sub-lease with no slice: %+v %v, want NoSlice with ID 0 (the node backs off)", gs, err)
+	}
+	bench.apply(fsm.EncodeSlices(bench.now, []fsm.SliceItem{{Kind: fsm.SliceGrant, Policy: "g", Client: "c", Grant: 7, Units: 10,
+		UsableMs: 700, ResetAt: bench.now + 9000, WindowStart: bench.now - 1000, WindowMs: 10_000}}))
+	sub, err := l.Grant(ctx, GrantRequest{Policy: "g", Client: "c", Holder: "app-1", Want: 4, Lease: 2 * time.Second})
+	if err != nil || sub.Units != 4 || sub.Valid != 700*time.Millisecond || sub.UsableFor >= sub.Valid ||
+		sub.ResetAt != bench.now+9000 || sub.WindowStart != bench.now-1000 || sub.Remaining != 6 {
+		t.Fatalf("sub-lease of a 10-unit slice usable 700 ms: %+v %v", sub, err)
 	}
 }

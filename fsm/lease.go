@@ -24,6 +24,10 @@ type grant struct {
 	exp    int64
 	epoch  uint32
 	starts []int64
+	// term and from: a sub-lease of a mirrored key's slices (sublease.go)
+	// names the term it was made in and what it took from which slice.
+	term uint64
+	from []sliceTake
 }
 
 // GrantResult is the FSM's answer to one grant item.
@@ -31,6 +35,11 @@ type GrantResult struct {
 	// UnknownPolicy: no such policy. NotLeased: the policy is strict, so
 	// nothing may be granted. Either way Units is 0.
 	UnknownPolicy, NotLeased bool
+	// NoSlice: the policy is a region's mirror of a global budget and no
+	// live slice holds units of the key (nor did the parent say its
+	// window is spent): nothing granted, nothing decided; the holder
+	// backs off and its hits go through the log, which waits for a slice.
+	NoSlice bool
 	// Units granted (0 when the budget has no room).
 	Units int64
 	// Index is the grant's id: the index of the entry that made it.
@@ -104,10 +113,12 @@ func (f *FSM) grantOne(now int64, index uint64, holder string, leaseMs int64, it
 	switch {
 	case p == nil:
 		return GrantResult{UnknownPolicy: true}
-	case !p.p.IsLeased() || p.p.Mirrored:
-		// A region lends its slices of a global budget to nobody but
-		// its own strict hits (slice.go).
+	case !p.p.IsLeased():
 		return GrantResult{NotLeased: true}
+	case p.p.Mirrored:
+		// A region lends its slices of a global budget as sub-leases
+		// (sublease.go).
+		return f.grantSliced(now, index, holder, leaseMs, it, p)
 	}
 	key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))
 	f.settle(key, now, true)
@@ -206,6 +217,11 @@ func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))
 	f.settle(key, now, true)
 	if it.Index == RefundIndex {
+		if p := f.policies[it.Policy]; p != nil && p.p.Mirrored {
+			// A mirrored key has no window here: its units are the
+			// parent's, counted there.
+			return 0
+		}
 		if len(f.grants[key]) > 0 {
 			// Granted units must stay counted while held, and the count
 			// does not say which of them were spent: the safe side.
@@ -220,6 +236,9 @@ func (f *FSM) returnOne(now int64, holder string, it ReturnItem) int64 {
 	}
 	g := gs[j]
 	f.dropGrants(key, slices.Delete(gs, j, j+1))
+	if g.from != nil {
+		return f.returnSliced(now, key, g, min(it.Units, g.units))
+	}
 	p := f.policies[it.Policy]
 	if p == nil || g.epoch != p.epoch || len(g.starts) != len(p.limits) {
 		return 0
@@ -298,7 +317,9 @@ func (f *FSM) settle(key string, now int64, atNow bool) {
 	}
 	p := f.policies[policyOf(key)]
 	epoch := f.epochOf(policyOf(key))
-	bucket := p != nil && p.alg == window.TokenBucket
+	// A mirrored key's bucket is the parent's: its sub-leases end with
+	// their slices, and nothing here is capped.
+	bucket := p != nil && p.alg == window.TokenBucket && !p.p.Mirrored
 	held := int64(0)
 	for _, g := range gs {
 		if g.epoch == epoch {

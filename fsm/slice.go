@@ -21,8 +21,8 @@ import (
 //   - while the deciding entry's time is before its expiry (the entry's
 //     time is never earlier than its leader's stamp);
 //   - never beyond its units: strict hits spend them through the log,
-//     and nothing else in the region lends them (grants of a mirrored
-//     policy are refused).
+//     and grants of a mirrored policy (sub-leases, sublease.go) take
+//     theirs out when they apply, each unit once.
 
 // MaxSliceKeys bounds the keys that have slice state; items for more
 // keys are ignored (the region's holder tracks fewer).
@@ -65,18 +65,11 @@ func (f *FSM) applySlices(l *raft.Log) any {
 	}
 	now := f.clock(l.Term, e.now)
 	res := &SlicesResult{Now: now, Withdrawn: make([]int64, len(e.items))}
-	if f.slices == nil {
-		f.slices = map[string]*sliceKey{}
-	}
 	for i, it := range e.items {
 		key := string(appendKey(nil, []byte(it.Policy), []byte(it.Client)))
-		k := f.slices[key]
+		k := f.sliceKeyFor(key)
 		if k == nil {
-			if len(f.slices) >= MaxSliceKeys {
-				continue
-			}
-			k = &sliceKey{}
-			f.slices[key] = k
+			continue
 		}
 		k.prune(now, f.term)
 		switch it.Kind {
@@ -107,10 +100,11 @@ func (f *FSM) applySlices(l *raft.Log) any {
 	return res
 }
 
-// prune drops slices that can never be spent again: expired, drained,
-// or of another term.
+// prune drops slices that can never be spent again: expired or of
+// another term. A drained slice stays until it expires: a sub-lease
+// returned in time gives its units back into it (sublease.go).
 func (k *sliceKey) prune(now int64, term uint64) {
-	k.slices = slices.DeleteFunc(k.slices, func(s slice) bool { return s.exp <= now || s.left == 0 || s.term != term })
+	k.slices = slices.DeleteFunc(k.slices, func(s slice) bool { return s.exp <= now || s.term != term })
 }
 
 // live is what the key's slices hold for a decision at now in term.
@@ -133,13 +127,7 @@ func (f *FSM) decideSliced(now int64, h *hitView, p *tablePolicy, r *HitResult) 
 	f.key = appendKey(f.key[:0], h.policy, h.client)
 	k := f.slices[string(f.key)]
 	if k == nil {
-		if f.slices == nil {
-			f.slices = map[string]*sliceKey{}
-		}
-		if len(f.slices) < MaxSliceKeys {
-			k = &sliceKey{}
-			f.slices[string(f.key)] = k
-		}
+		k = f.sliceKeyFor(string(f.key))
 	}
 	l := p.limits[0]
 	part := &r.Parts[0]
@@ -201,7 +189,8 @@ type SliceStat struct {
 	Policy, Client string
 	// Held is what live slices of the current term hold now.
 	Held int64
-	// Spent, Short (units of hits that found no slice), Withdrawn and
+	// Spent (by strict hits, or lent as sub-leases), Short (units of
+	// hits and sub-lease requests that found no slice), Withdrawn and
 	// Got (units recorded) are running totals since the key's slice
 	// state was created on this node.
 	Spent, Short, Withdrawn, Got int64

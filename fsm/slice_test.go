@@ -100,16 +100,6 @@ func TestSliceWithdrawAndGroupUndo(t *testing.T) {
 	}
 }
 
-// TestMirroredPolicyIsNeverLeasedInTheRegion: the region lends slices to
-// its strict hits only; a grant of a mirrored policy gets nothing.
-func TestMirroredPolicyIsNeverLeasedInTheRegion(t *testing.T) {
-	tf := newTestFSM(t)
-	tf.set(mirrored("g", 400, 10*time.Second))
-	if g := tf.grant(t0, "n1", 2000, GrantItem{Policy: "g", Client: "c", Want: 5}).Grants[0]; !g.NotLeased || g.Units != 0 {
-		t.Fatalf("grant of a mirrored policy: %+v, want NotLeased", g)
-	}
-}
-
 func TestSlicesEntryRoundTripsAndGlobalPolicyNeedsR5(t *testing.T) {
 	it := SliceItem{Kind: SliceGrant, Policy: "g", Client: "c", Grant: 1 << 40, Units: 5, UsableMs: 1234, ResetAt: t0, WindowStart: t0 - 5, WindowMs: 10}
 	e, err := decodeSlices(EncodeSlices(t0, []SliceItem{it}))

@@ -117,10 +117,6 @@ func (a *API) leasedPolicy(c *gin.Context, name string) (policy.Policy, bool) {
 		writeProblem(c, http.StatusNotFound, CodeUnknownPolicy, fmt.Sprintf("policy %q is not defined (GET /v1/policies lists them); nothing was granted", name))
 		return p, false
 	}
-	if p.Mirrored {
-		writeProblem(c, http.StatusConflict, CodeNotLeased, fmt.Sprintf("policy %q is this region's mirror of a global budget: the region lends its slices of it to strict hits only, never as leases; use GET /check", name))
-		return p, false
-	}
 	if !p.IsLeased() {
 		writeProblem(c, http.StatusConflict, CodeNotLeased, notLeasedDetail(p))
 		return p, false

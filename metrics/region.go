@@ -66,8 +66,8 @@ func (m *Metrics) WatchRegion(src RegionSource) {
 	one := []string{"region"}
 	m.reg.MustRegister(regionCollector{src: src,
 		held:     prometheus.NewDesc("rlnode_region_slice_units_held", "Units the region's live slices of a global key hold (on the region's leader).", key, nil),
-		spent:    prometheus.NewDesc("rlnode_region_slice_units_spent", "Units of a global key's slices spent by hits in the region (running total on the leader's state machine).", key, nil),
-		short:    prometheus.NewDesc("rlnode_region_slice_short_units", "Units of hits on a global key that found no slice: refused 429 while the parent said the window is spent, else waited for a slice or failed 503 parent_unreachable.", key, nil),
+		spent:    prometheus.NewDesc("rlnode_region_slice_units_spent", "Units of a global key's slices spent by hits in the region or lent as sub-leases (node leases, client.Local, RLQS; running total on the leader's state machine).", key, nil),
+		short:    prometheus.NewDesc("rlnode_region_slice_short_units", "Units of hits on a global key, or of sub-lease requests, that found no slice: refused 429 while the parent said the window is spent, else waited for a slice or failed 503 parent_unreachable.", key, nil),
 		returned: prometheus.NewDesc("rlnode_region_slice_units_returned", "Units of a global key's slices withdrawn in the region's log to go back to the parent.", key, nil),
 		got:      prometheus.NewDesc("rlnode_region_slice_units_got", "Units of a global key the parent lent the region as slices.", key, nil),
 		rtt:      prometheus.NewDesc("rlnode_region_parent_rtt_seconds", "Round trip of the region's last successful slice request to its parent.", one, nil),

@@ -69,8 +69,11 @@ type Holder struct {
 	keys   map[keyID]*heldKey
 	leader bool
 	// lastTick is the previous tick's reading, to notice a suspended
-	// machine (the wall clock ran on, the monotonic one stopped).
-	lastTick lease.Stamp
+	// machine (the wall clock ran on, the monotonic one stopped);
+	// withdrawing: such a wake-up was noticed and its withdrawal not yet
+	// written. Both are the tick goroutine's own.
+	lastTick    lease.Stamp
+	withdrawing bool
 	// retired keeps the state machine's totals of keys given back, so a
 	// key that comes back is not taken for a burst of demand.
 	retired map[keyID]totals
@@ -132,6 +135,7 @@ func (h *Holder) run(every time.Duration, f func()) {
 // slices.
 func (h *Holder) tick() {
 	if !h.node.IsLeader() {
+		h.withdrawing = false // the next leader's term fences the slices
 		h.mu.Lock()
 		if h.leader {
 			// Slices this node wrote are spent no more by anyone: the
@@ -154,8 +158,15 @@ func (h *Holder) tick() {
 		// The leader's stamps follow its monotonic clock, which stopped
 		// while the machine slept: the slices' expiries in the log are
 		// now later than their deadlines. Withdraw them all (nothing
-		// goes back up: they may have outlived their window).
-		h.withdrawAll(stats)
+		// goes back up: they may have outlived their window), on every
+		// tick until the withdrawal is written: right after a wake-up the
+		// leader clock refuses to stamp (its wall clock moved against
+		// the monotonic one) until the clock check judges it again.
+		h.withdrawing = true
+		h.cfg.Logger.Warn("region: the machine seems to have been suspended; withdrawing every slice")
+	}
+	if h.withdrawing {
+		h.withdrawing = !h.withdrawAll(stats)
 		return
 	}
 	asks, backs := h.plan(stats, mirrored, now)
@@ -266,23 +277,26 @@ func (h *Holder) suspended(now lease.Stamp) bool {
 }
 
 // withdrawAll withdraws every live slice and forgets what the holder
-// knew of them.
-func (h *Holder) withdrawAll(stats []fsm.SliceStat) {
+// knew of them; it reports whether every withdrawal was written.
+func (h *Holder) withdrawAll(stats []fsm.SliceStat) bool {
 	var items []cluster.SliceWrite
 	for _, st := range stats {
 		for _, g := range st.Grants {
 			items = append(items, cluster.SliceWrite{Item: fsm.SliceItem{Kind: fsm.SliceWithdraw, Policy: st.Policy, Client: st.Client, Grant: g.Grant}})
 		}
 	}
+	written := true
 	for len(items) > 0 {
 		n := min(len(items), fsm.MaxGrantItems) // one entry's bound
-		_, _ = h.slices.WriteSlices(items[:n])
+		if _, err := h.slices.WriteSlices(items[:n]); err != nil {
+			written = false
+		}
 		items = items[n:]
 	}
 	h.mu.Lock()
 	h.keys, h.retired = map[keyID]*heldKey{}, map[keyID]totals{}
 	h.mu.Unlock()
-	h.cfg.Logger.Warn("region: the machine seems to have been suspended; withdrew every slice")
+	return written
 }
 
 // delta is how much a running total moved (a total that went down was

@@ -282,6 +282,11 @@ func (q *stream) lease(b *bucket) time.Duration {
 // token bucket its max-clock-offset, already taken off), less Transit for
 // the assignment's trip to Envoy. Called with q.mu held.
 func (q *stream) settle(b *bucket, g cluster.Grant, err error, sent time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	if err == nil && g.NoSlice {
+		// A region's global policy whose slices are spent or not come
+		// yet: a failure (ask again after the back-off), never "strict".
+		err = cluster.ErrParentUnreachable
+	}
 	switch {
 	case errors.Is(err, cluster.ErrUnknownPolicy) || errors.Is(err, cluster.ErrNotLeased) || (err == nil && g.ID == 0 && g.Units == 0):
 		q.cfg.Logger.Warn("bucket's policy is unknown or strict; it gets no assignment", "policy", b.policy, "error", err)

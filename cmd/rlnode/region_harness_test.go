@@ -29,6 +29,9 @@ type regionHit struct {
 	allowed    bool
 	resetAt    int64 // the global window the answer names (Unix ms)
 	code       string
+	// decided is "local" for a hit decided from a lease (a node's or an
+	// application's), else "log" (or empty: no decision).
+	decided string
 }
 
 type hitLog struct {
@@ -66,9 +69,10 @@ func hitOnce(url, region, policyName, key string) regionHit {
 		Allowed bool   `json:"allowed"`
 		ResetAt int64  `json:"resetAt"`
 		Code    string `json:"code"`
+		Decided string `json:"decided"`
 	}
 	_ = json.Unmarshal(body, &a)
-	h.allowed, h.resetAt, h.code = a.Allowed && resp.StatusCode == 200, a.ResetAt, a.Code
+	h.allowed, h.resetAt, h.code, h.decided = a.Allowed && resp.StatusCode == 200, a.ResetAt, a.Code, a.Decided
 	return h
 }
 
