@@ -236,6 +236,9 @@ func (h *holder) decide(hits []Hit, buf *resultBuf) (CheckResult, bool) {
 		h.countLocal(hits)
 		return h.localRefusal(hits, now, buf), true
 	case !local:
+		for _, hit := range hits {
+			h.obs.DecidedThroughLog(hit.Policy, 1)
+		}
 		return CheckResult{}, false
 	}
 	res := CheckResult{Allowed: true, ServedBy: h.id, Decided: DecidedLocal, Hits: buf.hitResults(len(hits))}
