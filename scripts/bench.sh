@@ -429,6 +429,12 @@ if [ "$envoyrl" = 1 ]; then
 		--daemonize no >"$tmp/envoyrl-redis.log" 2>&1 &
 	pids+=("$!")
 	erpid=$!
+	# envoyproxy/ratelimit exits when Redis does not answer at its start.
+	for _ in $(seq 1 100); do
+		python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$erport" 2>/dev/null && break
+		kill -0 "$erpid" 2>/dev/null || { cat "$tmp/envoyrl-redis.log" >&2; die "envoyproxy/ratelimit's redis-server exited"; }
+		sleep 0.1
+	done
 	# As its README runs it: Redis over TCP, no statsd, the runtime
 	# directory read once.
 	env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$erport" \
@@ -443,6 +449,8 @@ if [ "$envoyrl" = 1 ]; then
 		kill -0 "${pids[-1]}" 2>/dev/null || { cat "$tmp/envoyrl.log" >&2; die "envoyproxy/ratelimit exited"; }
 		sleep 0.1
 	done
+	"$tmp/rlsload" --addr "$envoyrl_addr" --domain rlsstrict --values 1 --concurrency 1 --conns 1 --duration 100ms --warmup 0s >/dev/null 2>&1 ||
+		{ cat "$tmp/envoyrl.log" >&2; die "envoyproxy/ratelimit answers no call on $envoyrl_addr"; }
 	say "envoyproxy/ratelimit $envoy_rl_version on $envoyrl_addr, its redis-server :$erport"
 fi
 

@@ -94,6 +94,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := run(ctx, cfg)
+	if err == nil && res.OK == 0 {
+		err = fmt.Errorf("no call answered (%d errors: %v)", res.Errors, res.ErrorKinds)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rlsload:", err)
 		os.Exit(1)
