@@ -112,7 +112,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, err
 	}
 	// respond copies what it needs: the call's room goes back after it.
-	return s.respond(req, plan, enforced, alone), nil
+	return s.respond(&c.hdr, req, plan, enforced, alone), nil
 }
 
 // plan matches each descriptor to its policy and cost, then drops the

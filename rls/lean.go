@@ -18,6 +18,7 @@ type call struct {
 	hits    [2]cluster.Hit
 	one     cluster.OneResult
 	dl      deadline
+	hdr     headerItems // its buffers kept between calls
 }
 
 // newPlan returns n zeroed planned descriptors, from the call's room when

@@ -58,10 +58,12 @@ func seconds(room *durationpb.Duration, secs int64) *durationpb.Duration {
 	return room
 }
 
-func (s *Server) respond(req *rlsv3.RateLimitRequest, plan []planned, enforced cluster.CheckResult, alone []cluster.CheckResult) *rlsv3.RateLimitResponse {
+// respond writes the response; hdr is room for its header values (the
+// call's, reused: the values are copied out as strings).
+func (s *Server) respond(hdr *headerItems, req *rlsv3.RateLimitRequest, plan []planned, enforced cluster.CheckResult, alone []cluster.CheckResult) *rlsv3.RateLimitResponse {
 	resp, left := newResponse(len(plan))
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	var hdr headerItems
+	hdr.pol, hdr.rl = hdr.pol[:0], hdr.rl[:0]
 	var v verdicts
 	for i := range plan {
 		p := &plan[i]
@@ -107,7 +109,7 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, plan []planned, enforced c
 			v.passed = append(v.passed, i)
 			continue
 		}
-		s.describe(st, left, p, res.Hits[p.at], res.Now, res.Allowed, &hdr, &v)
+		s.describe(st, left, p, res.Hits[p.at], res.Now, res.Allowed, hdr, &v)
 		if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
 			v.passed = append(v.passed, i)
 		}
