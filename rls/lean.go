@@ -52,14 +52,13 @@ func (s *Server) getCall(ctx context.Context) *call {
 }
 
 // putCall gives a call back once the response no longer reads its room
-// (respond copies what it needs into the response).
+// (respond copies what it needs into the response). Its room is not
+// cleared here: each part is reset where it is taken (newPlan, CheckOne,
+// the entries plan writes whole), and clearing it twice cost about 5% of
+// a leased request's CPU (write barriers on its pointers).
 func (s *Server) putCall(c *call) {
 	c.dl.stop()
 	c.dl = deadline{}
-	clear(c.planBuf[:])
-	clear(c.entries[:])
-	clear(c.hits[:])
-	c.one = cluster.OneResult{}
 	s.calls.Put(c)
 }
 
