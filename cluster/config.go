@@ -355,14 +355,21 @@ type LeaseObserver interface {
 	LeaseReturned(policy string, units int64)
 	LeaseExpired(policy string, units int64)
 	DecidedLocally(policy string, hits int)
+	// DecidedThroughLog counts hits of leased policies this node could not
+	// decide from a lease (a cold key, a grant not yet here, a budget
+	// being rechecked) and sent through the log: its own entries on the
+	// leader, forwarded on a follower. With DecidedLocally it is the share
+	// of leased hits each node decides alone.
+	DecidedThroughLog(policy string, hits int)
 }
 
 type nopLeaseObserver struct{}
 
-func (nopLeaseObserver) LeaseGranted(string, int64)  {}
-func (nopLeaseObserver) LeaseReturned(string, int64) {}
-func (nopLeaseObserver) LeaseExpired(string, int64)  {}
-func (nopLeaseObserver) DecidedLocally(string, int)  {}
+func (nopLeaseObserver) LeaseGranted(string, int64)    {}
+func (nopLeaseObserver) LeaseReturned(string, int64)   {}
+func (nopLeaseObserver) LeaseExpired(string, int64)    {}
+func (nopLeaseObserver) DecidedLocally(string, int)    {}
+func (nopLeaseObserver) DecidedThroughLog(string, int) {}
 
 func leaseObserver(o Observer) LeaseObserver {
 	if lo, ok := o.(LeaseObserver); ok {

@@ -109,6 +109,10 @@ type FSM struct {
 	// that derive something from the table (the gRPC service's descriptor
 	// tree) rebuild when it moves. Local to this node, not state.
 	tableVersion atomic.Uint64
+	// view is the table as of a version, for lock-free lookups (Policy);
+	// viewMu serialises its builds.
+	view   atomic.Pointer[policyView]
+	viewMu sync.Mutex
 	// Outstanding lease grants per key (lease.go), sorted by expiry, and
 	// the heap of their expiries.
 	grants    map[string][]grant

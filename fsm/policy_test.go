@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,5 +355,61 @@ func TestEpochAlignedWindows(t *testing.T) {
 	}
 	if r := tf.check(k+61_000, nil, h2("aligned", "a", 2)).Hits[0]; r.Outcome != window.Allowed || r.Parts[0].ResetAt != k+121_000 {
 		t.Fatalf("anchored again: %+v; want a fresh window anchored at the hit", r)
+	}
+}
+
+// TestPolicyFollowsEveryTableChange: Policy, read without the state
+// machine's lock (policyView), answers the table as the last entry or
+// restore left it: an added, changed, deleted and restored policy each
+// show at once, and readers racing the applies see no torn table.
+func TestPolicyFollowsEveryTableChange(t *testing.T) {
+	tf := newTestFSM(t)
+	if _, ok := tf.f.Policy("p"); ok {
+		t.Fatal("p found in an empty table")
+	}
+	tf.set(pol("p", "fixed_window", lim(2, time.Minute)))
+	if p, ok := tf.f.Policy("p"); !ok || p.Limits[0].Limit != 2 {
+		t.Fatalf("added: %+v %v", p, ok)
+	}
+	tf.set(pol("p", "fixed_window", lim(3, time.Minute)))
+	if p, _ := tf.f.Policy("p"); p.Limits[0].Limit != 3 {
+		t.Fatalf("changed: %+v", p)
+	}
+	sink := persistSnapshot(t, tf.f)
+	tf.apply(1, EncodeDeletePolicy("p"))
+	if _, ok := tf.f.Policy("p"); ok {
+		t.Fatal("deleted p still found")
+	}
+	if err := tf.f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := tf.f.Policy("p"); !ok || p.Limits[0].Limit != 3 {
+		t.Fatalf("restored: %+v %v", p, ok)
+	}
+	// Racing readers (go test -race): every answer is one the table held.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if p, ok := tf.f.Policy("p"); ok && p.Limits[0].Limit < 3 {
+					t.Errorf("read limit %d, never in the table", p.Limits[0].Limit)
+					return
+				}
+			}
+		})
+	}
+	for i := range 200 {
+		tf.set(pol("p", "fixed_window", lim(int64(3+i), time.Minute)))
+	}
+	close(done)
+	wg.Wait()
+	if p, _ := tf.f.Policy("p"); p.Limits[0].Limit != 202 {
+		t.Fatalf("after 200 changes: limit %d, want 202", p.Limits[0].Limit)
 	}
 }

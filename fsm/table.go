@@ -114,15 +114,47 @@ func (f *FSM) applyResetKey(data []byte) (any, error) {
 	return &ResetResult{Found: f.forget(pol, client)}, nil
 }
 
-// Policy returns a policy of the replicated table.
+// Policy returns a policy of the replicated table. It reads the table's
+// view (policyView) without the state machine's lock, which Apply holds
+// for a whole entry: the hit path's front ends (CheckOne) look a policy up
+// per hit and must not wait for the entry being applied, nor make the
+// next apply wait for them.
 func (f *FSM) Policy(name string) (policy.Policy, bool) {
+	p, ok := f.policyView().m[name]
+	return p, ok
+}
+
+// policyView is the policy table at one table version, read without a
+// lock: built once per version (under the state machine's read lock, so
+// it is the table exactly as that version left it) and swapped whole.
+type policyView struct {
+	version uint64
+	m       map[string]policy.Policy
+}
+
+// policyView returns the view of the table as it is now, building it when
+// the table moved on since the last one. A version read here equal to the
+// view's means no entry changed the table since the view was built: every
+// change moves the version under the write lock, and a view is built under
+// the read lock.
+func (f *FSM) policyView() *policyView {
+	if v := f.view.Load(); v != nil && v.version == f.tableVersion.Load() {
+		return v
+	}
+	f.viewMu.Lock() // one build per version, however many readers miss
+	defer f.viewMu.Unlock()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	p := f.policies[name]
-	if p == nil {
-		return policy.Policy{}, false
+	version := f.tableVersion.Load()
+	if v := f.view.Load(); v != nil && v.version == version {
+		return v
 	}
-	return p.p, true
+	v := &policyView{version: version, m: make(map[string]policy.Policy, len(f.policies))}
+	for name, p := range f.policies {
+		v.m[name] = p.p
+	}
+	f.view.Store(v)
+	return v
 }
 
 // Policies returns the replicated table sorted by name.

@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // admin-defined, bounded set; clients are never labels).
 type leaseMetrics struct {
 	local    *prometheus.CounterVec
+	logged   *prometheus.CounterVec
 	granted  *prometheus.CounterVec
 	returned *prometheus.CounterVec
 	expired  *prometheus.CounterVec
@@ -17,17 +18,23 @@ func newLeaseMetrics(reg *prometheus.Registry) leaseMetrics {
 	}
 	l := leaseMetrics{
 		local:    vec("rlnode_lease_local_decisions_total", "Hits of leased policies this node decided from a lease it holds, allowed or refused, with no log entry."),
+		logged:   vec("rlnode_lease_log_decisions_total", "Hits of leased policies this node sent through the log (its own entries as leader, forwarded as follower): no lease here could decide them."),
 		granted:  vec("rlnode_lease_granted_units_total", "Units this node lent through grant entries as leader."),
 		returned: vec("rlnode_lease_returned_units_total", "Unspent units given back to the budget through return entries this node wrote as leader."),
 		expired:  vec("rlnode_lease_expired_units_total", "Units this node held and let expire unspent (lost to everyone until the grant's expiry)."),
 	}
-	reg.MustRegister(l.local, l.granted, l.returned, l.expired)
+	reg.MustRegister(l.local, l.logged, l.granted, l.returned, l.expired)
 	return l
 }
 
 // DecidedLocally implements cluster.LeaseObserver.
 func (m *Metrics) DecidedLocally(policy string, hits int) {
 	m.lease.local.WithLabelValues(policy).Add(float64(hits))
+}
+
+// DecidedThroughLog implements cluster.LeaseObserver.
+func (m *Metrics) DecidedThroughLog(policy string, hits int) {
+	m.lease.logged.WithLabelValues(policy).Add(float64(hits))
 }
 
 // LeaseGranted implements cluster.LeaseObserver.

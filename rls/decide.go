@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,10 @@ type planned struct {
 	permitted       bool
 	peek            cluster.PeekResult
 	entries         []entry
-	domain, metric  string // metric labels (metric.go)
+	// limit is the matched limit as the response states it, shared by
+	// every response (read only; nil for an override: made per answer).
+	limit          *rlsv3.RateLimitResponse_RateLimit
+	domain, metric string // metric labels (metric.go)
 	// at indexes the hit in its check's result.
 	at int
 }
@@ -64,18 +68,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		// unknown here and would read as "no limit".
 		return nil, unavailable("", fmt.Errorf("%w: %s", cluster.ErrNotMember, reason))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
+	c := s.getCall(ctx)
+	defer s.putCall(c)
 	t := s.currentTree()
-	plan, err := s.plan(ctx, t, req)
+	plan, err := s.plan(c, t, req)
 	if err != nil {
 		return nil, err
 	}
 	var enforce, solo []cluster.Hit
-	if err := s.releasePermits(ctx, plan); err != nil {
+	if err := s.releasePermits(&c.dl, plan); err != nil {
 		return nil, err
 	}
-	ok, err := s.takePermits(ctx, plan)
+	ok, err := s.takePermits(&c.dl, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -89,13 +93,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			solo = append(solo, p.hit)
 		default:
 			p.at = len(enforce)
+			if enforce == nil {
+				enforce = c.hits[:0] // room for the usual request's hits
+			}
 			enforce = append(enforce, p.hit)
 		}
 	}
-	if err := s.refund(ctx, plan); err != nil {
+	if err := s.refund(&c.dl, plan); err != nil {
 		return nil, err
 	}
-	enforced, alone, err := s.decide(ctx, plan, enforce, solo)
+	enforced, alone, err := s.decide(c, plan, enforce, solo)
 	if err == nil && len(enforce) > 0 && !enforced.Allowed {
 		// The request is refused: it holds no permit either.
 		s.givePermitsBack(plan)
@@ -104,26 +111,27 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.givePermitsBack(plan)
 		return nil, err
 	}
-	return s.respond(req, plan, enforced, alone), nil
+	// respond copies what it needs: the call's room goes back after it.
+	return s.respond(&c.hdr, req, plan, enforced, alone), nil
 }
 
 // plan matches each descriptor to its policy and cost, then drops the
 // limits another matched limit replaces.
-func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest) ([]planned, error) {
-	plan := make([]planned, len(req.GetDescriptors()))
+func (s *Server) plan(c *call, t *tree, req *rlsv3.RateLimitRequest) ([]planned, error) {
+	plan := c.newPlan(len(req.GetDescriptors()))
 	// Metrics name configured domains only: a caller's made-up domains
 	// must not grow the label set.
 	domain := req.GetDomain()
 	if t.domains[domain] == nil {
 		domain = "(unknown)"
 	}
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made for the first limit that replaces others
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
 		}
 		p := &plan[i]
-		p.entries = make([]entry, len(d.GetEntries()))
+		p.entries = c.newEntries(len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
 			p.entries[j] = entry{e.GetKey(), e.GetValue()}
 		}
@@ -136,7 +144,7 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		p.domain = domain
 		var m match
 		if o := d.GetLimit(); o != nil {
-			pol, err := s.overridePolicy(ctx, o)
+			pol, err := s.overridePolicy(c.dl.context(), o)
 			if err != nil {
 				return nil, err
 			}
@@ -144,7 +152,7 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		} else {
 			m = t.match(req.GetDomain(), p.entries)
 		}
-		p.pol, p.metric = m.pol, m.metricKey
+		p.pol, p.metric, p.limit = m.pol, m.metricKey, m.limit
 		p.hit = cluster.Hit{Client: bucket(p.entries, m.shared), Cost: cost}
 		if m.pol != nil && m.pol.IsConcurrency() {
 			// A permit per request: hits_addend 0 looks and takes none.
@@ -173,6 +181,9 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 		if e := p.pol.Envoy; e != nil {
 			p.shadow, p.quota = e.ShadowMode, e.QuotaMode
 			for _, r := range e.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[r] = true
 			}
 		}
@@ -191,7 +202,7 @@ func (s *Server) plan(ctx context.Context, t *tree, req *rlsv3.RateLimitRequest)
 
 // refund gives back the refunds of a request in one log entry, before
 // its hits are decided.
-func (s *Server) refund(ctx context.Context, plan []planned) error {
+func (s *Server) refund(dl *deadline, plan []planned) error {
 	var hits []cluster.Hit
 	for _, p := range plan {
 		if p.refund {
@@ -203,7 +214,7 @@ func (s *Server) refund(ctx context.Context, plan []planned) error {
 	if len(hits) == 0 {
 		return nil
 	}
-	if _, err := s.cfg.Refunds.Refund(ctx, hits); err != nil {
+	if _, err := s.cfg.Refunds.Refund(dl.context(), hits); err != nil {
 		return unavailable("refund", err)
 	}
 	return nil
@@ -276,8 +287,19 @@ func (s *Server) overrides() int {
 }
 
 // decide runs the enforcing group, the solo hits and the checks at once;
-// the batcher puts the hits into the same log entry when it can.
-func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
+// the batcher puts the hits into the same log entry when it can. A
+// request whose only counted descriptor is one enforcing hit (the usual
+// one) is one call on the node's lean path (checkOne).
+func (s *Server) decide(c *call, plan []planned, enforce, solo []cluster.Hit) (cluster.CheckResult, []cluster.CheckResult, error) {
+	if len(enforce) == 1 && len(solo) == 0 && !hasChecks(plan) {
+		if res, done, err := s.checkOne(c, enforce[0]); done {
+			if err != nil {
+				return res, nil, unavailable("", err)
+			}
+			return res, nil, nil
+		}
+	}
+	ctx := c.dl.context()
 	alone := make([]cluster.CheckResult, len(solo))
 	errs := make(chan error, len(solo)+len(plan))
 	waits := len(solo)
@@ -289,7 +311,7 @@ func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []clu
 		}()
 	}
 	for i := range plan {
-		if p := &plan[i]; p.check && p.pol != nil && (p.pol.Envoy == nil || !p.pol.Envoy.Unlimited) {
+		if p := &plan[i]; peeks(p) {
 			waits++
 			go func() {
 				var err error
@@ -304,7 +326,10 @@ func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []clu
 	var enforced cluster.CheckResult
 	var err error
 	if len(enforce) > 0 {
-		enforced, err = s.cfg.Limiter.CheckAll(ctx, enforce)
+		// A copy: the node may still read the hits after it answered (a
+		// batch that took them as the caller gave up), never the call's
+		// pooled room.
+		enforced, err = s.cfg.Limiter.CheckAll(ctx, slices.Clone(enforce))
 	}
 	for range waits {
 		if e := <-errs; e != nil && err == nil {
@@ -315,6 +340,20 @@ func (s *Server) decide(ctx context.Context, plan []planned, enforce, solo []clu
 		return enforced, nil, unavailable("", err)
 	}
 	return enforced, alone, nil
+}
+
+// peeks says a descriptor is a hits_addend 0 look at a limited counter.
+func peeks(p *planned) bool {
+	return p.check && p.pol != nil && (p.pol.Envoy == nil || !p.pol.Envoy.Unlimited)
+}
+
+func hasChecks(plan []planned) bool {
+	for i := range plan {
+		if peeks(&plan[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // unavailable is how the rate limit service answers a call the cluster

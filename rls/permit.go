@@ -21,12 +21,12 @@ const PermitOwner = "rls"
 
 // releasePermits gives back, before anything is decided, the oldest permit
 // of each is_negative_hits descriptor's key (none live: nothing to do).
-func (s *Server) releasePermits(ctx context.Context, plan []planned) error {
+func (s *Server) releasePermits(dl *deadline, plan []planned) error {
 	for _, p := range plan {
 		if !p.release {
 			continue
 		}
-		if _, err := s.cfg.Permits.ReleaseOldestPermit(ctx, p.hit.Policy, p.hit.Client); err != nil && !errors.Is(err, cluster.ErrNotFound) {
+		if _, err := s.cfg.Permits.ReleaseOldestPermit(dl.context(), p.hit.Policy, p.hit.Client); err != nil && !errors.Is(err, cluster.ErrNotFound) {
 			return status.Errorf(codes.Unavailable, "release a permit: %v", err)
 		}
 	}
@@ -36,13 +36,13 @@ func (s *Server) releasePermits(ctx context.Context, plan []planned) error {
 // takePermits takes a permit for each concurrency descriptor, in order,
 // and reports whether every one was taken; when one is refused, those
 // taken are given back at once.
-func (s *Server) takePermits(ctx context.Context, plan []planned) (bool, error) {
+func (s *Server) takePermits(dl *deadline, plan []planned) (bool, error) {
 	for i := range plan {
 		p := &plan[i]
 		if !p.permit {
 			continue
 		}
-		pm, err := s.cfg.Permits.AcquirePermit(ctx, cluster.PermitRequest{Policy: p.hit.Policy, Client: p.hit.Client, Owner: PermitOwner, TTL: s.cfg.PermitTTL})
+		pm, err := s.cfg.Permits.AcquirePermit(dl.context(), cluster.PermitRequest{Policy: p.hit.Policy, Client: p.hit.Client, Owner: PermitOwner, TTL: s.cfg.PermitTTL})
 		if err != nil {
 			s.givePermitsBack(plan)
 			return false, status.Errorf(codes.Unavailable, "take a permit: %v", err)

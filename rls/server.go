@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -37,6 +38,17 @@ type Limiter interface {
 }
 
 var _ Limiter = (*cluster.Node)(nil)
+
+// oneChecker is the node's lean path (cluster.Node.CheckOne, the path of
+// GET /check): a request whose only counted descriptor is one enforcing
+// hit is one call into the node, decided from the node's leases without a
+// context, a timer or an allocation when its key is hot. A Limiter
+// without it (a test's) is asked through CheckAll.
+type oneChecker interface {
+	CheckOne(ctx context.Context, hit cluster.ValidHit, timeout time.Duration, res *cluster.OneResult) error
+}
+
+var _ oneChecker = (*cluster.Node)(nil)
 
 // Permits serve a concurrency policy's descriptors (permit.go):
 // *cluster.Budgets.
@@ -140,9 +152,23 @@ type Server struct {
 	overrideMu     sync.Mutex
 	addedOverrides map[string]time.Time
 
-	mu      sync.Mutex
-	tree    *tree
-	version uint64 // the policy table version tree was built from
+	// one is the limiter's lean path, when it has one; calls pools each
+	// request's room (call, lean.go).
+	one   oneChecker
+	calls sync.Pool
+
+	// tree is the descriptor tree and the table version it was built
+	// from, swapped whole: a request reads it without a lock.
+	tree atomic.Pointer[versionedTree]
+	// rebuild serialises rebuilds, so a table change is built once.
+	rebuild sync.Mutex
+}
+
+// versionedTree is a descriptor tree and the policy table version it was
+// built from.
+type versionedTree struct {
+	t       *tree
+	version uint64
 }
 
 // New builds the server; Serve starts it.
@@ -166,6 +192,8 @@ func New(cfg Config) *Server {
 		cfg.Refunds = r
 	}
 	s := &Server{cfg: cfg, addedOverrides: map[string]time.Time{}}
+	s.one, _ = cfg.Limiter.(oneChecker)
+	s.calls.New = func() any { return new(call) }
 	s.grpc, s.guard = grpcserve.NewServer(grpcserve.Config{Port: "rls", Token: cfg.Token, TLS: cfg.TLS, Limits: cfg.Limits, Observer: cfg.Refused,
 		ServerOptions: cfg.ServerOptions})
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
@@ -185,14 +213,20 @@ func (s *Server) OpenCalls() int { return s.guard.Open() }
 // currentTree returns the descriptor tree, rebuilt when this node's policy
 // table moved on since it was built (the limits themselves always come from
 // the table the deciding log entry sees).
+// Every request reads it; none takes a lock unless the table moved.
 func (s *Server) currentTree() *tree {
 	v := s.cfg.Limiter.PolicyVersion()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tree == nil || s.version != v {
-		// Read the version first: a change during the build leaves the
-		// tree marked stale, never fresh.
-		s.tree, s.version = buildTree(s.cfg.Limiter.Policies()), v
+	if vt := s.tree.Load(); vt != nil && vt.version == v {
+		return vt.t
 	}
-	return s.tree
+	s.rebuild.Lock()
+	defer s.rebuild.Unlock()
+	if vt := s.tree.Load(); vt != nil && vt.version == v {
+		return vt.t // another request built it meanwhile
+	}
+	// Read the version first: a change during the build leaves the tree
+	// marked stale, never fresh.
+	vt := &versionedTree{t: buildTree(s.cfg.Limiter.Policies()), version: v}
+	s.tree.Store(vt)
+	return vt.t
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/rlnode/rlnode/cluster"
 	"github.com/rlnode/rlnode/policy"
 )
@@ -26,6 +28,13 @@ type node struct {
 	wild  []wildcard
 	entry policy.EnvoyEntry
 	pol   *policy.Policy
+	// limit is pol's limit as a response states it, made once per tree
+	// (responses share it, read only).
+	limit *rlsv3.RateLimitResponse_RateLimit
+	// metricKey is the metric key of a descriptor ending here whose path
+	// names no request value (no detailed_metric, value_to_metric or
+	// share_threshold): made once per tree, not per request.
+	metricKey string
 }
 
 type wildcard struct {
@@ -65,11 +74,31 @@ func buildTree(ps []policy.Policy) *tree {
 			n = next
 		}
 		n.pol = &ps[i]
+		n.limit = currentLimit(n.pol)
 	}
 	for _, n := range t.domains {
 		n.sortWild()
+		n.staticKeys("")
 	}
 	return t
+}
+
+// staticKeys sets each node's metric key as its configuration path
+// spells it (metricKey's result when no request value shows).
+func (n *node) staticKeys(parent string) {
+	for _, k := range n.kids {
+		var b strings.Builder
+		if parent != "" {
+			b.WriteString(parent)
+			b.WriteByte('.')
+		}
+		b.WriteString(k.entry.Key)
+		if k.entry.Value != "" {
+			b.WriteString("_" + k.entry.Value)
+		}
+		k.metricKey = b.String()
+		k.staticKeys(k.metricKey)
+	}
 }
 
 func (n *node) sortWild() {
@@ -81,7 +110,8 @@ func (n *node) sortWild() {
 
 // match is what a request's descriptor matched.
 type match struct {
-	pol *policy.Policy
+	pol   *policy.Policy
+	limit *rlsv3.RateLimitResponse_RateLimit // pol's, as the tree made it
 	// shared[i] is the wildcard value entry i counts under when its
 	// descriptor has share_threshold ("" otherwise).
 	shared []string
@@ -100,11 +130,17 @@ func (t *tree) match(domain string, entries []entry) match {
 		return match{}
 	}
 	var m match
-	path := make([]*node, 0, len(entries))
+	// The path and each level's key_value are built in room on the stack
+	// for the usual descriptor (a few short entries): no allocation.
+	var pathBuf [8]*node
+	var kvBuf [128]byte
+	path := pathBuf[:0]
+	named := false // the metric key needs the request's spelling
 	for i, e := range entries {
-		kv := e.key + "_" + e.value
-		next, wildKey := n.kids[kv], ""
+		kvb := append(append(append(kvBuf[:0], e.key...), '_'), e.value...)
+		next, wildKey := n.kids[string(kvb)], ""
 		if next == nil {
+			kv := string(kvb)
 			for _, w := range n.wild {
 				if wildcardMatch(w.parts, kv) {
 					next, wildKey = n.kids[w.key], w.key
@@ -119,6 +155,9 @@ func (t *tree) match(domain string, entries []entry) match {
 			break
 		}
 		path = append(path, next)
+		// The tree's spelling holds while the request's key is the
+		// configuration's (a wildcard or an underscore can blur them).
+		named = named || next.entry.ValueToMetric || next.entry.Key != e.key
 		if wildKey != "" && next.entry.ShareThreshold {
 			if m.shared == nil {
 				m.shared = make([]string, len(entries))
@@ -128,7 +167,7 @@ func (t *tree) match(domain string, entries []entry) match {
 			m.shared[i] = strings.TrimPrefix(wildKey, e.key+"_")
 		}
 		if i == len(entries)-1 && next.pol != nil {
-			m.pol = next.pol
+			m.pol, m.limit = next.pol, next.limit
 		}
 		if len(next.kids) == 0 {
 			break
@@ -137,6 +176,12 @@ func (t *tree) match(domain string, entries []entry) match {
 	}
 	if m.pol == nil || m.pol.Envoy == nil || m.pol.Envoy.NoLimit {
 		return match{}
+	}
+	if !m.pol.Envoy.DetailedMetric && !named && m.shared == nil {
+		// The limit ends at the last entry: the path is the whole
+		// descriptor, as the tree spelt it.
+		m.metricKey = path[len(path)-1].metricKey
+		return m
 	}
 	m.metricKey = metricKey(entries, path, m)
 	return m

@@ -49,6 +49,21 @@
 #   K-zipf-strict-256   strict /check/hstrict/{key} on K's leader, 256
 #                       workers, BENCH_ZIPF_STRICT_KEYS keys drawn by Zipf
 #                       (rlnode bench --dist zipf, s=1.1, with its trace)
+#   (BENCH_RUNS has "rls": issue 40's Envoy comparison, interleaved with
+#   envoyproxy/ratelimit + Redis; every rlnode node also serves --grpc-addr)
+#   K-rls-leased-hot, K-rls-leased-zipf, K-rls-strict-hot, K-rls-strict-zipf
+#   envoyrl-rls-leased-hot, ... (the same four)
+#                       ShouldRateLimit through one of K's followers (rlnode)
+#                       or envoyproxy/ratelimit, 64 calls in flight over 4
+#                       HTTP/2 connections (bench/rlsload), one descriptor
+#                       {k: v<n>} per call, on BENCH_RLS_HOT_VALUES values
+#                       uniform (hot) or BENCH_ZIPF_KEYS values by Zipf
+#                       (BENCH_ZIPF_S); domain rlsleased is leased in rlnode,
+#                       rlsstrict strict; both are the same YAML (limit 10^9
+#                       a minute) in both systems. envoyproxy/ratelimit is
+#                       built from the Go module proxy at
+#                       BENCH_ENVOY_RATELIMIT in a module under the temp dir
+#                       (never rlnode's go.mod), with its own redis-server
 # and after all repetitions, once per repetition and log store:
 #   K-snapshot-64       /check on K's leader at 64 workers (rlnode bench, for
 #                       its per-second trace) over BENCH_SNAPSHOT_KEYS live
@@ -64,6 +79,8 @@
 #   leased followers / leader @64 >= 0.9
 #   p99 through a snapshot of BENCH_SNAPSHOT_KEYS windows <= 20 ms, every
 #   repetition
+#   rls: through a follower, leased hot and leased zipf / envoyrl >= 1.5,
+#   strict hot and strict zipf / envoyrl >= 0.9
 #
 # Environment:
 #   BENCH_RAFT_LOGS  log stores to measure, space-separated (default "wal bolt")
@@ -71,7 +88,8 @@
 #                    (e.g. "ae256=--raft-max-append-entries 256;ae64=--raft-max-append-entries 64");
 #                    names are [a-z0-9_]+
 #   BENCH_RUNS       which runs, of "livez check followers open snapshot
-#                    leased zipf" (the default: all but leased and zipf)
+#                    leased zipf fastpath rls" (the default: all but leased,
+#                    zipf, fastpath and rls)
 #   BENCH_LEASED_KEYS  hot keys of the leased runs (default 16)
 #   BENCH_LEASED_CAP   limit per second per key of K-leased-cap-64 (default 2000)
 #   BENCH_ZIPF_KEYS    keys of the zipf runs (default 10000)
@@ -81,6 +99,10 @@
 #   BENCH_RUNS=fastpath  issue 28's comparison (the runs above; with
 #                    "livez leased fastpath" every ratio of its Targets)
 #   BENCH_ZIPF_STRICT_KEYS  keys of K-zipf-strict-256 (default 10000)
+#   BENCH_RLS_HOT_VALUES  descriptor values of the rls hot runs (default 100)
+#   BENCH_ENVOY_RATELIMIT  envoyproxy/ratelimit's version for the rls runs
+#                    (default the pinned pseudo-version below; needs the Go
+#                    module proxy once, then the module cache)
 #   BENCH_BASELINE   0 skips the Redis baseline (default 1; skipped with a
 #                    message when redis-server is not installed)
 #   BENCH_DURATION   measured length of each run (default 10s, a Go duration)
@@ -140,6 +162,9 @@ leased_cap="${BENCH_LEASED_CAP:-2000}"
 zipf_keys="${BENCH_ZIPF_KEYS:-10000}"
 zipf_s="${BENCH_ZIPF_S:-1.07}"
 snap_keys="${BENCH_SNAPSHOT_KEYS:-1000000}"
+rls_hot_values="${BENCH_RLS_HOT_VALUES:-100}"
+# envoyproxy/ratelimit has no releases for years; main at a fixed commit.
+envoy_rl_version="${BENCH_ENVOY_RATELIMIT:-v1.4.1-0.20260122083618-3fb702589d36}"
 want_run() { [[ " ${run_set[*]} " == *" $1 "* ]]; }
 baseline="${BENCH_BASELINE:-1}"
 trace="${BENCH_TRACE:-1}"
@@ -266,9 +291,29 @@ if [ "$baseline" = 1 ]; then
 	fi
 fi
 
+envoyrl=0 # 1: envoyproxy/ratelimit + Redis beside the rls runs
+if want_run rls; then
+	say "building bench/rlsload"
+	(cd "$repo" && "$go" build -o "$tmp/rlsload" ./bench/rlsload)
+	if ! command -v redis-server >/dev/null; then
+		say "redis-server not installed: the rls runs go without envoyproxy/ratelimit (Debian: apt-get install redis-server)"
+	else
+		say "building envoyproxy/ratelimit $envoy_rl_version (Go module proxy) in $tmp/envoyrl"
+		mkdir -p "$tmp/envoyrl"
+		if (cd "$tmp/envoyrl" && "$go" mod init rlnode.bench/envoyratelimit &&
+			"$go" mod edit -require="github.com/envoyproxy/ratelimit@$envoy_rl_version" &&
+			GOFLAGS=-mod=mod "$go" build -o "$tmp/envoy-ratelimit" github.com/envoyproxy/ratelimit/src/service_cmd) >"$tmp/envoyrl-build.log" 2>&1; then
+			envoyrl=1
+		else
+			cat "$tmp/envoyrl-build.log" >&2
+			say "could not build envoyproxy/ratelimit: the rls runs go without it"
+		fi
+	fi
+fi
+
 # ---- clusters ----
 
-declare -A leader_url follower_urls leader_id
+declare -A leader_url follower_urls leader_id follower_grpc
 cpu_procs=() # label:pid of every server, for CPU-seconds per run
 url() { printf 'http://127.0.0.1:%s' "$1"; }
 
@@ -283,14 +328,16 @@ wait_healthy() { # name url pid log
 }
 
 start_cluster() { # kind
-	local kind=$1 i id ports http=() raftp=() npids=() leader="" ids
-	read -r -a ports <<<"$(free_ports 6)"
+	local kind=$1 i id ports http=() raftp=() grpcp=() npids=() leader="" ids
+	read -r -a ports <<<"$(free_ports 9)"
 	http=("${ports[@]:0:3}")
 	raftp=("${ports[@]:3:3}")
+	grpcp=("${ports[@]:6:3}")
 	for i in 0 1 2; do
 		id="n$((i + 1))"
 		local join=()
 		if [ "$i" != 0 ]; then join=(--join "$(url "${http[0]}")"); fi
+		if want_run rls; then join+=(--grpc-addr "127.0.0.1:${grpcp[$i]}"); fi
 		# shellcheck disable=SC2086 # the system's flags are words
 		"$rl" serve --id "$id" ${sys_flags[$kind]} \
 			--http-addr "127.0.0.1:${http[$i]}" --raft-addr "127.0.0.1:${raftp[$i]}" \
@@ -326,10 +373,11 @@ start_cluster() { # kind
 	done
 	leader_url[$kind]="$(url "${http[$leader]}")"
 	leader_id[$kind]="n$((leader + 1))"
-	local f=()
+	local f=() fg=()
 	for i in 0 1 2; do
-		if [ "$i" != "$leader" ]; then f+=("$(url "${http[$i]}")"); fi
+		if [ "$i" != "$leader" ]; then f+=("$(url "${http[$i]}")") fg+=("127.0.0.1:${grpcp[$i]}"); fi
 	done
+	follower_grpc[$kind]="${fg[0]}"
 	follower_urls[$kind]="${f[0]},${f[1]}"
 	say "$kind cluster: leader ${leader_id[$kind]} ${leader_url[$kind]}, followers ${follower_urls[$kind]}"
 }
@@ -361,6 +409,51 @@ if [ "$baseline" = 1 ]; then
 	say "Redis baseline: redis-server :$rport, redislimiter $redis_url"
 fi
 
+# The rls runs' YAML: one domain leased in rlnode, one strict, alike
+# otherwise; envoyproxy/ratelimit reads the same files.
+if want_run rls; then
+	mkdir -p "$tmp/rlsrt/ratelimit/config"
+	for d in rlsleased rlsstrict; do
+		printf 'domain: %s\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n' "$d" >"$tmp/rlsrt/ratelimit/config/$d.yaml"
+	done
+	for k in "${kinds[@]}"; do
+		"$rl" policy import-envoy --leased-domain rlsleased --addr "${leader_url[$k]}" "$tmp/rlsrt/ratelimit/config/"*.yaml >/dev/null ||
+			die "$k: could not import the rls policies"
+	done
+fi
+envoyrl_addr=""
+if [ "$envoyrl" = 1 ]; then
+	read -r erport egport ehport edport <<<"$(free_ports 4)"
+	mkdir -p "$tmp/envoyrl-redis"
+	redis-server --port "$erport" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp/envoyrl-redis" \
+		--daemonize no >"$tmp/envoyrl-redis.log" 2>&1 &
+	pids+=("$!")
+	erpid=$!
+	# envoyproxy/ratelimit exits when Redis does not answer at its start.
+	for _ in $(seq 1 100); do
+		python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$erport" 2>/dev/null && break
+		kill -0 "$erpid" 2>/dev/null || { cat "$tmp/envoyrl-redis.log" >&2; die "envoyproxy/ratelimit's redis-server exited"; }
+		sleep 0.1
+	done
+	# As its README runs it: Redis over TCP, no statsd, the runtime
+	# directory read once.
+	env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$erport" \
+		RUNTIME_ROOT="$tmp/rlsrt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+		HOST=127.0.0.1 PORT="$ehport" GRPC_HOST=127.0.0.1 GRPC_PORT="$egport" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$edport" \
+		"$tmp/envoy-ratelimit" >"$tmp/envoyrl.log" 2>&1 &
+	pids+=("$!")
+	cpu_procs+=("envoyrl-redis:$erpid" "envoyrl:$!")
+	envoyrl_addr="127.0.0.1:$egport"
+	for _ in $(seq 1 100); do
+		"$tmp/rlsload" --addr "$envoyrl_addr" --domain rlsstrict --values 1 --concurrency 1 --conns 1 --duration 100ms --warmup 0s >/dev/null 2>&1 && break
+		kill -0 "${pids[-1]}" 2>/dev/null || { cat "$tmp/envoyrl.log" >&2; die "envoyproxy/ratelimit exited"; }
+		sleep 0.1
+	done
+	"$tmp/rlsload" --addr "$envoyrl_addr" --domain rlsstrict --values 1 --concurrency 1 --conns 1 --duration 100ms --warmup 0s >/dev/null 2>&1 ||
+		{ cat "$tmp/envoyrl.log" >&2; die "envoyproxy/ratelimit answers no call on $envoyrl_addr"; }
+	say "envoyproxy/ratelimit $envoy_rl_version on $envoyrl_addr, its redis-server :$erport"
+fi
+
 {
 	echo "date:       $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "rev:        $(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$repo" && git diff --quiet HEAD 2>/dev/null || echo -dirty)"
@@ -372,6 +465,7 @@ fi
 	for k in "${kinds[@]}"; do echo "system:     $k = rlnode serve ${sys_flags[$k]}"; done
 	echo "node args:  ${node_args[*]:-(none)}"
 	if [ "$baseline" = 1 ]; then echo "baseline:   $(redis-server --version | cut -d' ' -f1-3), in memory (no fsync), redislimiter $redis_url"; else echo "baseline:   skipped"; fi
+	if [ "$envoyrl" = 1 ]; then echo "rls peer:   envoyproxy/ratelimit $envoy_rl_version + its own redis-server, in memory; load: bench/rlsload, 64 calls in flight over 4 HTTP/2 connections"; fi
 } >"$out/env.txt"
 
 # ---- runs ----
@@ -522,6 +616,24 @@ fastpath_runs() {
 		--path "/check/hstrict/{key}" --dist zipf --concurrency 256
 }
 
+# rls_runs REP KIND: one repetition's ShouldRateLimit runs on KIND (a
+# cluster, through a follower, or envoyrl), leased and strict, hot and Zipf.
+rls_runs() {
+	local r=$1 k=$2 addr mode
+	if [ "$k" = envoyrl ]; then addr=$envoyrl_addr; else addr=${follower_grpc[$k]}; fi
+	for mode in leased strict; do
+		rls_run "r$r-$k-rls-$mode-hot" --addr "$addr" --domain "rls$mode" --values "$rls_hot_values"
+		rls_run "r$r-$k-rls-$mode-zipf" --addr "$addr" --domain "rls$mode" --values "$zipf_keys" --zipf "$zipf_s"
+	done
+}
+
+rls_run() { # NAME rlsload flags...
+	local name=$1
+	shift
+	say "run $name: rlsload $*"
+	measure "$name" "$out/$name.json" "$tmp/rlsload" --key k --concurrency 64 --conns 4 --duration "$duration" --warmup "$warmup" "$@"
+}
+
 for r in $(seq 1 "$reps"); do
 	say "---- repetition $r of $reps"
 	# Rotate who goes first each repetition, so no system always follows
@@ -550,6 +662,11 @@ for r in $(seq 1 "$reps"); do
 		want_run zipf || break
 		zipf_runs "$r" "$k"
 	done
+	if want_run rls; then
+		rls_order=("${kinds[@]}")
+		if [ "$envoyrl" = 1 ]; then rls_order+=(envoyrl); fi
+		for i in $(seq 0 $((${#rls_order[@]} - 1))); do rls_runs "$r" "${rls_order[$(((i + r - 1) % ${#rls_order[@]}))]}"; done
+	fi
 	for k in "${order[@]}"; do
 		[ "$k" != redis ] || continue
 		want_run followers || break

@@ -83,6 +83,17 @@ def fastpath_targets(k, runs, tp, ratio, target, baseline):
     target("%s p99 strict zipf@256, worst rep (ms)" % k, worst(runs.get("%s-zipf-strict-256" % k, []), "p99"), "<=", 60, "ms")
 
 
+RLS_RUNS = ("leased-hot", "leased-zipf", "strict-hot", "strict-zipf")
+
+
+def rls_targets(k, tp, ratio, target):
+    """Issue 40's Targets: ShouldRateLimit through a follower against
+    envoyproxy/ratelimit + Redis on the same YAML and load."""
+    for n in RLS_RUNS:
+        goal = 1.5 if n.startswith("leased") else 0.9
+        target("%s rls %s / envoyrl" % (k, n), ratio(tp("%s-rls-%s" % (k, n)), tp("envoyrl-rls-%s" % n)), ">=", goal)
+
+
 def main():
     out, reps, baseline, kinds = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4:]
     with open(os.path.join(out, "env.txt")) as f:
@@ -109,6 +120,9 @@ def main():
         names += ["redis-zipf-64", "redis-zipf-256"]
     for k in kinds:
         names += ["%s-%s" % (k, n) for n in ("zipf-leased-64", "zipf-leased-256", "zipf-leased-followers-64")]
+    # issue 40's Envoy comparison (BENCH_RUNS has rls)
+    for k in kinds + ["envoyrl"]:
+        names += ["%s-rls-%s" % (k, n) for n in RLS_RUNS]
 
     print("medians of %d interleaved repetitions; p99 worst = the worst repetition's p99" % reps)
     print("%-26s %10s %8s %8s %10s %9s %9s %8s %s" % (
@@ -140,7 +154,8 @@ def main():
     def ratio(a, b):
         return a / b if b and b == b else float("nan")
 
-    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256") or "-leased-" in n or "-zipf-" in n) and runs[n]]
+    order = [n for n in names if (n.endswith("-check-64") or n.endswith("-check-256") or "-leased-" in n or "-zipf-" in n
+                                  or "-rls-" in n) and runs[n]]
     if order:
         print()
         print("per repetition, req/s (interleaved in this order):")
@@ -151,6 +166,7 @@ def main():
     print()
     print("CPU-seconds per 100k requests (median over repetitions; the servers' user+system CPU during the run)")
     print("  %-26s %10s %14s %14s %10s" % ("run", "leader", "each follower", "redis+limiter", "all nodes"))
+    print("  (envoyrl runs: envoyproxy/ratelimit + its redis-server in the redis+limiter column)")
     for n in names:
         if n.startswith("livez-"):
             continue
@@ -173,6 +189,9 @@ def main():
             scale = 1e5 / req
             if kind == "redis":
                 per["redis"].append((cpu.get("redis-server", 0) + cpu.get("redislimiter", 0)) * scale)
+                continue
+            if kind == "envoyrl":
+                per["redis"].append((cpu.get("envoyrl", 0) + cpu.get("envoyrl-redis", 0)) * scale)
                 continue
             per["leader"].append(cpu.get(kind + "-leader", 0) * scale)
             fs = [v for k, v in cpu.items() if k.startswith(kind + "-follower")]
@@ -233,6 +252,7 @@ def main():
                 want = 4 * float(os.environ.get("BENCH_LEASED_CAP", "2000")) * float(os.environ.get("BENCH_DURATION_S", "10"))
                 target("%s leased admitted share of the limit" % k, statistics.median(r["ok"] / want for r in cap), ">=", 0.9)
         fastpath_targets(k, runs, tp, ratio, target, baseline)
+        rls_targets(k, tp, ratio, target)
     print()
     print("%-40s %10s %10s  %-6s %s" % ("target", "value", "goal", "result", "margin"))
     for r in rows:
