@@ -403,13 +403,20 @@ func classify(kind checker.Kind, status int, body []byte, transportErr error, se
 	_ = json.Unmarshal(body, &p) // a body that is not a problem document leaves Code empty: unknown
 	r.Code = p.Code
 	r.Error = fmt.Sprintf("HTTP %d %s: %s", status, p.Code, p.Detail)
-	notApplied := p.Code == "not_counted" || p.Code == "no_leader" || p.Code == "not_member" || p.Code == "parent_unreachable" || (kind == checker.KindPeek && p.Code == "not_leader")
-	if status == http.StatusServiceUnavailable && notApplied {
+	if notApplied(kind, status, p.Code) {
 		r.Outcome = outcomeFail
 	} else {
 		r.Outcome = checker.OutcomeUnknown
 	}
 	return r
+}
+
+// notApplied says an error answer certainly counted nothing: a 503 whose
+// code says the node did not apply it (or, for a region, had no slice
+// to decide from).
+func notApplied(kind checker.Kind, status int, code string) bool {
+	return status == http.StatusServiceUnavailable && (code == "not_counted" || code == "no_leader" || code == "not_member" ||
+		code == "parent_unreachable" || kind == checker.KindPeek && code == "not_leader")
 }
 
 // hitBody is a check's answer: GET /check/... or one result of POST

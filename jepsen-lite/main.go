@@ -75,20 +75,22 @@ type options struct {
 	insecure      bool
 
 	// The multi-cluster mode (--regions, regions.go).
-	regions      bool
-	regionDelays string
-	delays       []time.Duration // parsed --region-delays: region a's, region b's
-	globalLimit  int64
-	globalWindow time.Duration
-	demand       float64
-	split        float64
-	parentShare  float64
-	regionKeys   int
-	demandPeriod time.Duration
-	demandShape  string
-	globalBucket bool
-	brokenRegion bool
-	faultRegion  string
+	regions       bool
+	regionDelays  string
+	delays        []time.Duration // parsed --region-delays: region a's, region b's
+	regionHolders string
+	holders       []int // parsed --region-holders: region a's, region b's
+	globalLimit   int64
+	globalWindow  time.Duration
+	demand        float64
+	split         float64
+	parentShare   float64
+	regionKeys    int
+	demandPeriod  time.Duration
+	demandShape   string
+	globalBucket  bool
+	brokenRegion  bool
+	faultRegion   string
 
 	nemeses []string // parsed --nemesis
 	skipped []string // dropped from an alias because they need 5 nodes
@@ -144,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.demandShape, "demand-shape", "wander", "with --regions: wander (each region busy and quiet in turn, split by --split) or burst (region a bursts a limit's 15% after each window end and trickles 2.5/s between, holding units it no longer needs when a window ends; region b sends --demand steadily)")
 	fs.BoolVar(&o.globalBucket, "global-bucket", true, "with --regions: also a token-bucket global policy (a quarter of --global-limit per --global-window, burst a fifth of that), one key, checked: no run of allowed hits beyond burst + refill over all regions")
 	fs.BoolVar(&o.brokenRegion, "broken-region", false, "with --regions: start region a with --debug-region-ignore-slice-deadline (a region that spends slices past their deadline): the run must come out INVALID")
+	fs.StringVar(&o.regionHolders, "region-holders", "2,1", "with --regions: how many of region a's and region b's load workers are application holders, deciding the fixed-window global policy's hits in-process through client.Local from sub-leases of their region's slices (at most a region's workers)")
 	fs.StringVar(&o.faultRegion, "fault-region", "", "with --regions: aim every region fault at this region (a or b; default: a random region per fault)")
 	fs.StringVar(&o.recheck, "recheck", "", "only run the checker again over the history of the finished run in this directory (its --out), then exit")
 	fs.Usage = func() {

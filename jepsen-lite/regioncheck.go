@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/rlnode/rlnode/jepsen-lite/checker"
 )
@@ -35,7 +36,14 @@ type regionRecord struct {
 	// request after an earlier attempt was written, which may have
 	// counted too.
 	Resent bool `json:"resent,omitempty"`
+	// Decided is "local" for a hit an application holder decided in its
+	// own process from a sub-lease (Node is then the holder, app-...).
+	Decided string `json:"decided,omitempty"`
 }
+
+// fromHolder says an application holder made the record
+// (regionholders.go), in its process or through its region's check.
+func (h regionRecord) fromHolder() bool { return strings.HasPrefix(h.Node, "app-") }
 
 func (h regionRecord) sentMs() float64 { return float64(h.Sent) / 1e6 }
 func (h regionRecord) recvMs() float64 { return float64(h.Recv) / 1e6 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,12 +123,12 @@ func TestCheckGlobalBucket(t *testing.T) {
 // refused with the flag named.
 func TestRegionFlags(t *testing.T) {
 	o, err := parseFlags([]string{"--regions"}, io.Discard)
-	if err != nil || len(o.delays) != 2 || len(o.nemeses) != len(allRegionNemeses) {
-		t.Fatalf("defaults: %v, delays %v, nemeses %v", err, o.delays, o.nemeses)
+	if err != nil || len(o.delays) != 2 || len(o.nemeses) != len(allRegionNemeses) || !slices.Equal(o.holders, []int{2, 1}) {
+		t.Fatalf("defaults: %v, delays %v, nemeses %v, holders %v", err, o.delays, o.nemeses, o.holders)
 	}
-	o, err = parseFlags([]string{"--regions", "--nemesis", "region-cut,parent-kill", "--region-delays", "150ms,50ms"}, io.Discard)
-	if err != nil || o.delays[0] != 150*time.Millisecond || len(o.nemeses) != 2 {
-		t.Fatalf("a list: %v, delays %v, nemeses %v", err, o.delays, o.nemeses)
+	o, err = parseFlags([]string{"--regions", "--nemesis", "region-cut,parent-kill", "--region-delays", "150ms,50ms", "--region-holders", "0,3"}, io.Discard)
+	if err != nil || o.delays[0] != 150*time.Millisecond || len(o.nemeses) != 2 || !slices.Equal(o.holders, []int{0, 3}) {
+		t.Fatalf("a list: %v, delays %v, nemeses %v, holders %v", err, o.delays, o.nemeses, o.holders)
 	}
 	for _, bad := range [][]string{
 		{"--nemesis", "kill"}, // a single-cluster fault
@@ -135,6 +136,9 @@ func TestRegionFlags(t *testing.T) {
 		{"--region-delays", "fast,slow"},
 		{"--demand-shape", "square"},
 		{"--fault-region", "c"},
+		{"--region-holders", "2"},
+		{"--region-holders", "-1,1"},
+		{"--region-holders", "a,b"},
 		{"--split", "1"},
 	} {
 		if _, err := parseFlags(append([]string{"--regions"}, bad...), io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(bad[0], "--")) {

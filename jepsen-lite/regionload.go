@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -23,6 +24,10 @@ type regionTarget struct {
 	nodes   []nodeSpec
 	rate    float64 // mean hits per second
 	workers int
+	// holders is how many of the workers are application holders
+	// (regionholders.go): they decide the fixed-window keys' hits
+	// in-process through client.Local against these nodes.
+	holders int
 	// period is this target's busy/quiet cycle (0: steady demand).
 	period time.Duration
 	// burst, when positive, is a burst of hits per key sent at once
@@ -112,13 +117,34 @@ func newRegionLoad(targets []regionTarget, keys []loadKey, timeout time.Duration
 		hc: &http.Client{Transport: tr}, stopCh: make(chan struct{}), lastReset: map[[2]string]int64{}}
 }
 
-func (l *regionLoad) start(abort context.Context) {
+// start launches the workers; it fails (having launched none) when an
+// application holder cannot be made.
+func (l *regionLoad) start(abort context.Context) error {
+	var holders [][]*regionHolder
+	for _, t := range l.targets {
+		var hs []*regionHolder
+		for i := range min(t.holders, t.workers) {
+			h, err := newRegionHolder(fmt.Sprintf("app-%s%d", t.region, i+1), t.nodes, l.timeout, l.hc.Transport)
+			if err != nil {
+				for _, made := range slices.Concat(append(holders, hs)...) {
+					made.close()
+				}
+				return err
+			}
+			hs = append(hs, h)
+		}
+		holders = append(holders, hs)
+	}
 	l.began = time.Now()
 	n := 0
-	for _, t := range l.targets {
-		for range t.workers {
+	for k, t := range l.targets {
+		for i := range t.workers {
 			n++
-			l.wg.Go(func() { l.worker(abort, t, uint64(n)) })
+			var h *regionHolder // owned by its worker, which closes it
+			if i < len(holders[k]) {
+				h = holders[k][i]
+			}
+			l.wg.Go(func() { l.worker(abort, t, uint64(n), h) })
 		}
 		if t.burst > 0 {
 			for _, key := range l.keys {
@@ -129,6 +155,7 @@ func (l *regionLoad) start(abort context.Context) {
 			}
 		}
 	}
+	return nil
 }
 
 // burster sends t.burst hits of key at once, at the start and then
@@ -195,8 +222,14 @@ func (l *regionLoad) stop() []regionRecord {
 	return l.recs
 }
 
-func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64) {
+// worker sends t's hits, closed-loop; with a holder h, it decides the
+// fixed-window keys' hits through h (the other keys' over HTTP) and
+// closes h when it stops.
+func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64, h *regionHolder) {
 	rng := rand.New(rand.NewPCG(l.seed, id))
+	if h != nil {
+		defer h.close()
+	}
 	for {
 		mean := float64(time.Second) * float64(t.workers) / t.rateAt(time.Since(l.began))
 		select {
@@ -208,6 +241,10 @@ func (l *regionLoad) worker(abort context.Context, t regionTarget, id uint64) {
 		}
 		node := t.nodes[rng.IntN(len(t.nodes))]
 		key := l.pick(rng)
+		if h != nil && key.policy == globalPolicy {
+			l.record([]regionRecord{h.hit(abort, t.region, key, l.timeout)})
+			continue
+		}
 		l.record(l.hit(abort, t.region, node, key))
 	}
 }

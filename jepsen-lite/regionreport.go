@@ -55,6 +55,7 @@ func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, st
 		}
 	}
 	r.rsum.Counts, r.rsum.Availability = regionCounts(hits, faults, r.t0)
+	r.rsum.Holders = holdersSummary(r.tgts, r.rsum.Counts)
 	r.rsum.Valid = len(r.rsum.Failures) == 0
 	r.rsum.Verdict = map[bool]string{true: "VALID", false: "INVALID"}[r.rsum.Valid]
 	if err := writeHistory(filepath.Join(o.out, "history.jsonl"), hits); err != nil {
@@ -66,7 +67,7 @@ func (r *regionRunner) judge(hits []regionRecord, faults []faultRecord) (int, st
 	detail := fmt.Sprintf("%d hits (%d allowed, %d refused, %d unknown, %d failed: %d of them 503 parent_unreachable), %d global windows, max %d allowed in one of limit %d (possible incl. unknowns: %d), admission %s (lowest window %s), shares %s, %s, %d faults, availability %s, %s, wall %s, out %s; app holders %s",
 		c["hits"], c["allowed"], c["refused"], c["unknown"], c["failed"], c["parentUnreachable"], len(res.Windows), maxAllowed(res), o.globalLimit, res.MaxPossible,
 		pct(res.Admission), pct(res.MinAdmission), shares(res.RegionShare), bucketWord(res.Bucket), len(faults), r.rsum.Availability["overall"],
-		convergedWord(r.rsum.Convergence), time.Since(r.t0).Round(time.Second), o.out, holdersWord(r.rsum.Holders))
+		convergedWord(r.rsum.Convergence), time.Since(r.t0).Round(time.Second), o.out, r.rsum.Holders)
 	if r.rsum.Valid {
 		return exitValid, "jepsen-lite: VALID (regions) " + detail
 	}
@@ -81,15 +82,6 @@ func bucketWord(b *bucketStat) string {
 		return "no token bucket"
 	}
 	return fmt.Sprintf("token bucket %d allowed of %d hits (%.1f%% of burst + refill)", b.Allowed, b.Hits, b.Fill*100)
-}
-
-// holdersWord is the verdict line's short form of summary.json's
-// "holders".
-func holdersWord(h string) string {
-	if strings.Contains(h, "409 not_leased") {
-		return "SKIPPED (a region answers 409 not_leased to leases of global keys)"
-	}
-	return h
 }
 
 func maxAllowed(res globalResult) int64 {
@@ -156,6 +148,19 @@ func regionCounts(hits []regionRecord, faults []faultRecord, t0 time.Time) (map[
 		}
 		if h.Code == "parent_unreachable" {
 			c["parentUnreachable"]++
+		}
+		if h.fromHolder() {
+			c["holderHits"]++
+			allowed := h.Outcome == checker.OutcomeOK && h.Allowed
+			if allowed {
+				c["holderAllowed"]++
+			}
+			if h.Decided == decidedLocal {
+				c["holderLocal"]++
+				if allowed {
+					c["holderLocalAllowed"]++
+				}
+			}
 		}
 		definite := h.Outcome == checker.OutcomeOK
 		all.add(definite)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +74,17 @@ func (o *options) validateRegions() []error {
 	if len(errs) == 0 && len(o.delays) != len(regionNames) {
 		errs = append(errs, fmt.Errorf("--region-delays %q: want %d durations, one per region", o.regionDelays, len(regionNames)))
 	}
+	for _, f := range strings.Split(o.regionHolders, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("--region-holders %q: want two counts, e.g. 2,1", o.regionHolders))
+			break
+		}
+		o.holders = append(o.holders, n)
+	}
+	if len(o.holders) != len(regionNames) {
+		errs = append(errs, fmt.Errorf("--region-holders %q: want %d counts, one per region", o.regionHolders, len(regionNames)))
+	}
 	if o.globalLimit < 1 || o.globalWindow < time.Second || o.regionKeys < 1 || o.demand <= 0 {
 		errs = append(errs, errors.New("--global-limit and --region-keys must be at least 1, --global-window at least 1s, --demand positive"))
 	}
@@ -100,6 +112,7 @@ type regionRunner struct {
 	parent  *cluster
 	regions []*regionCluster
 	rsum    regionSummary
+	tgts    []regionTarget // the load's targets, once started
 }
 
 // regionSummary is summary.json of the multi-cluster mode.
@@ -109,7 +122,7 @@ type regionSummary struct {
 	Failures     []string            `json:"failures"`
 	Warnings     []string            `json:"warnings"`
 	Run          map[string]any      `json:"run"`
-	Holders      string              `json:"holders"` // application holders in a region, or why not
+	Holders      string              `json:"holders"` // application holders in the regions and what they decided
 	Partitions   string              `json:"partitions"`
 	TokenBucket  string              `json:"tokenBucket"`
 	Faults       []faultRecord       `json:"faults"`
@@ -171,17 +184,25 @@ func (r *regionRunner) execute(ctx context.Context) (int, string, error) {
 	if err := r.definePolicy(ctx); err != nil {
 		return 0, "", err
 	}
-	r.rsum.Holders = r.probeHolders(ctx)
-	r.log.Printf("application holders: %s", r.rsum.Holders)
 	r.rsum.TokenBucket = "not requested (--global-bucket=false)"
 	if o.globalBucket {
 		r.rsum.TokenBucket = fmt.Sprintf("%s: %d per %s, burst %d", globalBucket, r.bucketLimit(), o.globalWindow, r.bucketBurst())
 	}
 	r.rsum.Partitions = "inside regions: skipped (loopback, no network namespaces); region from parent: the region-cut fault (proxies)"
 
-	load := newRegionLoad(r.targets(), r.loadKeys(), o.timeout, o.seed)
-	load.start(ctx)
+	targets := r.targets()
+	r.tgts = targets
+	load := newRegionLoad(targets, r.loadKeys(), o.timeout, o.seed)
+	if err := load.start(ctx); err != nil {
+		return 0, "", fmt.Errorf("start the load: %w", err)
+	}
 	defer load.stop()
+	for _, t := range targets {
+		if t.holders > 0 {
+			r.log.Printf("region %s: %d of its %d load workers are application holders (client.Local against its nodes; %s hits decided in-process from sub-leases)",
+				t.region, t.holders, t.workers, globalPolicy)
+		}
+	}
 
 	nm := &regionNemesis{parent: r.parent, regions: r.regions, adm: r.adm, rng: r.rng, log: r.log, t0: r.t0,
 		fault: o.faultDuration, quiet: o.quiet, target: o.faultRegion}
@@ -369,25 +390,6 @@ func (r *regionRunner) loadKeys() []loadKey {
 	return keys
 }
 
-// probeHolders asks a regional node for a lease of a global key, as an
-// application holder would: today a region answers 409 not_leased, and
-// the mode runs no holders (it says so).
-func (r *regionRunner) probeHolders(ctx context.Context) string {
-	url := r.regions[0].cl.specs[0].url() + "/v1/leases"
-	var g struct {
-		Units int64 `json:"units"`
-	}
-	err := r.adm.do(ctx, 5*time.Second, "POST", url, map[string]any{"policy": globalPolicy, "client": "holder-probe", "holder": "jl-probe", "want": 1}, &g)
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae) && ae.Status == 409:
-		return fmt.Sprintf("skipped: a region refuses leases of global keys (409 %s: %s)", ae.Code, ae.Detail)
-	case err != nil:
-		return "skipped: the lease probe failed: " + err.Error()
-	}
-	return fmt.Sprintf("not run: the region granted a lease (%d units) to the probe, but this mode drives no holders yet", g.Units)
-}
-
 // targets splits the demand (see --demand-shape): the parent's share
 // over its nodes, the rest between the regions.
 func (r *regionRunner) targets() []regionTarget {
@@ -407,12 +409,16 @@ func (r *regionRunner) targets() []regionTarget {
 		out = append(out,
 			regionTarget{region: a.name, nodes: a.cl.specs, rate: 2.5, workers: 1, burst: int(max(8, o.globalLimit*15/100))},
 			regionTarget{region: b.name, nodes: b.cl.specs, rate: total * (1 - o.parentShare), workers: workers(total)})
+		for k := range out {
+			out[k].holders = min(o.holders[k], out[k].workers)
+		}
 	default:
 		shares := []float64{o.split, 1 - o.split}
 		for k, rg := range r.regions {
 			rate := total * (1 - o.parentShare) * shares[k]
 			period := time.Duration(float64(o.demandPeriod) * math.Pow(math.Phi, float64(k)))
-			out = append(out, regionTarget{region: rg.name, nodes: rg.cl.specs, rate: rate, workers: workers(rate), period: period})
+			w := workers(rate)
+			out = append(out, regionTarget{region: rg.name, nodes: rg.cl.specs, rate: rate, workers: w, period: period, holders: min(o.holders[k], w)})
 		}
 	}
 	if o.parentShare > 0 {

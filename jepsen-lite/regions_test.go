@@ -101,8 +101,10 @@ func runRegions(t *testing.T, args ...string) (int, string, regionSummary) {
 // TestRegionsModeValidUnderFaults: the multi-cluster mode on real
 // processes, with the regional leader killed and paused while it holds
 // slices and a region cut off from its parent: VALID (exit 0), every
-// listed fault ran, and the global check judged allowed hits of more
-// than one window.
+// listed fault ran, the global check judged allowed hits of more than
+// one window, and application holders in the regions (client.Local)
+// decided allowed hits in their own processes, judged in the same
+// windows.
 func TestRegionsModeValidUnderFaults(t *testing.T) {
 	longRegions(t)
 	code, line, sum := runRegions(t, "--nemesis", "region-kill-leader,region-pause-leader,region-cut",
@@ -112,6 +114,9 @@ func TestRegionsModeValidUnderFaults(t *testing.T) {
 	}
 	if len(sum.Faults) < 3 || len(sum.Global.Windows) < 2 {
 		t.Fatalf("%d faults, %d global windows: the run proved little", len(sum.Faults), len(sum.Global.Windows))
+	}
+	if sum.Counts["holderLocalAllowed"] == 0 {
+		t.Fatalf("no allowed hit was decided in an application holder's process: %s", sum.Holders)
 	}
 }
 
@@ -129,11 +134,16 @@ func TestRegionsModeCatchesABrokenRegion(t *testing.T) {
 		t.Fatalf("exit %d, want INVALID: %s", code, line)
 	}
 	byCheck := map[string]int{}
+	byHolders := 0
 	for _, v := range sum.Violations {
 		byCheck[v.Check]++
+		if strings.Contains(v.Detail, "node app-") {
+			byHolders++
+		}
 	}
 	if byCheck[checkGlobalAfter] == 0 {
 		t.Fatalf("the broken region was caught, but not for spending after its window: %v", byCheck)
 	}
-	t.Logf("violations by check: %v (a window's total over the limit: %v)", byCheck, byCheck[checkGlobalDecided] > 0)
+	t.Logf("violations by check: %v (a window's total over the limit: %v; hits application holders spent after their window: %d)",
+		byCheck, byCheck[checkGlobalDecided] > 0, byHolders)
 }
