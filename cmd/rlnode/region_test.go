@@ -22,9 +22,11 @@ const (
 // TestGlobalBudgetAcrossTwoRegions: a parent and two regions (one node
 // each) behind 50 ms-each-way proxies, a global policy of 400 per 10 s
 // hammered from both regions: no global window allows more than 400;
-// cut one region off: it answers only 200, 429 or 503 (503 once its
-// slices ended), the total still holds; after the heal it allows again
-// within 10 s. Admission, shares and latency are reported.
+// full windows admit at least 360, each region at least 80, and
+// regional answers take well under a parent round trip; cut one region
+// off: it answers only 200, 429 or 503 (503 once its slices ended), the
+// total still holds, the other region gets at least 320 of a later
+// window; after the heal it allows again within 10 s.
 func TestGlobalBudgetAcrossTwoRegions(t *testing.T) {
 	proctest.Long(t)
 	m := startMultiRegion(t, regionDelay, map[string][]string{"eu": nil, "us": nil})
@@ -100,18 +102,33 @@ func TestGlobalBudgetAcrossTwoRegions(t *testing.T) {
 		t.Errorf("cut region: %d answers 503, last 200 at %s after the cut: want 503 once its slices ended (within a window)", cut503, lastCut200.Sub(cutAt))
 	}
 
-	// Reported, not asserted tightly (the machine is shared).
+	// The bar: full windows admit at least 90% of the limit and
+	// each region at least a fifth of it; with one region cut off, the
+	// other gets at least 80% of a later window. A window with nothing
+	// allowed is missing from the map, so the count of windows is checked
+	// too (10 s windows: two whole ones in each 22 s phase, at least one).
 	full := windowAdmission(hits, globalWindowMs, start, both)
 	for w, by := range full {
 		t.Logf("both regions, window ending %d: admitted %d (eu %d, us %d) of %d", w, by["eu"]+by["us"], by["eu"], by["us"], globalLimit)
-		if by["eu"]+by["us"] < globalLimit/2 {
-			t.Errorf("window ending %d admitted only %d of %d", w, by["eu"]+by["us"], globalLimit)
+		if total := by["eu"] + by["us"]; total < globalLimit*9/10 || by["eu"] < globalLimit/5 || by["us"] < globalLimit/5 {
+			t.Errorf("window ending %d admitted %d of %d (eu %d, us %d): want at least %d, and %d for each region",
+				w, total, globalLimit, by["eu"], by["us"], globalLimit*9/10, globalLimit/5)
 		}
 	}
-	for w, by := range windowAdmission(hits, globalWindowMs, cutAt, cutEnd) {
+	cut := windowAdmission(hits, globalWindowMs, cutAt, cutEnd)
+	for w, by := range cut {
 		t.Logf("us cut off, window ending %d: eu admitted %d of %d (us %d)", w, by["eu"], globalLimit, by["us"])
-		if by["eu"] < globalLimit/2 {
-			t.Errorf("with us cut off, eu got only %d of window ending %d", by["eu"], w)
+		if by["eu"] < globalLimit*8/10 {
+			t.Errorf("with us cut off, eu got only %d of window ending %d: want at least %d", by["eu"], w, globalLimit*8/10)
+		}
+	}
+	if len(full) == 0 || len(cut) == 0 {
+		t.Errorf("%d whole windows admitted anything with both regions up, %d with us cut off: want at least one each", len(full), len(cut))
+	}
+	// Regional answers do not wait on the parent.
+	for _, r := range []string{"eu", "us"} {
+		if d := medianLatency(hits, r); d <= 0 || d > regionDelay {
+			t.Errorf("median answer in %s %s: want well under the parent round trip %s", r, d, 2*regionDelay)
 		}
 	}
 	// A strict hit in one cluster, for comparison: the parent's own
