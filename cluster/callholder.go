@@ -281,16 +281,7 @@ func (h *callHolder) fetch(items []CallItem) {
 // sweeper gives back what cooled keys hold and forgets idle keys.
 func (h *callHolder) sweeper() {
 	defer h.wg.Done()
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-		}
-		h.sweep()
-	}
+	everyTick(h.stop, sweepEvery, h.sweep)
 }
 
 func (h *callHolder) sweep() {

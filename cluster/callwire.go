@@ -52,8 +52,8 @@ func encodeCallsHop(reqs []CallsRequest) []byte {
 
 func decodeCallsHop(b []byte) ([]CallsRequest, error) {
 	r := wireReader{b: b}
-	if v := r.byte(); r.err == nil && v != callsWireVersion {
-		return nil, fmt.Errorf("%w: calls hop version %d", ErrBadForward, v)
+	if err := r.version(callsWireVersion, "calls hop version"); err != nil {
+		return nil, err
 	}
 	n := r.uvarint()
 	if r.err == nil && (n == 0 || n > maxCallsPerHop) {
@@ -74,11 +74,8 @@ func decodeCallsHop(b []byte) ([]CallsRequest, error) {
 		}
 		reqs = append(reqs, CallsRequest{Owner: e.Owner, Items: e.Items})
 	}
-	if r.err == nil && r.off != len(b) {
-		r.err = errors.New("trailing bytes")
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadForward, r.err)
+	if err := r.end(); err != nil {
+		return nil, err
 	}
 	return reqs, nil
 }

@@ -375,16 +375,7 @@ func (h *holder) localRefusal(hits []Hit, now lease.Stamp, buf *resultBuf) Check
 // the hot-key threshold from how busy the log was.
 func (h *holder) sweeper() {
 	defer h.wg.Done()
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-		}
-		h.sweep()
-	}
+	everyTick(h.stop, sweepEvery, h.sweep)
 }
 
 func (h *holder) sweep() {
@@ -437,4 +428,18 @@ func (h *holder) stats() LeaseStats {
 		}
 	}
 	return st
+}
+
+// everyTick calls f every period until stop closes (the holders' sweeps).
+func everyTick(stop <-chan struct{}, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		f()
+	}
 }

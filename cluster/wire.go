@@ -50,8 +50,8 @@ func encodeForwardRequest(dst []byte, reqs []group) []byte {
 
 func decodeForwardRequest(b []byte) ([]group, error) {
 	r := wireReader{b: b}
-	if v := r.byte(); r.err == nil && v != wireVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrBadForward, v)
+	if err := r.version(wireVersion, "version"); err != nil {
+		return nil, err
 	}
 	n := r.uvarint()
 	if r.err == nil && (n == 0 || n > fsm.MaxHitsPerLog) {
@@ -73,11 +73,8 @@ func decodeForwardRequest(b []byte) ([]group, error) {
 		}
 		reqs = append(reqs, g)
 	}
-	if r.err == nil && r.off != len(b) {
-		r.err = errors.New("trailing bytes")
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadForward, r.err)
+	if err := r.end(); err != nil {
+		return nil, err
 	}
 	for _, g := range reqs {
 		for _, req := range g {
@@ -203,6 +200,27 @@ type wireReader struct {
 	b   []byte
 	off int
 	err error
+}
+
+// version reads the leading version byte: a body of another version is
+// ErrBadForward, naming what.
+func (r *wireReader) version(want byte, what string) error {
+	if v := r.byte(); r.err == nil && v != want {
+		return fmt.Errorf("%w: %s %d", ErrBadForward, what, v)
+	}
+	return nil
+}
+
+// end is the reader's verdict once a body is read: nil, or ErrBadForward
+// for a short read or bytes left over.
+func (r *wireReader) end() error {
+	if r.err == nil && r.off != len(r.b) {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return fmt.Errorf("%w: %v", ErrBadForward, r.err)
+	}
+	return nil
 }
 
 func (r *wireReader) byte() byte {
