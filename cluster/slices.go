@@ -151,7 +151,10 @@ func (n *Node) awaitSlices(ctx context.Context, g group, o outcome) outcome {
 	if o.err != nil || !anyNoSlice(o.res) {
 		return o
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.SliceWait)
+	// The wait is bounded by SliceWait; deciding again is not: a decision
+	// cut off by the wait's deadline after its entry was sent would be an
+	// unknown outcome where there is a plain answer to give.
+	wait, cancel := context.WithTimeout(ctx, n.cfg.SliceWait)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -169,7 +172,7 @@ func (n *Node) awaitSlices(ctx context.Context, g group, o outcome) outcome {
 			}
 		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			return outcome{res: o.res, err: notCounted(ErrParentUnreachable, nil)}
 		case <-n.stop:
 			return outcome{err: notCounted(nil, ErrClosed)}
